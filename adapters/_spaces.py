@@ -1,0 +1,146 @@
+"""Gymnasium spaces as marlkit specs, and values between the two.
+
+``spec_from_space(space, batch_shape)`` maps:
+
+=====================  =======================================================
+``Box``                ``Bounded`` when every bound is finite, else ``Unbounded``
+``Discrete(n, start)`` ``Categorical(n)`` (values shifted by ``start``)
+``MultiDiscrete``      ``MultiCategorical(nvec)`` (values shifted by ``start``)
+``MultiBinary(n)``     ``Binary(n)``
+``Dict``               ``Composite`` with the same keys
+``Tuple``              ``Composite`` with keys ``"0"``, ``"1"``, ...
+=====================  =======================================================
+
+``to_tensor(space, value, ...)`` turns a simulator value into a tensor (or a dict of tensors for
+Dict/Tuple) in spec terms; ``to_space(space, tensor)`` turns an action back into what the
+simulator expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from marlkit._utils import import_optional
+from marlkit.data.composite import Composite
+from marlkit.data.specs import Binary, Bounded, Categorical, MultiCategorical, TensorSpec, Unbounded
+
+__all__ = ["spec_from_space", "to_space", "to_tensor"]
+
+
+def _spaces() -> Any:
+    return import_optional("gymnasium", extra="gymnasium", purpose="space conversion").spaces
+
+
+def _torch_dtype(dtype: Any) -> torch.dtype:
+    return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
+
+
+def spec_from_space(
+    space: Any,
+    batch_shape: Sequence[int] = (),
+    *,
+    device: str | torch.device | None = None,
+) -> TensorSpec | Composite:
+    """The spec of ``space`` with ``batch_shape`` prepended (e.g. ``[*B, n_agents]``).
+
+    Raises:
+        TypeError: a space this function does not map (Text, Graph, Sequence, ...).
+    """
+    spaces = _spaces()
+    batch = tuple(int(b) for b in batch_shape)
+    if isinstance(space, spaces.Box):
+        shape = (*batch, *space.shape)
+        dtype = _torch_dtype(space.dtype)
+        low, high = np.asarray(space.low), np.asarray(space.high)
+        if np.isfinite(low).all() and np.isfinite(high).all():
+            return Bounded(
+                torch.as_tensor(low, dtype=dtype),
+                torch.as_tensor(high, dtype=dtype),
+                shape,
+                dtype,
+                device,
+            )
+        return Unbounded(shape, dtype, device)
+    if isinstance(space, spaces.Discrete):
+        return Categorical(int(space.n), batch, torch.int64, device)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec).reshape(-1)
+        return MultiCategorical(nvec.tolist(), (*batch, nvec.size), torch.int64, device)
+    if isinstance(space, spaces.MultiBinary):
+        n = int(np.prod(space.shape))
+        return Binary(n, (*batch, n), torch.int8, device)
+    if isinstance(space, spaces.Dict):
+        return Composite(
+            {str(k): spec_from_space(s, batch, device=device) for k, s in space.spaces.items()},
+            shape=batch,
+            device=device,
+        )
+    if isinstance(space, spaces.Tuple):
+        return Composite(
+            {str(i): spec_from_space(s, batch, device=device) for i, s in enumerate(space.spaces)},
+            shape=batch,
+            device=device,
+        )
+    raise TypeError(
+        f"cannot map a {type(space).__name__} space to a marlkit spec (supported: Box, Discrete, "
+        "MultiDiscrete, MultiBinary, Dict, Tuple)"
+    )
+
+
+def to_tensor(
+    space: Any, value: Any, *, device: str | torch.device | None = None
+) -> torch.Tensor | dict[str, Any]:
+    """A simulator value of ``space`` (one sample or a stack of them) as tensors in spec terms.
+
+    Dict and Tuple spaces give nested dicts (Tuple keys ``"0"``, ``"1"``, ...).
+    """
+    spaces = _spaces()
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, Mapping):
+            raise TypeError(f"a Dict space value must be a mapping, got {type(value).__name__}")
+        return {str(k): to_tensor(s, value[k], device=device) for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return {str(i): to_tensor(s, value[i], device=device) for i, s in enumerate(space.spaces)}
+    array = np.asarray(value)
+    if isinstance(space, spaces.Box):
+        return torch.as_tensor(array.astype(space.dtype, copy=False), device=device)
+    if isinstance(space, spaces.Discrete):
+        return torch.as_tensor(array.astype(np.int64) - int(space.start), device=device)
+    if isinstance(space, spaces.MultiDiscrete):
+        start = np.asarray(space.start).reshape(-1)
+        flat = array.reshape(*array.shape[: array.ndim - np.ndim(space.nvec)], -1)
+        return torch.as_tensor(flat.astype(np.int64) - start, device=device)
+    if isinstance(space, spaces.MultiBinary):
+        flat = array.reshape(*array.shape[: array.ndim - len(space.shape)], -1)
+        return torch.as_tensor(flat.astype(np.int8), device=device)
+    raise TypeError(f"cannot convert values of a {type(space).__name__} space")
+
+
+def to_space(space: Any, value: torch.Tensor | Mapping[str, Any]) -> Any:
+    """An action in spec terms as the simulator expects it for ``space`` (NumPy, ``start`` added).
+
+    Works on one action or a stack of them (leading dims kept).
+    """
+    spaces = _spaces()
+    if isinstance(space, spaces.Dict):
+        return {k: to_space(s, value[str(k)]) for k, s in space.spaces.items()}  # type: ignore[index]
+    if isinstance(space, spaces.Tuple):
+        return tuple(to_space(s, value[str(i)]) for i, s in enumerate(space.spaces))  # type: ignore[index]
+    array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if isinstance(space, spaces.Box):
+        return array.astype(space.dtype, copy=False)
+    if isinstance(space, spaces.Discrete):
+        out = array.astype(np.int64) + int(space.start)
+        return out.item() if out.ndim == 0 else out
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec)
+        lead = array.shape[: array.ndim - 1]
+        return (array.reshape(*lead, *nvec.shape) + np.asarray(space.start)).astype(space.dtype)
+    if isinstance(space, spaces.MultiBinary):
+        lead = array.shape[: array.ndim - 1]
+        return array.reshape(*lead, *space.shape).astype(space.dtype)
+    raise TypeError(f"cannot convert actions for a {type(space).__name__} space")

@@ -1,0 +1,575 @@
+// The one bindings file of marlkit._C. Kernels live in csrc/include/marlkit/*.h (no Python there);
+// this file checks arrays, releases the GIL around the work and documents each function.
+// Arrays cross as NumPy buffers: torch CPU tensors convert zero-copy through tensor.numpy().
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "marlkit/common.h"
+
+namespace py = pybind11;
+
+#ifndef MARLKIT_SOURCE_HASH
+#define MARLKIT_SOURCE_HASH "unknown"
+#endif
+
+// Bumped whenever a binding's signature changes; the Python loader checks it.
+static constexpr int kAbiVersion = 1;
+
+// --- section: particles (bind_particles) ---------------------------------------------------
+#include "marlkit/particles.h"
+
+namespace particles_bind {
+
+std::string shape_str(const py::array& a) {
+  std::string s = "[";
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+    s += (d ? ", " : "") + std::to_string(a.shape(d));
+  }
+  return s + "]";
+}
+
+std::string dims_str(const std::vector<py::ssize_t>& dims) {
+  std::string s = "[";
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    s += (d ? ", " : "") + std::to_string(dims[d]);
+  }
+  return s + "]";
+}
+
+// Check that `obj` is a NumPy array of dtype T, shape `dims` (described as `layout`),
+// C-contiguous and, when `writable`, writeable; return it without any copy.
+template <typename T>
+py::array checked(const py::object& obj, const char* fn, const char* name, const char* dtype_name,
+                  const char* layout, const std::vector<py::ssize_t>& dims, bool writable) {
+  const std::string article = dtype_name[0] == 'i' ? " must be an " : " must be a ";
+  const std::string what = std::string(fn) + ": " + name + article + dtype_name +
+                           " array of shape " + layout + " = " + dims_str(dims);
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(what + ", got an object of type " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (a.ndim() != static_cast<py::ssize_t>(dims.size())) {
+    throw std::invalid_argument(what + ", got " + std::to_string(a.ndim()) +
+                                " dimensions (shape " + shape_str(a) + ")");
+  }
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (a.shape(static_cast<py::ssize_t>(d)) != dims[d]) {
+      throw std::invalid_argument(what + ", got shape " + shape_str(a));
+    }
+  }
+  if (!py::isinstance<py::array_t<T>>(a)) {
+    throw std::invalid_argument(what + ", got dtype " + std::string(py::str(a.dtype())));
+  }
+  if (!(a.flags() & py::array::c_style)) {
+    throw std::invalid_argument(what + " and C-contiguous, got a non-contiguous array");
+  }
+  if (writable && !a.writeable()) {
+    throw std::invalid_argument(what + " and writeable (it is written in place), got a "
+                                       "read-only array");
+  }
+  return a;
+}
+
+// The first array is written; it must not share memory with the second.
+void check_no_overlap(const py::array& out, const char* out_name, const py::array& other,
+                      const char* other_name, const char* fn) {
+  const auto* o0 = static_cast<const char*>(out.data());
+  const auto* t0 = static_cast<const char*>(other.data());
+  const auto on = out.nbytes();
+  const auto tn = other.nbytes();
+  if (on > 0 && tn > 0 && o0 < t0 + tn && t0 < o0 + on) {
+    throw std::invalid_argument(std::string(fn) + ": " + out_name + " is written in place and " +
+                                "must not share memory with " + other_name);
+  }
+}
+
+void particle_step(const py::object& pos_obj, const py::object& vel_obj,
+                   const py::object& force_obj, const py::object& contacts_obj, double radius,
+                   double mass, double drag, double dt, int substeps, double stiffness,
+                   double half_extent) {
+  const char* fn = "particle_step";
+  if (!py::isinstance<py::array>(pos_obj)) {
+    throw py::type_error("particle_step: pos must be a float32 array of shape [E, N, 2], got an "
+                         "object of type " +
+                         std::string(py::str(py::type::of(pos_obj).attr("__name__"))));
+  }
+  const auto pos0 = py::reinterpret_borrow<py::array>(pos_obj);
+  if (pos0.ndim() != 3 || pos0.shape(2) != 2) {
+    throw std::invalid_argument("particle_step: pos must be a float32 array of shape [E, N, 2], "
+                                "got shape " + shape_str(pos0));
+  }
+  const py::ssize_t E = pos0.shape(0);
+  const py::ssize_t N = pos0.shape(1);
+  const std::vector<py::ssize_t> state{E, N, 2};
+  py::array pos = checked<float>(pos_obj, fn, "pos", "float32", "[E, N, 2]", state, true);
+  py::array vel = checked<float>(vel_obj, fn, "vel", "float32", "[E, N, 2]", state, true);
+  py::array force = checked<float>(force_obj, fn, "force", "float32", "[E, N, 2]", state, false);
+  py::array contacts =
+      checked<std::int32_t>(contacts_obj, fn, "contacts_out", "int32", "[E, N]", {E, N}, true);
+  check_no_overlap(pos, "pos", vel, "vel", fn);
+  check_no_overlap(pos, "pos", force, "force", fn);
+  check_no_overlap(vel, "vel", force, "force", fn);
+  check_no_overlap(contacts, "contacts_out", pos, "pos", fn);
+  check_no_overlap(contacts, "contacts_out", vel, "vel", fn);
+  check_no_overlap(contacts, "contacts_out", force, "force", fn);
+  marlkit::particles::StepParams p;
+  p.radius = radius;
+  p.mass = mass;
+  p.drag = drag;
+  p.dt = dt;
+  p.substeps = substeps;
+  p.stiffness = stiffness;
+  p.half_extent = half_extent;
+  marlkit::particles::make_constants(p);  // throws std::invalid_argument with the GIL held
+  auto* pos_ptr = static_cast<float*>(pos.mutable_data());
+  auto* vel_ptr = static_cast<float*>(vel.mutable_data());
+  const auto* force_ptr = static_cast<const float*>(force.data());
+  auto* contacts_ptr = static_cast<std::int32_t*>(contacts.mutable_data());
+  py::gil_scoped_release release;
+  marlkit::particles::step(pos_ptr, vel_ptr, force_ptr, contacts_ptr, E, N, p);
+}
+
+void knn(const py::object& pos_obj, std::int64_t k, double radius, const py::object& rel_obj,
+         const py::object& idx_obj) {
+  const char* fn = "knn";
+  if (!py::isinstance<py::array>(pos_obj)) {
+    throw py::type_error("knn: pos must be a float32 array of shape [E, N, 2], got an object of "
+                         "type " +
+                         std::string(py::str(py::type::of(pos_obj).attr("__name__"))));
+  }
+  const auto pos0 = py::reinterpret_borrow<py::array>(pos_obj);
+  if (pos0.ndim() != 3 || pos0.shape(2) != 2) {
+    throw std::invalid_argument("knn: pos must be a float32 array of shape [E, N, 2], got shape " +
+                                shape_str(pos0));
+  }
+  const py::ssize_t E = pos0.shape(0);
+  const py::ssize_t N = pos0.shape(1);
+  if (k < 0 || k > std::max<py::ssize_t>(N - 1, 0)) {
+    throw std::invalid_argument("knn: k must be in [0, N - 1] = [0, " + std::to_string(N - 1) +
+                                "] (other agents), got " + std::to_string(k));
+  }
+  if (!(radius > 0.0)) {
+    throw std::invalid_argument("knn: radius must be > 0 (inf allowed), got " +
+                                marlkit::particles::detail::fmt(radius));
+  }
+  const auto K = static_cast<py::ssize_t>(k);
+  py::array pos = checked<float>(pos_obj, fn, "pos", "float32", "[E, N, 2]", {E, N, 2}, false);
+  py::array rel =
+      checked<float>(rel_obj, fn, "rel_out", "float32", "[E, N, k, 2]", {E, N, K, 2}, true);
+  py::array idx =
+      checked<std::int64_t>(idx_obj, fn, "idx_out", "int64", "[E, N, k]", {E, N, K}, true);
+  check_no_overlap(rel, "rel_out", pos, "pos", fn);
+  check_no_overlap(idx, "idx_out", pos, "pos", fn);
+  check_no_overlap(rel, "rel_out", idx, "idx_out", fn);
+  const auto* pos_ptr = static_cast<const float*>(pos.data());
+  auto* rel_ptr = static_cast<float*>(rel.mutable_data());
+  auto* idx_ptr = static_cast<std::int64_t*>(idx.mutable_data());
+  py::gil_scoped_release release;
+  marlkit::particles::knn(pos_ptr, E, N, k, radius, rel_ptr, idx_ptr);
+}
+
+}  // namespace particles_bind
+
+void bind_particles(py::module_& m) {
+  m.def("particle_step", &particles_bind::particle_step, py::arg("pos"), py::arg("vel"),
+        py::arg("force"), py::arg("contacts_out"), py::kw_only(), py::arg("radius"),
+        py::arg("mass"), py::arg("drag"), py::arg("dt"), py::arg("substeps"),
+        py::arg("stiffness"), py::arg("half_extent"),
+        R"doc(Advance E particle worlds by one step of `substeps` substeps, in place.
+
+Arrays (C-contiguous, no copies made):
+    pos, vel: float32 [E, N, 2], updated in place.
+    force: float32 [E, N, 2], the (already scaled and clipped) action force, held over the step.
+    contacts_out: int32 [E, N], written: per agent, the number of others closer than 2 * radius
+        after the step.
+Per substep h = dt / substeps: F = force + sum_j k * (2r - d_ij) * n_ij over touching pairs
+(positions at the start of the substep), vel = vel * (1 - drag) + F * (h / mass),
+pos = pos + vel * h, then each coordinate is clamped to [-(L - r), L - r] with its velocity zeroed.
+Raises ValueError (bad shape, dtype, layout or parameter) or TypeError (not an array).
+Releases the GIL; runs on marlkit's thread setting over environments.)doc");
+  m.def("knn", &particles_bind::knn, py::arg("pos"), py::arg("k"), py::arg("radius"),
+        py::arg("rel_out"), py::arg("idx_out"),
+        R"doc(The k nearest other agents of every agent, within `radius` (may be inf).
+
+Arrays (C-contiguous): pos float32 [E, N, 2]; rel_out float32 [E, N, k, 2] written with
+pos_j - pos_i; idx_out int64 [E, N, k] written with j. Neighbours are ordered by squared distance,
+ties by the smaller index; slots without a neighbour within radius get rel 0 and idx -1.
+Raises ValueError for k outside [0, N - 1], radius <= 0, or a bad array. Releases the GIL.)doc");
+}
+// --- end section: particles ------------------------------------------------------------------
+
+// --- section: segment_tree (bind_segment_tree) -------------------------------------------
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+
+#include "marlkit/segment_tree.h"
+
+namespace segment_tree_bindings {
+
+// A tree plus the lock that makes GIL-free batched calls safe: updates are exclusive, reads
+// (get, query, scan) shared.
+template <typename T, marlkit::SegmentOp Op>
+struct Handle {
+  explicit Handle(std::int64_t capacity) : tree(capacity) {}
+  marlkit::SegmentTree<T, Op> tree;
+  mutable std::shared_mutex mutex;
+};
+
+template <typename T>
+const char* dtype_name() {
+  return std::is_same<T, float>::value ? "float32" : "float64";
+}
+
+// A C-contiguous 1-D array of exactly dtype T (no silent casts): TypeError for a wrong dtype,
+// ValueError for a wrong ndim. A strided array of the right dtype is copied to contiguous.
+template <typename T>
+py::array_t<T, py::array::c_style> checked_vector(const py::array& array, const std::string& what,
+                                                  const std::string& where) {
+  if (!py::isinstance<py::array_t<T>>(array)) {
+    throw py::type_error(where + ": " + what + " must be a numpy array of dtype " +
+                         std::string(std::is_same<T, std::int64_t>::value ? "int64"
+                                                                         : dtype_name<T>()) +
+                         ", got dtype " + py::str(array.dtype()).cast<std::string>());
+  }
+  if (array.ndim() != 1) {
+    throw std::invalid_argument(where + ": " + what + " must be 1-D [B], got " +
+                                std::to_string(array.ndim()) + "-D with shape " +
+                                py::str(array.attr("shape")).cast<std::string>());
+  }
+  auto contiguous = py::array_t<T, py::array::c_style>::ensure(array);
+  if (!contiguous) {
+    throw std::invalid_argument(where + ": could not make " + what + " contiguous");
+  }
+  return contiguous;
+}
+
+template <typename T, marlkit::SegmentOp Op>
+py::class_<Handle<T, Op>> bind_common(py::module_& m, const char* name, const char* doc,
+                                      const char* reduction) {
+  using H = Handle<T, Op>;
+  const std::string cls(name);
+  py::class_<H> c(m, name, doc);
+  c.def(py::init<std::int64_t>(), py::arg("capacity"),
+        py::call_guard<py::gil_scoped_release>(),
+        (std::string("Allocate a tree over `capacity` leaves (1 <= capacity <= 10**8), every "
+                     "leaf set to ") +
+         (Op == marlkit::SegmentOp::kSum ? "0" : "+inf (the neutral element of min)") +
+         ". Memory: about 1.1 to 1.5 values per leaf (see nbytes). ValueError for a capacity "
+         "out of range, MemoryError when the allocation fails.")
+            .c_str());
+  c.def_property_readonly(
+      "capacity", [](const H& h) { return h.tree.capacity(); }, "Number of leaves usable.");
+  c.def_property_readonly(
+      "nbytes", [](const H& h) { return h.tree.nbytes(); },
+      "Bytes held by the leaves and the tree nodes.");
+  c.def("__len__", [](const H& h) { return h.tree.capacity(); });
+  c.def("__repr__", [cls](const H& h) {
+    return cls + "(capacity=" + std::to_string(h.tree.capacity()) + ")";
+  });
+  c.def(
+      "update",
+      [cls](H& h, const py::array& indices, const py::array& values) {
+        const std::string where = cls + ".update";
+        auto idx = checked_vector<std::int64_t>(indices, "indices", where);
+        auto val = checked_vector<T>(values, "values", where);
+        if (idx.shape(0) != val.shape(0)) {
+          throw std::invalid_argument(where + ": indices and values must have the same length, "
+                                      "got " + std::to_string(idx.shape(0)) + " indices and " +
+                                      std::to_string(val.shape(0)) + " values");
+        }
+        const std::int64_t* ip = idx.data();
+        const T* vp = val.data();
+        const std::int64_t n = idx.shape(0);
+        py::gil_scoped_release release;
+        std::unique_lock<std::shared_mutex> lock(h.mutex);
+        h.tree.update(ip, vp, n);
+      },
+      py::arg("indices"), py::arg("values"),
+      (std::string("Set leaf indices[b] to values[b] for each b, in order (a repeated index keeps "
+                   "the last value). indices: int64 [B]; values: ") +
+       dtype_name<T>() +
+       " [B]. IndexError for an index outside [0, capacity); ValueError for a negative, NaN or "
+       "infinite value or mismatched lengths; TypeError for a wrong dtype. The whole batch is "
+       "checked first: nothing is written on error. O(B log capacity), GIL released.")
+          .c_str());
+  c.def(
+      "get",
+      [cls](const H& h, const py::array& indices) {
+        auto idx = checked_vector<std::int64_t>(indices, "indices", cls + ".get");
+        const std::int64_t n = idx.shape(0);
+        py::array_t<T> out(n);
+        const std::int64_t* ip = idx.data();
+        T* op = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          std::shared_lock<std::shared_mutex> lock(h.mutex);
+          h.tree.get(ip, op, n);
+        }
+        return out;
+      },
+      py::arg("indices"),
+      (std::string("Leaf values at indices (int64 [B]) as ") + dtype_name<T>() +
+       " [B]. IndexError for an index outside [0, capacity).")
+          .c_str());
+  c.def(
+      "query",
+      [](const H& h, std::int64_t start, std::int64_t end) {
+        std::shared_lock<std::shared_mutex> lock(h.mutex);
+        return static_cast<double>(h.tree.query(start, end));
+      },
+      py::arg("start"), py::arg("end"),
+      (std::string("The ") + reduction +
+       " of leaves [start, end), end exclusive. IndexError when start or end is out of range, "
+       "ValueError for an empty range. O(log capacity).")
+          .c_str());
+  return c;
+}
+
+template <typename T>
+void bind_sum(py::module_& m, const char* name) {
+  using H = Handle<T, marlkit::SegmentOp::kSum>;
+  const std::string cls(name);
+  auto c = bind_common<T, marlkit::SegmentOp::kSum>(
+      m, name,
+      (std::string("Sum segment tree over ") + dtype_name<T>() +
+       " priorities, for proportional prioritized sampling. Leaves start at 0.")
+          .c_str(),
+      "sum");
+  c.def(
+      "total",
+      [](const H& h) {
+        std::shared_lock<std::shared_mutex> lock(h.mutex);
+        return static_cast<double>(h.tree.reduce_all());
+      },
+      "Sum of all leaves (the root). O(1).");
+  c.def(
+      "scan_lower_bound",
+      [cls](const H& h, const py::array& values) {
+        auto val = checked_vector<T>(values, "values", cls + ".scan_lower_bound");
+        const std::int64_t n = val.shape(0);
+        py::array_t<std::int64_t> out(n);
+        const T* vp = val.data();
+        std::int64_t* op = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          std::shared_lock<std::shared_mutex> lock(h.mutex);
+          h.tree.scan_lower_bound(vp, op, n);
+        }
+        return out;
+      },
+      py::arg("values"),
+      (std::string("Batched prefix-sum search. values: ") + dtype_name<T>() +
+       " [B], each finite and >= 0. Returns int64 [B]: for each v the smallest index i with "
+       "sum(leaves[0..i]) > v (inclusive), which always has a nonzero priority; v >= total() "
+       "gives the last index with a nonzero priority. ValueError for a negative, NaN or "
+       "infinite v, or when total() is 0 and B > 0. O(B log capacity), GIL released, "
+       "multi-threaded for large B.")
+          .c_str());
+}
+
+template <typename T>
+void bind_min(py::module_& m, const char* name) {
+  using H = Handle<T, marlkit::SegmentOp::kMin>;
+  auto c = bind_common<T, marlkit::SegmentOp::kMin>(
+      m, name,
+      (std::string("Min segment tree over ") + dtype_name<T>() +
+       " priorities. Leaves start at +inf (the neutral element); writing inf is an error.")
+          .c_str(),
+      "minimum");
+  c.def(
+      "min",
+      [](const H& h) {
+        std::shared_lock<std::shared_mutex> lock(h.mutex);
+        return static_cast<double>(h.tree.reduce_all());
+      },
+      "Minimum of all leaves (the root; +inf when nothing was written). O(1).");
+}
+
+}  // namespace segment_tree_bindings
+
+void bind_segment_tree(py::module_& m) {
+  segment_tree_bindings::bind_sum<float>(m, "SumSegmentTreeFp32");
+  segment_tree_bindings::bind_sum<double>(m, "SumSegmentTreeFp64");
+  segment_tree_bindings::bind_min<float>(m, "MinSegmentTreeFp32");
+  segment_tree_bindings::bind_min<double>(m, "MinSegmentTreeFp64");
+  m.attr("SEGMENT_TREE_MAX_CAPACITY") = marlkit::SumSegmentTree<float>::kMaxCapacity;
+}
+// --- end section: segment_tree ---------------------------------------------------------------
+
+// --- section: render (bind_render) -------------------------------------------------------------
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "marlkit/render.h"
+
+namespace {
+
+using RenderDoubles = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using RenderInts = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
+
+marlkit::render::Rgb render_rgb(const std::array<std::int64_t, 3>& c, const char* what) {
+  for (std::int64_t v : c) {
+    if (v < 0 || v > 255) {
+      throw std::invalid_argument(std::string("render_frames: ") + what +
+                                  " must be 3 integers in [0, 255], got a component " +
+                                  std::to_string(v));
+    }
+  }
+  return marlkit::render::Rgb{static_cast<std::uint8_t>(c[0]), static_cast<std::uint8_t>(c[1]),
+                              static_cast<std::uint8_t>(c[2])};
+}
+
+// Arrays of one layer, kept alive (and converted) while the kernel runs without the GIL.
+struct RenderLayerArrays {
+  RenderDoubles centers;
+  RenderDoubles radius;
+  std::vector<std::uint8_t> colors;
+};
+
+RenderLayerArrays render_layer_arrays(const py::handle& item, std::size_t index,
+                                      std::int64_t batch, bool* filled, double* line_width) {
+  const std::string name = "render_frames: layer " + std::to_string(index);
+  auto t = py::reinterpret_borrow<py::object>(item);
+  if (!py::isinstance<py::tuple>(t) || py::len(t) != 5) {
+    throw std::invalid_argument(name +
+                                " must be a tuple (centers, radius, colors, filled, line_width)");
+  }
+  auto tup = t.cast<py::tuple>();
+  RenderLayerArrays a{RenderDoubles::ensure(tup[0]), RenderDoubles::ensure(tup[1]), {}};
+  RenderInts colors = RenderInts::ensure(tup[2]);
+  if (!a.centers || !a.radius || !colors) {
+    throw std::invalid_argument(name + ": centers, radius and colors must be numeric arrays");
+  }
+  const py::ssize_t nd = a.centers.ndim();
+  if ((nd != 2 && nd != 3) || a.centers.shape(nd - 1) != 2 ||
+      (nd == 3 && a.centers.shape(0) != batch)) {
+    throw std::invalid_argument(name + ": centers must have shape [M, 2] or [" +
+                                std::to_string(batch) + ", M, 2], got ndim " + std::to_string(nd));
+  }
+  const py::ssize_t m = a.centers.shape(nd - 2);
+  if (a.radius.ndim() != 1 || a.radius.shape(0) != m) {
+    throw std::invalid_argument(name + ": radius must have shape [" + std::to_string(m) + "]");
+  }
+  if (colors.ndim() != 2 || colors.shape(0) != m || colors.shape(1) != 3) {
+    throw std::invalid_argument(name + ": colors must have shape [" + std::to_string(m) + ", 3]");
+  }
+  const double* xy = a.centers.data();
+  for (py::ssize_t k = 0; k < a.centers.size(); ++k) {
+    if (!std::isfinite(xy[k])) {
+      throw std::invalid_argument(name + ": centers contain a non-finite value (NaN or inf)");
+    }
+  }
+  const double* rad = a.radius.data();
+  for (py::ssize_t k = 0; k < m; ++k) {
+    if (!(std::isfinite(rad[k]) && rad[k] >= 0.0)) {
+      throw std::invalid_argument(name + ": radius must be finite and >= 0, got " +
+                                  std::to_string(rad[k]) + " at index " + std::to_string(k));
+    }
+  }
+  const std::int64_t* col = colors.data();
+  a.colors.resize(static_cast<std::size_t>(m) * 3);
+  for (py::ssize_t k = 0; k < m * 3; ++k) {
+    if (col[k] < 0 || col[k] > 255) {
+      throw std::invalid_argument(name + ": colors must lie in [0, 255], got " +
+                                  std::to_string(col[k]));
+    }
+    a.colors[static_cast<std::size_t>(k)] = static_cast<std::uint8_t>(col[k]);
+  }
+  *filled = tup[3].cast<bool>();
+  *line_width = tup[4].cast<double>();
+  if (!(std::isfinite(*line_width) && *line_width > 0.0)) {
+    throw std::invalid_argument(name + ": line_width must be finite and > 0, got " +
+                                std::to_string(*line_width));
+  }
+  return a;
+}
+
+py::array_t<std::uint8_t> render_frames_binding(std::int64_t batch, std::int64_t height,
+                                                std::int64_t width, double half_extent,
+                                                const py::sequence& layers,
+                                                const std::array<std::int64_t, 3>& background,
+                                                const std::array<std::int64_t, 3>& border,
+                                                std::int64_t border_width, bool antialias) {
+  if (batch < 0) {
+    throw std::invalid_argument("render_frames: batch must be >= 0, got " + std::to_string(batch));
+  }
+  if (height <= 0 || width <= 0) {
+    throw std::invalid_argument("render_frames: height and width must be > 0, got " +
+                                std::to_string(height) + " x " + std::to_string(width));
+  }
+  if (!(std::isfinite(half_extent) && half_extent > 0.0)) {
+    throw std::invalid_argument("render_frames: half_extent must be finite and > 0, got " +
+                                std::to_string(half_extent));
+  }
+  if (border_width < 0) {
+    throw std::invalid_argument("render_frames: border_width must be >= 0, got " +
+                                std::to_string(border_width));
+  }
+  const marlkit::render::Rgb bg = render_rgb(background, "background");
+  const marlkit::render::Rgb bd = render_rgb(border, "border");
+  std::vector<RenderLayerArrays> held;
+  std::vector<marlkit::render::CircleLayer> specs;
+  held.reserve(py::len(layers));
+  specs.reserve(py::len(layers));
+  for (std::size_t i = 0; i < py::len(layers); ++i) {
+    bool filled = true;
+    double line_width = 1.0;
+    held.push_back(render_layer_arrays(layers[i], i, batch, &filled, &line_width));
+    const RenderLayerArrays& a = held.back();
+    const py::ssize_t nd = a.centers.ndim();
+    const std::int64_t m = a.centers.shape(nd - 2);
+    specs.push_back(marlkit::render::CircleLayer{a.centers.data(), nd == 3 ? m * 2 : 0,
+                                                 a.radius.data(), a.colors.data(), m, filled,
+                                                 line_width});
+  }
+  py::array_t<std::uint8_t> out({batch, height, width, std::int64_t{3}});
+  std::uint8_t* data = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    marlkit::render::render_batch(data, batch, height, width, half_extent, specs, bg, bd,
+                                  border_width, antialias);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_render(py::module_& m) {
+  m.def("render_frames", &render_frames_binding, py::arg("batch"), py::arg("height"),
+        py::arg("width"), py::arg("half_extent"), py::arg("layers"), py::arg("background"),
+        py::arg("border"), py::arg("border_width"), py::arg("antialias"),
+        R"doc(Render `batch` frames of 2-D circle scenes; returns uint8 [batch, height, width, 3].
+
+The world square [-half_extent, half_extent]^2 (y up) maps onto the centred min(height, width)
+pixel square. Each frame is cleared to `background`, gets the world bounds as a border
+`border_width` pixels thick, then the layers in order. A layer is a tuple
+(centers [M, 2] (shared by all frames) or [batch, M, 2] float64 world coordinates,
+ radius [M] float64 world units, colors [M, 3] integers in [0, 255],
+ filled: bool, line_width: float pixels (ring thickness, used when not filled)).
+Frames are spread over the kernel threads (see set_num_threads); the GIL is released.
+Raises ValueError on bad shapes, non-finite centres or radii, negative radii, colours
+outside [0, 255], a non-positive size or half_extent.)doc");
+}
+// --- end section: render -----------------------------------------------------------------------
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "marlkit native kernels (C++17, no libtorch).";
+  m.attr("ABI_VERSION") = kAbiVersion;
+  m.attr("SOURCE_HASH") = MARLKIT_SOURCE_HASH;
+  m.def("set_num_threads", &marlkit::set_num_threads, py::arg("n"),
+        "Set the number of threads kernels use (0 = all hardware threads).");
+  m.def("get_num_threads", &marlkit::resolved_num_threads,
+        "Number of threads kernels use now.");
+  // --- module registrations (one line per section) ---
+  bind_segment_tree(m);
+  bind_particles(m);
+  bind_render(m);
+}

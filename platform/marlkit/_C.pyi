@@ -1,0 +1,105 @@
+"""Type stub of the compiled extension ``marlkit._C`` (see csrc/bindings.cpp)."""
+
+import numpy as np
+from numpy.typing import NDArray
+
+ABI_VERSION: int
+SOURCE_HASH: str
+
+def set_num_threads(n: int) -> None: ...
+def get_num_threads() -> int: ...
+
+# particles (csrc/include/marlkit/particles.h): arrays C-contiguous, written in place, no copies.
+def particle_step(
+    pos: NDArray[np.float32],  # [E, N, 2], updated in place
+    vel: NDArray[np.float32],  # [E, N, 2], updated in place
+    force: NDArray[np.float32],  # [E, N, 2]
+    contacts_out: NDArray[np.int32],  # [E, N], written
+    *,
+    radius: float,
+    mass: float,
+    drag: float,
+    dt: float,
+    substeps: int,
+    stiffness: float,
+    half_extent: float,
+) -> None: ...
+def knn(
+    pos: NDArray[np.float32],  # [E, N, 2]
+    k: int,
+    radius: float,
+    rel_out: NDArray[np.float32],  # [E, N, k, 2], written
+    idx_out: NDArray[np.int64],  # [E, N, k], written
+) -> None: ...
+
+# render (csrc/include/marlkit/render.h; Python face: marlkit.native.render). Returns uint8
+# [batch, height, width, 3]. A layer is (centers [M, 2] or [batch, M, 2] float64 world
+# coordinates, radius [M] float64 world units, colors [M, 3] ints in [0, 255], filled,
+# line_width in pixels). ValueError on bad shapes, non-finite values, size or half_extent <= 0.
+def render_frames(
+    batch: int,
+    height: int,
+    width: int,
+    half_extent: float,
+    layers: list[tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64], bool, float]],
+    background: tuple[int, int, int],
+    border: tuple[int, int, int],
+    border_width: int,
+    antialias: bool,
+) -> NDArray[np.uint8]: ...
+
+# segment_tree (csrc/include/marlkit/segment_tree.h; Python face: marlkit.native.segment_tree).
+# Arrays are 1-D of exactly the dtype shown (TypeError otherwise, ValueError for another ndim).
+# IndexError for an index outside [0, capacity); ValueError for a negative, NaN or infinite
+# value; every batch is checked whole before anything is written.
+SEGMENT_TREE_MAX_CAPACITY: int
+
+class SumSegmentTreeFp32:
+    def __init__(self, capacity: int) -> None: ...  # leaves start at 0
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...  # leaves + tree nodes
+    def __len__(self) -> int: ...
+    def update(self, indices: NDArray[np.int64], values: NDArray[np.float32]) -> None: ...
+    def get(self, indices: NDArray[np.int64]) -> NDArray[np.float32]: ...
+    def query(self, start: int, end: int) -> float: ...  # sum over [start, end)
+    def total(self) -> float: ...
+    def scan_lower_bound(self, values: NDArray[np.float32]) -> NDArray[np.int64]: ...
+
+class SumSegmentTreeFp64:
+    def __init__(self, capacity: int) -> None: ...  # leaves start at 0
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...  # leaves + tree nodes
+    def __len__(self) -> int: ...
+    def update(self, indices: NDArray[np.int64], values: NDArray[np.float64]) -> None: ...
+    def get(self, indices: NDArray[np.int64]) -> NDArray[np.float64]: ...
+    def query(self, start: int, end: int) -> float: ...
+    def total(self) -> float: ...
+    def scan_lower_bound(self, values: NDArray[np.float64]) -> NDArray[np.int64]: ...
+
+class MinSegmentTreeFp32:
+    def __init__(self, capacity: int) -> None: ...  # leaves start at +inf
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...  # leaves + tree nodes
+    def __len__(self) -> int: ...
+    def update(self, indices: NDArray[np.int64], values: NDArray[np.float32]) -> None: ...
+    def get(self, indices: NDArray[np.int64]) -> NDArray[np.float32]: ...
+    def query(self, start: int, end: int) -> float: ...  # min over [start, end)
+    def min(self) -> float: ...
+
+class MinSegmentTreeFp64:
+    def __init__(self, capacity: int) -> None: ...  # leaves start at +inf
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...  # leaves + tree nodes
+    def __len__(self) -> int: ...
+    def update(self, indices: NDArray[np.int64], values: NDArray[np.float64]) -> None: ...
+    def get(self, indices: NDArray[np.int64]) -> NDArray[np.float64]: ...
+    def query(self, start: int, end: int) -> float: ...
+    def min(self) -> float: ...

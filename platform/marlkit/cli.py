@@ -1,0 +1,254 @@
+"""The ``marlkit`` command: ``list``, ``run`` and ``demo``.
+
+``marlkit run navigation --agents 4 --envs 32 --steps 200`` steps a random policy with a progress
+bar and prints env-steps/s, agent-steps/s and the mean episode reward of each group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+import marlkit
+from marlkit.data.keys import DONE, EPISODE_REWARD, NEXT
+from marlkit.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
+from marlkit.envs.registry import UnknownEnvError, registered, registered_adapters
+
+__all__ = ["RunSummary", "main", "run_random"]
+
+
+@dataclass
+class RunSummary:
+    """What ``marlkit run`` measured."""
+
+    env: str
+    num_envs: int
+    agents: dict[str, int]
+    steps: int
+    seconds: float
+    env_steps_per_s: float
+    agent_steps_per_s: float
+    episodes: dict[str, int] = field(default_factory=dict)
+    mean_episode_reward: dict[str, float] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def table(self) -> str:
+        lines = [
+            f"env            {self.env}  ({self.num_envs} envs, agents {self.agents})",
+            f"steps          {self.steps} in {self.seconds:.2f} s",
+            f"env-steps/s    {self.env_steps_per_s:,.0f}",
+            f"agent-steps/s  {self.agent_steps_per_s:,.0f}",
+        ]
+        for group, value in self.mean_episode_reward.items():
+            lines.append(
+                f"mean episode reward [{group}]  {value:.4f}  "
+                f"({self.episodes.get(group, 0)} episodes)"
+            )
+        return "\n".join(lines)
+
+
+def run_random(
+    name: str,
+    *,
+    steps: int = 200,
+    max_episode_steps: int = 100,
+    seed: int = 0,
+    progress: bool = True,
+    **env_kwargs: Any,
+) -> RunSummary:
+    """Step a random policy on ``marlkit.make(name, **env_kwargs)`` and measure it.
+
+    Episodes are truncated at ``max_episode_steps``. The mean episode reward of a group is over
+    finished episodes (and over the group's agents); when none finished, over the running sums.
+    """
+    base = marlkit.make(name, seed=seed, **env_kwargs)
+    env = TransformedEnv(base, [StepCounter(max_steps=max_episode_steps), RewardSum()])
+    env.validate_actions = False
+    try:
+        return _measure(name, env, steps, progress, env_kwargs)
+    finally:
+        env.close()
+
+
+def _measure(
+    name: str, env: EnvBase, steps: int, progress: bool, env_kwargs: dict[str, Any]
+) -> RunSummary:
+    groups = env.groups
+    sums = {g: torch.zeros((), dtype=torch.float64) for g in groups}
+    counts = dict.fromkeys(groups, 0)
+    td = env.reset()
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc=name, unit="step", disable=not progress, file=sys.stderr)
+    for _ in bar:
+        td = env.rand_action(td)
+        transition, td = env.step_and_maybe_reset(td)
+        done = transition.get((NEXT, DONE)).reshape(env.batch_size)
+        if bool(done.any()):
+            for g in groups:
+                ep = transition.get((NEXT, g, EPISODE_REWARD))[done]
+                sums[g] += ep.reshape(ep.shape[0], -1).mean(-1).sum().double()
+                counts[g] += int(ep.shape[0])
+    seconds = max(time.perf_counter() - start, 1e-9)
+    means = {}
+    for g in groups:
+        if counts[g]:
+            means[g] = float(sums[g] / counts[g])
+        else:  # no episode finished: report the running sums
+            means[g] = float(td.get((g, EPISODE_REWARD)).double().mean())
+    num_envs = int(torch.Size(env.batch_size).numel())
+    n_agents = sum(len(a) for a in env.group_map.values())
+    return RunSummary(
+        env=name,
+        num_envs=num_envs,
+        agents={g: len(a) for g, a in env.group_map.items()},
+        steps=steps,
+        seconds=seconds,
+        env_steps_per_s=steps * num_envs / seconds,
+        agent_steps_per_s=steps * num_envs * n_agents / seconds,
+        episodes=counts,
+        mean_episode_reward=means,
+        env_kwargs=env_kwargs,
+    )
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    entries, adapters = registered(), registered_adapters()
+    width = max([len(n) for n in entries] + [len(n) + 2 for n in adapters] + [10])
+    print("native scenarios:")
+    for name, entry in entries.items():
+        print(f"  {name:<{width}}  {entry.description}")
+    print("adapters (make('<adapter>/<scenario>')):")
+    for name, adapter in adapters.items():
+        print(f"  {name + '/':<{width}}  {adapter.description}")
+        if not adapter.available:
+            print(f"  {'':<{width}}  unavailable: {adapter.install_hint}")
+            continue
+        scenarios = adapter.list_scenarios()
+        shown = scenarios if args.all else scenarios[:12]
+        more = (
+            f" ... and {len(scenarios) - len(shown)} more (--all)"
+            if len(shown) < len(scenarios)
+            else ""
+        )
+        if shown:
+            print(f"  {'':<{width}}  {', '.join(shown)}{more}")
+    return 0
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"num_envs": args.envs, "n_agents": args.agents}
+    if args.discrete:
+        kwargs["continuous_actions"] = False
+    if args.device:
+        kwargs["device"] = args.device
+    return kwargs
+
+
+def _write_summary(summary: RunSummary, out: pathlib.Path) -> pathlib.Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    path.write_text(json.dumps(asdict(summary), indent=2) + "\n")
+    return path
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    summary = run_random(
+        args.env,
+        steps=args.steps,
+        max_episode_steps=args.max_episode_steps,
+        seed=args.seed,
+        progress=not args.no_progress,
+        **_env_kwargs(args),
+    )
+    print(summary.table())
+    if args.out:
+        print(f"summary written to {_write_summary(summary, pathlib.Path(args.out))}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = pathlib.Path(args.out) / stamp
+    summary = run_random(
+        "navigation",
+        steps=args.steps,
+        max_episode_steps=100,
+        seed=0,
+        progress=not args.no_progress,
+        num_envs=32,
+        n_agents=4,
+    )
+    print(summary.table())
+    path = _write_summary(summary, out)
+    print(f"demo outputs in {out}/ ({path.name})")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="marlkit", description="TensorDict-first multi-agent RL: run and inspect envs."
+    )
+    parser.add_argument("--version", action="version", version=f"marlkit {marlkit.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_list = sub.add_parser("list", help="list native scenarios and adapters")
+    p_list.add_argument("--all", action="store_true", help="every scenario of each adapter")
+    p_list.set_defaults(func=_cmd_list)
+
+    p_run = sub.add_parser("run", help="step a random policy and report throughput and rewards")
+    p_run.add_argument("env", help="registered env name (see `marlkit list`)")
+    p_run.add_argument("--agents", type=int, default=4, help="agents per env (default 4)")
+    p_run.add_argument("--envs", type=int, default=32, help="envs in the batch (default 32)")
+    p_run.add_argument("--steps", type=int, default=200, help="steps to run (default 200)")
+    p_run.add_argument(
+        "--max-episode-steps", type=int, default=100, help="truncate episodes (default 100)"
+    )
+    p_run.add_argument("--seed", type=int, default=0)
+    p_run.add_argument("--discrete", action="store_true", help="discrete actions")
+    p_run.add_argument("--device", default=None, help="torch device (default the env's)")
+    p_run.add_argument("--out", default=None, help="folder for summary.json")
+    p_run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p_run.set_defaults(func=_cmd_run)
+
+    p_demo = sub.add_parser("demo", help="the `make demo` job: a native scenario run")
+    p_demo.add_argument("--out", default="runs", help="parent folder of the run (default runs)")
+    p_demo.add_argument("--steps", type=int, default=200)
+    p_demo.add_argument("--no-progress", action="store_true")
+    p_demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _positive(args: argparse.Namespace, names: Sequence[str]) -> None:
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``marlkit`` command; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        _positive(args, ("agents", "envs", "steps", "max_episode_steps"))
+        return int(args.func(args))
+    except UnknownEnvError as err:
+        print(f"marlkit: error: {err}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, ImportError) as err:
+        print(f"marlkit: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Default key names, in one place (TorchRL's names where they exist).
+
+The layout they build (see DESIGN.md)::
+
+    td[group]                              batch [*B, n_agents_in_group]
+      (group, OBSERVATION)                 [*B, n, ...]
+      (group, ACTION)                      [*B, n, act_dim] or [*B, n]
+      (group, ACTION_MASK)                 [*B, n, n_actions] bool
+      (group, MASK)                        [*B, n] bool
+      (NEXT, group, REWARD)                [*B, n, 1]
+      (NEXT, group, DONE | TERMINATED | TRUNCATED)   [*B, n, 1] bool
+    STATE                                  [*B, ...]
+    (NEXT, DONE | TERMINATED | TRUNCATED)  [*B, 1] bool
+    RESET, (group, RESET)                  partial-reset masks
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACTION",
+    "ACTION_MASK",
+    "DEFAULT_GROUP",
+    "DONE",
+    "DONE_KEYS",
+    "EPISODE_REWARD",
+    "IS_INIT",
+    "MASK",
+    "NEXT",
+    "OBSERVATION",
+    "RESERVED_GROUP_NAMES",
+    "RESET",
+    "REWARD",
+    "STATE",
+    "STEP_COUNT",
+    "TERMINATED",
+    "TRUNCATED",
+    "NestedKey",
+    "unravel_key",
+]
+
+NestedKey = str | tuple[str, ...]
+
+OBSERVATION = "observation"
+ACTION = "action"
+ACTION_MASK = "action_mask"
+MASK = "mask"
+REWARD = "reward"
+DONE = "done"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+NEXT = "next"
+STATE = "state"
+RESET = "_reset"
+STEP_COUNT = "step_count"
+EPISODE_REWARD = "episode_reward"
+IS_INIT = "is_init"
+DEFAULT_GROUP = "agents"
+
+#: The done-like keys every done level carries.
+DONE_KEYS = (DONE, TERMINATED, TRUNCATED)
+
+#: Names that cannot be used as group names: they are root keys of the layout.
+RESERVED_GROUP_NAMES = frozenset({NEXT, STATE, RESET, DONE, TERMINATED, TRUNCATED, REWARD})
+
+
+def unravel_key(key: NestedKey) -> NestedKey:
+    """Normalise a nested key: ``("a",)`` -> ``"a"``, ``("a", ("b", "c"))`` -> ``("a", "b", "c")``.
+
+    Raises:
+        TypeError: ``key`` is not a str or a (nested) tuple of str.
+        ValueError: ``key`` is an empty tuple.
+    """
+    if isinstance(key, str):
+        return key
+    if not isinstance(key, tuple):
+        raise TypeError(f"a key must be a str or a tuple of str, got {type(key).__name__}: {key!r}")
+    flat: list[str] = []
+    for part in key:
+        sub = unravel_key(part)
+        if isinstance(sub, str):
+            flat.append(sub)
+        else:
+            flat.extend(sub)
+    if not flat:
+        raise ValueError("a key cannot be an empty tuple")
+    return flat[0] if len(flat) == 1 else tuple(flat)

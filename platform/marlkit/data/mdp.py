@@ -1,0 +1,84 @@
+"""``step_mdp``: move a transition's ``"next"`` entries to the root for the following step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tensordict import TensorDictBase
+
+from marlkit.data.keys import ACTION, DONE_KEYS, NEXT, REWARD, NestedKey
+
+__all__ = ["step_mdp"]
+
+
+def _leaves_named(td: TensorDictBase, names: Sequence[str]) -> list[NestedKey]:
+    out: list[NestedKey] = []
+    for key in td.keys(include_nested=True, leaves_only=True):
+        last = key if isinstance(key, str) else key[-1]
+        if last in names:
+            out.append(key)
+    return out
+
+
+def step_mdp(
+    tensordict: TensorDictBase,
+    *,
+    keep_other: bool = True,
+    exclude_action: bool = True,
+    exclude_reward: bool = True,
+    exclude_done: bool = False,
+    action_keys: Sequence[NestedKey] | None = None,
+    reward_keys: Sequence[NestedKey] | None = None,
+    done_keys: Sequence[NestedKey] | None = None,
+) -> TensorDictBase:
+    """Return a new TensorDict for the next step: the ``"next"`` entries moved to the root.
+
+    Tensors are shared, not copied. Without explicit key lists, actions, rewards and done flags
+    are recognised by their last key name (``"action"``, ``"reward"``, ``"done"``/
+    ``"terminated"``/``"truncated"``).
+
+    Args:
+        tensordict: a transition, with a ``"next"`` sub-TensorDict.
+        keep_other: keep root entries that ``"next"`` does not overwrite (e.g. a policy's
+            recurrent state), except the excluded ones.
+        exclude_action: drop action entries from the result.
+        exclude_reward: drop reward entries from the result.
+        exclude_done: drop done entries from the result.
+        action_keys, reward_keys, done_keys: the exact keys (relative to the root and to
+            ``"next"``); envs pass theirs.
+
+    Raises:
+        KeyError: ``tensordict`` has no ``"next"`` entry.
+    """
+    nxt = tensordict.get(NEXT, None)
+    if nxt is None:
+        raise KeyError(
+            "step_mdp needs a transition with a 'next' entry; call env.step(td) first "
+            f"(keys present: {list(tensordict.keys())})"
+        )
+    drop_next: list[NestedKey] = []
+    if exclude_reward:
+        drop_next += reward_keys if reward_keys is not None else _leaves_named(nxt, (REWARD,))
+    if exclude_done:
+        drop_next += done_keys if done_keys is not None else _leaves_named(nxt, DONE_KEYS)
+    # A new structure sharing the tensors: the result never aliases a sub-TensorDict of the
+    # transition, so writing into it (or the update below) cannot change ``tensordict``.
+    nxt = nxt.clone(False)
+    if drop_next:
+        nxt.exclude(*drop_next, inplace=True)
+    if not keep_other:
+        return nxt
+    drop_root: list[NestedKey] = [NEXT]
+    if exclude_action:
+        drop_root += (
+            action_keys if action_keys is not None else _leaves_named(tensordict, (ACTION,))
+        )
+    if exclude_reward:
+        drop_root += (
+            reward_keys if reward_keys is not None else _leaves_named(tensordict, (REWARD,))
+        )
+    if exclude_done:
+        drop_root += done_keys if done_keys is not None else _leaves_named(tensordict, DONE_KEYS)
+    out = tensordict.exclude(*drop_root).clone(False)
+    out.update(nxt)
+    return out

@@ -1,0 +1,59 @@
+"""The env API: ``EnvBase``, transforms, spec checks and the registry."""
+
+from __future__ import annotations
+
+from marlkit.envs._spec_utils import done_levels, make_done_spec, make_reward_spec
+from marlkit.envs.checks import SpecCheckError, check_env_specs, spec_problems
+from marlkit.envs.common import EnvBase, InvalidActionError, MissingActionError
+from marlkit.envs.registry import (
+    AdapterUnavailableError,
+    UnknownEnvError,
+    list_envs,
+    make,
+    register,
+    register_adapter,
+    registered,
+    registered_adapters,
+)
+from marlkit.envs.transforms import (
+    Compose,
+    DoubleToFloat,
+    EnvSpecs,
+    ExcludeKeys,
+    InitTracker,
+    RenameKeys,
+    RewardSum,
+    StepCounter,
+    Transform,
+    TransformedEnv,
+)
+
+__all__ = [
+    "AdapterUnavailableError",
+    "Compose",
+    "DoubleToFloat",
+    "EnvBase",
+    "EnvSpecs",
+    "ExcludeKeys",
+    "InitTracker",
+    "InvalidActionError",
+    "MissingActionError",
+    "RenameKeys",
+    "RewardSum",
+    "SpecCheckError",
+    "StepCounter",
+    "Transform",
+    "TransformedEnv",
+    "UnknownEnvError",
+    "check_env_specs",
+    "done_levels",
+    "list_envs",
+    "make",
+    "make_done_spec",
+    "make_reward_spec",
+    "register",
+    "register_adapter",
+    "registered",
+    "registered_adapters",
+    "spec_problems",
+]

@@ -1,0 +1,535 @@
+"""``EnvBase``: the env API every simulator is adapted to.
+
+Public methods validate and delegate to subclass hooks (the template method):
+
+* ``_reset(tensordict, env_mask) -> TensorDict``: observations (and state) for the whole batch
+  after resetting the envs selected by ``env_mask`` (``[*B]`` bool, ``None`` = all). Envs outside
+  the mask keep their state and report it. Done entries may be left out: the base writes them.
+* ``_step(tensordict) -> TensorDict``: the ``"next"`` entries (observations, state, rewards, done
+  flags) for the actions in ``tensordict``. Group-level ``done`` may be left out when
+  ``terminated``/``truncated`` are given; root done entries may be left out (any over groups).
+  Return fresh tensors: rollouts keep references to them.
+* ``_set_seed(seed)``.
+
+Subclasses set ``observation_spec``, ``state_spec``, ``action_spec``, ``reward_spec`` and
+``done_spec`` (all :class:`~marlkit.data.Composite` with ``shape == batch_size``) and
+``group_map`` in their constructor.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from marlkit.data.composite import Composite
+from marlkit.data.keys import (
+    ACTION_MASK,
+    DONE,
+    NEXT,
+    RESET,
+    TERMINATED,
+    TRUNCATED,
+    NestedKey,
+)
+from marlkit.data.mdp import step_mdp
+from marlkit.data.specs import Categorical, OneHot, TensorSpec, format_shape
+from marlkit.envs._spec_utils import done_levels, reshape_env_mask
+
+__all__ = ["EnvBase", "InvalidActionError", "MissingActionError"]
+
+Policy = Callable[[TensorDictBase], TensorDictBase]
+
+
+class InvalidActionError(ValueError):
+    """An action that does not fit the env's action spec (shape, dtype, bounds, mask, NaN)."""
+
+
+class MissingActionError(InvalidActionError, KeyError):
+    """An action key the env needs is absent from the input TensorDict."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def _as_path(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+class EnvBase(abc.ABC):
+    """A batch of environments that reads and writes nested TensorDicts.
+
+    Args:
+        batch_size: the env batch ``B`` (``[num_envs]`` for batched simulators, ``[]`` for one).
+        device: where the env's tensors live.
+        validate_actions: check actions against ``action_spec`` in :meth:`step` (on by default;
+            turn off for speed once a policy is known to be right).
+    """
+
+    _SPEC_NAMES = ("observation", "state", "action", "reward", "done")
+
+    def __init__(
+        self,
+        *,
+        batch_size: torch.Size | tuple[int, ...] | list[int] = (),
+        device: str | torch.device = "cpu",
+        validate_actions: bool = True,
+    ):
+        self._batch_size = torch.Size(batch_size)
+        try:
+            self._device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"device {device!r} is not a torch device: {err}") from None
+        self.validate_actions = validate_actions
+        self.group_map: dict[str, list[str]] = {}
+        self._rng = torch.Generator(device=self._device)
+        self._rng.seed()
+        self._closed = False
+        self._specs: dict[str, Composite] = {
+            name: Composite(shape=self._batch_size, device=self._device)
+            for name in self._SPEC_NAMES
+        }
+        self._cache: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def batch_size(self) -> torch.Size:
+        """The env batch ``B``; groups add their agent dimension after it."""
+        return self._batch_size
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def _get_spec(self, name: str) -> Composite:
+        return self._specs[name]
+
+    def _set_spec(self, name: str, spec: Composite) -> None:
+        if not isinstance(spec, Composite):
+            raise TypeError(f"{name}_spec must be a Composite, got {type(spec).__name__}")
+        if spec.shape != self.batch_size:
+            raise ValueError(
+                f"{name}_spec must have shape == batch_size {format_shape(self.batch_size)}, "
+                f"got {format_shape(spec.shape)}"
+            )
+        self._specs[name] = spec
+        self._cache.clear()
+
+    observation_spec = property(
+        lambda self: self._get_spec("observation"),
+        lambda self, spec: self._set_spec("observation", spec),
+        doc="Observations written by reset and step: per group ``(group, 'observation')``, ...",
+    )
+    state_spec = property(
+        lambda self: self._get_spec("state"),
+        lambda self, spec: self._set_spec("state", spec),
+        doc="The global state (root ``'state'``) for centralised critics; empty when none. "
+        "Unlike TorchRL, where state_spec means non-action inputs, this is an output.",
+    )
+    action_spec = property(
+        lambda self: self._get_spec("action"),
+        lambda self, spec: self._set_spec("action", spec),
+        doc="Actions read by step: ``(group, 'action')`` per group.",
+    )
+    reward_spec = property(
+        lambda self: self._get_spec("reward"),
+        lambda self, spec: self._set_spec("reward", spec),
+        doc="Rewards under 'next': ``(group, 'reward')`` of shape ``[*B, n, 1]``.",
+    )
+    done_spec = property(
+        lambda self: self._get_spec("done"),
+        lambda self, spec: self._set_spec("done", spec),
+        doc="Done flags: root ``[*B, 1]`` and per group ``[*B, n, 1]``, all bool.",
+    )
+
+    def _cached(self, name: str, build: Callable[[], Any]) -> Any:
+        value = self._cache.get(name)
+        if value is None:
+            value = build()
+            self._cache[name] = value
+        return value
+
+    @property
+    def groups(self) -> list[str]:
+        """Group names, in order."""
+        return list(self.group_map)
+
+    @property
+    def action_keys(self) -> list[NestedKey]:
+        return self._cached("action_keys", lambda: self.action_spec.keys(True, True))
+
+    @property
+    def reward_keys(self) -> list[NestedKey]:
+        return self._cached("reward_keys", lambda: self.reward_spec.keys(True, True))
+
+    @property
+    def done_keys(self) -> list[NestedKey]:
+        return self._cached("done_keys", lambda: self.done_spec.keys(True, True))
+
+    @property
+    def observation_keys(self) -> list[NestedKey]:
+        return self._cached(
+            "observation_keys",
+            lambda: self.observation_spec.keys(True, True) + self.state_spec.keys(True, True),
+        )
+
+    def _action_items(self) -> list[tuple[NestedKey, TensorSpec, NestedKey | None]]:
+        """``(key, spec, sibling action-mask key or None)`` for each action leaf."""
+
+        def build() -> list[tuple[NestedKey, TensorSpec, NestedKey | None]]:
+            items = []
+            for key, spec in self.action_spec.items(True, True):
+                path = _as_path(key)
+                mask_key = (*path[:-1], ACTION_MASK) if len(path) > 1 else ACTION_MASK
+                masked = isinstance(spec, (Categorical, OneHot))
+                items.append((key, spec, mask_key if masked else None))
+            return items
+
+        return self._cached("action_items", build)
+
+    def _done_levels(self) -> list[tuple[tuple[str, ...], torch.Size]]:
+        return self._cached("done_levels", lambda: done_levels(self.done_spec))
+
+    # ------------------------------------------------------------------ hooks
+    @abc.abstractmethod
+    def _reset(
+        self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
+    ) -> TensorDictBase:
+        """See the module docstring."""
+
+    @abc.abstractmethod
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """See the module docstring."""
+
+    @abc.abstractmethod
+    def _set_seed(self, seed: int) -> None:
+        """Seed the simulator."""
+
+    def _close(self) -> None:  # noqa: B027  (an optional hook: most simulators hold nothing)
+        """Release simulator resources (optional)."""
+
+    # ------------------------------------------------------------------ reset
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed; create a new env")
+
+    def _env_reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
+        """Combine root and group ``"_reset"`` masks into one ``[*B]`` env mask (None = all)."""
+        if tensordict is None:
+            return None
+        mask = None
+        for prefix, shape in self._done_levels():
+            key = (*prefix, RESET) if prefix else RESET
+            value = tensordict.get(key, None)
+            if value is None:
+                continue
+            if not isinstance(value, torch.Tensor) or value.dtype != torch.bool:
+                raise TypeError(f"reset mask {key!r} must be a bool tensor, got {value!r}")
+            if value.shape != shape:
+                raise ValueError(
+                    f"reset mask {key!r} has shape {format_shape(value.shape)}, expected "
+                    f"{format_shape(shape)} (the shape of the done flags at that level)"
+                )
+            env = value.reshape(*self.batch_size, -1).any(-1)
+            mask = env if mask is None else mask | env
+        if mask is None or bool(mask.all()):
+            return None
+        return mask.to(self.device)
+
+    def _fill_reset_done(
+        self, out: TensorDictBase, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
+    ) -> None:
+        keys_out = None
+        for key, spec in self.done_spec.items(True, True):
+            if keys_out is None:
+                keys_out = set(out.keys(True, True))
+            if key in keys_out:
+                continue
+            value = torch.zeros(spec.shape, dtype=torch.bool, device=self.device)
+            if env_mask is not None and tensordict is not None:
+                before = tensordict.get(key, None)
+                if before is not None:
+                    value = before & ~reshape_env_mask(env_mask, spec.shape)
+            out.set(key, value)
+
+    def reset(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Reset all envs, or those selected by ``"_reset"`` masks in ``tensordict``.
+
+        Masks: root ``"_reset"`` ``[*B, 1]`` and ``(group, "_reset")`` ``[*B, n, 1]``, bool;
+        an env resets when any of its masks is set. The reset is one vectorised call over the
+        whole batch. Returns the observations (and state, done flags) of every env.
+        """
+        self._check_open()
+        env_mask = self._env_reset_mask(tensordict)
+        out = self._reset(tensordict, env_mask)
+        self._fill_reset_done(out, tensordict, env_mask)
+        return out
+
+    # ------------------------------------------------------------------ step
+    def _validate_action(self, tensordict: TensorDictBase) -> None:
+        if not isinstance(tensordict, TensorDictBase):
+            raise TypeError(f"step() takes a TensorDict, got {type(tensordict).__name__}")
+        for key, spec, mask_key in self._action_items():
+            value = tensordict.get(key, None)
+            if value is None:
+                raise MissingActionError(
+                    f"step(): the action {key!r} is missing from the input TensorDict "
+                    f"(expected {spec!r}); keys present: "
+                    f"{sorted(map(str, tensordict.keys(True, True)))}"
+                )
+            reason = spec.explain(value)
+            if reason is None and mask_key is not None:
+                reason = self._explain_masked(tensordict, value, spec, mask_key)
+            if reason is not None:
+                raise InvalidActionError(
+                    f"step(): invalid action at {key!r}: {reason}; expected {spec!r}"
+                )
+
+    @staticmethod
+    def _explain_masked(
+        tensordict: TensorDictBase, value: torch.Tensor, spec: TensorSpec, mask_key: NestedKey
+    ) -> str | None:
+        mask = tensordict.get(mask_key, None)
+        if mask is None:
+            return None
+        n = spec.n  # type: ignore[attr-defined]  # Categorical and OneHot both carry n
+        expected = (*value.shape[: value.ndim - (1 if isinstance(spec, OneHot) else 0)], n)
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != expected:
+            got = (
+                f"{format_shape(mask.shape)} {mask.dtype}"
+                if isinstance(mask, torch.Tensor)
+                else type(mask).__name__
+            )
+            return f"the action mask {mask_key!r} must be bool {format_shape(expected)}, got {got}"
+        index = value.long().argmax(-1) if isinstance(spec, OneHot) else value.long()
+        allowed = mask.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        if bool(allowed.all()):
+            return None
+        where = (~allowed).nonzero()[0].tolist()
+        return f"action {index[tuple(where)].item()} at index {where} is masked out by {mask_key!r}"
+
+    def _complete_done(self, next_td: TensorDictBase) -> None:
+        """Fill group ``done`` from terminated|truncated and the root from any over groups."""
+        present = set(next_td.keys(True, True))
+        for prefix, _shape in self._done_levels():
+            done_key = (*prefix, DONE) if prefix else DONE
+            if done_key in present:
+                continue
+            if prefix:
+                parts = [
+                    next_td.get((*prefix, k))
+                    for k in (TERMINATED, TRUNCATED)
+                    if (*prefix, k) in present
+                ]
+                if not parts:
+                    raise KeyError(
+                        f"_step() returned neither {done_key!r} nor terminated/truncated at "
+                        f"{prefix!r}"
+                    )
+                done = parts[0] if len(parts) == 1 else parts[0] | parts[1]
+                next_td.set(done_key, done)
+                present.add(done_key)
+        for key in (TERMINATED, TRUNCATED, DONE):
+            if key in present or key not in self.done_spec:
+                continue
+            parts = [
+                next_td.get((*prefix, key)).reshape(*self.batch_size, -1).any(-1, keepdim=True)
+                for prefix, _ in self._done_levels()
+                if prefix and (*prefix, key) in present
+            ]
+            if not parts and key == DONE:
+                parts = [next_td.get(k) for k in (TERMINATED, TRUNCATED) if k in present]
+                if not parts:
+                    raise KeyError("_step() returned no done flag at the root nor in any group")
+            if parts:
+                value = parts[0]
+                for part in parts[1:]:
+                    value = value | part
+            else:
+                value = torch.zeros((*self.batch_size, 1), dtype=torch.bool, device=self.device)
+            next_td.set(key, value)
+            present.add(key)
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Apply the actions in ``tensordict`` and write the result under ``"next"``.
+
+        With ``validate_actions`` on, a missing action, a wrong shape, dtype or device, an
+        out-of-bounds, masked-out or NaN action raises :class:`InvalidActionError` (a
+        ``ValueError``) naming the key, the spec and what came, before the simulator is touched.
+        """
+        self._check_open()
+        if self.validate_actions:
+            self._validate_action(tensordict)
+        next_td = self._step(tensordict)
+        self._complete_done(next_td)
+        tensordict.set(NEXT, next_td)
+        return tensordict
+
+    def _step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return step_mdp(
+            tensordict,
+            action_keys=self.action_keys,
+            reward_keys=self.reward_keys,
+            done_keys=self.done_keys,
+        )
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then reset the envs that are done.
+
+        Returns:
+            ``(transition, next_root)``: the stepped ``tensordict`` (with ``"next"``) and the
+            input for the following step, in which done envs are already reset.
+        """
+        tensordict = self.step(tensordict)
+        root = self._step_mdp(tensordict)
+        done = root.get(DONE)
+        if bool(done.any()):
+            root.set(RESET, done.clone())
+            reset_out = self.reset(root)
+            root = root.exclude(RESET)
+            root.update(reset_out)
+        return tensordict, root
+
+    # ------------------------------------------------------------------ random actions
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Write a random action for every action key, honouring ``(group, "action_mask")``.
+
+        Uses the env's own generator, so a seeded env gives the same random rollout again.
+        """
+        self._check_open()
+        if tensordict is None:
+            tensordict = TensorDict(batch_size=self.batch_size, device=self.device)
+        actions = self.action_spec.zero()
+        for key, spec, mask_key in self._action_items():
+            mask = tensordict.get(mask_key, None) if mask_key is not None else None
+            if mask is not None and isinstance(spec, Categorical):
+                value = spec.rand(generator=self._rng, mask=mask)
+            elif mask is not None and isinstance(spec, OneHot):
+                masked = OneHot(spec.n, spec.shape, spec.dtype, spec.device, mask=mask)
+                value = masked.rand(generator=self._rng)
+            else:
+                value = spec.rand(generator=self._rng)
+            actions.set(key, value)
+        tensordict.update(actions)
+        return tensordict
+
+    # ------------------------------------------------------------------ rollout
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Policy | None = None,
+        *,
+        break_when_any_done: bool = True,
+        auto_reset: bool = True,
+        tensordict: TensorDictBase | None = None,
+    ) -> TensorDictBase:
+        """Run up to ``max_steps`` steps and stack them: batch ``[*B, T]``.
+
+        Args:
+            max_steps: number of steps (``T <= max_steps``).
+            policy: reads the root TensorDict and writes actions; random actions when ``None``.
+            break_when_any_done: stop after the first step in which any env is done; otherwise
+                done envs are reset and the rollout goes on for ``max_steps``.
+            auto_reset: reset first (``tensordict`` may carry partial-reset masks); when
+                ``False``, ``tensordict`` is the starting point and must be given.
+            tensordict: see ``auto_reset``.
+        """
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int):
+            raise TypeError(f"max_steps must be an int, got {type(max_steps).__name__}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if auto_reset:
+            td = self.reset(tensordict)
+        elif tensordict is None:
+            raise ValueError("rollout(auto_reset=False) needs a starting tensordict")
+        else:
+            td = tensordict
+        steps: list[TensorDictBase] = []
+        for _ in range(max_steps):
+            td = policy(td) if policy is not None else self.rand_action(td)
+            if break_when_any_done:
+                td = self.step(td)
+                steps.append(td)
+                if bool(td.get((NEXT, DONE)).any()):
+                    break
+                td = self._step_mdp(td)
+            else:
+                transition, td = self.step_and_maybe_reset(td)
+                steps.append(transition)
+        return torch.stack(steps, dim=len(self.batch_size))
+
+    # ------------------------------------------------------------------ misc
+    def set_seed(self, seed: int) -> int:
+        """Seed the simulator and the env's random-action generator; returns ``seed``."""
+        self._check_open()
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        self._rng.manual_seed(seed)
+        self._set_seed(seed)
+        return seed
+
+    # ------------------------------------------------------------------ rendering
+    #: Render modes this env supports; ``("rgb_array",)`` when :meth:`_render` is implemented.
+    render_modes: tuple[str, ...] = ()
+
+    def _render(self, env_index: int) -> Any:
+        """Return one frame, ``uint8 [H, W, 3]`` (NumPy or torch), of env ``env_index``."""
+        raise NotImplementedError
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        """An RGB frame of one env of the batch, ``uint8 [H, W, 3]``.
+
+        Raises:
+            NotImplementedError: the env declares no ``"rgb_array"`` render mode.
+            IndexError: ``env_index`` is outside the batch.
+            ValueError: the simulator returned something that is not an RGB frame.
+        """
+        self._check_open()
+        if "rgb_array" not in self.render_modes:
+            raise NotImplementedError(
+                f"{type(self).__name__} does not render (render_modes={self.render_modes})"
+            )
+        n = self.batch_size.numel()
+        if isinstance(env_index, bool) or not isinstance(env_index, int):
+            raise TypeError(f"env_index must be an int, got {type(env_index).__name__}")
+        if not -n <= env_index < n:
+            raise IndexError(f"env_index {env_index} is outside a batch of {n} envs")
+        frame = self._render(env_index % n)
+        if isinstance(frame, torch.Tensor):
+            frame = frame.detach().cpu().numpy()
+        frame = np.asarray(frame)
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+            raise ValueError(
+                f"{type(self).__name__}._render returned {frame.dtype} {list(frame.shape)}, "
+                "expected uint8 [H, W, 3]"
+            )
+        return frame
+
+    def close(self) -> None:
+        """Release the simulator; the env cannot be used afterwards."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> EnvBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        groups = ", ".join(f"{g}: {len(a)}" for g, a in self.group_map.items())
+        return (
+            f"{type(self).__name__}(batch_size={format_shape(self.batch_size)}, "
+            f"device={self.device}, groups={{{groups}}})"
+        )

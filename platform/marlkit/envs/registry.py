@@ -1,0 +1,271 @@
+"""The env registry: ``make(name, **kwargs)``, ``register(name, factory)``, ``list_envs()``,
+and adapter families: ``register_adapter("vmas", factory)`` makes ``make("vmas/balance")`` call
+``factory("balance", **kwargs)``.
+
+Built-in scenarios and adapters register themselves when their package is imported; the
+registry imports them lazily on first use, then loads third-party packages that declare the
+entry-point groups ``marlkit.adapters`` or ``marlkit.envs`` (each entry point is a module to
+import, or a callable that is called with no arguments and registers what it provides).
+An adapter whose simulator is not installed stays listed, as unavailable, with the pip command
+that fixes it; registering one never imports its simulator.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from marlkit._utils import get_logger, has_module
+from marlkit.envs.common import EnvBase
+
+__all__ = [
+    "AdapterEntry",
+    "AdapterUnavailableError",
+    "EnvEntry",
+    "UnknownEnvError",
+    "list_envs",
+    "make",
+    "register",
+    "register_adapter",
+    "registered",
+    "registered_adapters",
+]
+
+ENTRY_POINT_GROUPS = ("marlkit.adapters", "marlkit.envs")
+# Imported by name (not statically), so the core never depends on the packages above it.
+_BUILTIN_MODULES = ("marlkit.scenarios", "marlkit.adapters")
+
+_log = get_logger("registry")
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """A registered env: its factory, a one-line description and who registered it."""
+
+    name: str
+    factory: Callable[..., EnvBase]
+    description: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class AdapterEntry:
+    """A family of envs behind one simulator: ``make(f"{name}/{scenario}", **kwargs)`` calls
+    ``factory(scenario, **kwargs)``."""
+
+    name: str
+    factory: Callable[..., EnvBase]
+    description: str = ""
+    requires: tuple[str, ...] = ()
+    extra: str | None = None
+    scenarios: Callable[[], Iterable[str]] | None = field(default=None, compare=False)
+    source: str = ""
+
+    @property
+    def missing(self) -> list[str]:
+        """Required modules that cannot be imported."""
+        return [m for m in self.requires if not has_module(m)]
+
+    @property
+    def available(self) -> bool:
+        return not self.missing
+
+    @property
+    def install_hint(self) -> str:
+        """The pip command that makes this adapter available."""
+        if self.extra:
+            return f"pip install 'marlkit[{self.extra}]'"
+        return "pip install " + " ".join(self.missing or self.requires)
+
+    def list_scenarios(self) -> list[str]:
+        """Scenario names this adapter knows (empty when unavailable or not enumerable)."""
+        if self.scenarios is None or not self.available:
+            return []
+        try:
+            return sorted(self.scenarios())
+        except Exception as err:  # listing is informative; a broken lister must not break list
+            _log.warning("adapter %r could not list its scenarios: %s", self.name, err)
+            return []
+
+
+class UnknownEnvError(KeyError):
+    """No env is registered under the requested name."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class AdapterUnavailableError(ImportError):
+    """The adapter's simulator package is not installed; the message says what to install."""
+
+
+_REGISTRY: dict[str, EnvEntry] = {}
+_ADAPTERS: dict[str, AdapterEntry] = {}
+_loaded = False
+
+
+def register(
+    name: str,
+    factory: Callable[..., EnvBase],
+    *,
+    description: str = "",
+    override: bool = False,
+) -> None:
+    """Register ``factory`` under ``name`` so that ``marlkit.make(name, **kwargs)`` builds it.
+
+    Raises:
+        ValueError: ``name`` is empty or already registered (and ``override`` is False).
+        TypeError: ``factory`` is not callable.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"an env name must be a non-empty str, got {name!r}")
+    if "/" in name:
+        raise ValueError(
+            f"env names cannot contain '/', which separates an adapter from its scenario "
+            f"({name!r}); use register_adapter for a family of envs"
+        )
+    if not callable(factory):
+        raise TypeError(f"the factory for {name!r} must be callable, got {type(factory).__name__}")
+    # Load the built-ins and plug-ins first: a name taken by one of them is caught now, not by
+    # a later make() whose lazy load would then fail (or silently replace this entry).
+    _load_plugins()
+    if name in _REGISTRY and not override:
+        raise ValueError(
+            f"an env named {name!r} is already registered (by {_REGISTRY[name].source}); pass "
+            "override=True to replace it"
+        )
+    source = getattr(factory, "__module__", "") or ""
+    _REGISTRY[name] = EnvEntry(name, factory, description, source)
+
+
+def register_adapter(
+    name: str,
+    factory: Callable[..., EnvBase],
+    *,
+    description: str = "",
+    requires: Sequence[str] = (),
+    extra: str | None = None,
+    scenarios: Callable[[], Iterable[str]] | None = None,
+    override: bool = False,
+) -> None:
+    """Register a family of envs: ``marlkit.make(f"{name}/{scenario}", **kw)`` then calls
+    ``factory(scenario, **kw)``.
+
+    Args:
+        name: the family, e.g. ``"vmas"`` (no ``/``).
+        factory: ``factory(scenario: str, **kwargs) -> EnvBase``; it may import the simulator.
+        description: one line for ``marlkit list``.
+        requires: modules the simulator needs; when one is missing the adapter is listed as
+            unavailable and ``make`` raises :class:`AdapterUnavailableError`.
+        extra: the marlkit pip extra that installs ``requires`` (for the message).
+        scenarios: a callable listing known scenario names (called lazily, by ``marlkit list``).
+        override: replace an existing registration.
+    """
+    if not isinstance(name, str) or not name.strip() or "/" in name:
+        raise ValueError(f"an adapter name must be a non-empty str without '/', got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"the factory for {name!r} must be callable, got {type(factory).__name__}")
+    _load_plugins()
+    if name in _ADAPTERS and not override:
+        raise ValueError(
+            f"an adapter named {name!r} is already registered (by {_ADAPTERS[name].source}); "
+            "pass override=True to replace it"
+        )
+    source = getattr(factory, "__module__", "") or ""
+    _ADAPTERS[name] = AdapterEntry(
+        name, factory, description, tuple(requires), extra, scenarios, source
+    )
+
+
+def _load_plugins() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+    for group in ENTRY_POINT_GROUPS:
+        for ep in importlib.metadata.entry_points(group=group):
+            try:
+                target: Any = ep.load()
+                if callable(target):
+                    target()
+            except Exception as err:  # a broken plug-in must not break the built-in envs
+                _log.warning("could not load marlkit plug-in %r (%s): %s", ep.name, ep.value, err)
+
+
+def registered() -> dict[str, EnvEntry]:
+    """Every registered env, by name (plug-ins loaded)."""
+    _load_plugins()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def registered_adapters() -> dict[str, AdapterEntry]:
+    """Every registered adapter family, by name (plug-ins loaded)."""
+    _load_plugins()
+    return dict(sorted(_ADAPTERS.items()))
+
+
+def list_envs() -> list[str]:
+    """Names of every registered env, sorted (adapter families as ``"family/"``)."""
+    return sorted([*registered(), *(f"{name}/" for name in registered_adapters())])
+
+
+def _make_from_adapter(name: str, kwargs: dict[str, Any]) -> EnvBase:
+    family, _, scenario = name.partition("/")
+    adapters = registered_adapters()
+    entry = adapters.get(family)
+    if entry is None:
+        close = difflib.get_close_matches(family, list(adapters), n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(c + '/' for c in close)}?" if close else ""
+        raise UnknownEnvError(
+            f"no adapter registered as {family!r} (from {name!r}).{hint} Adapters: "
+            f"{', '.join(adapters) or 'none'}."
+        )
+    if not scenario:
+        raise ValueError(f"{name!r} names no scenario: use '{family}/<scenario>'")
+    if not entry.available:
+        raise AdapterUnavailableError(
+            f"the {family!r} adapter needs {', '.join(entry.missing)}, which is not installed. "
+            f"Install it with: {entry.install_hint}"
+        )
+    return entry.factory(scenario, **kwargs)
+
+
+def make(name: str, **kwargs: Any) -> EnvBase:
+    """Build the env registered under ``name`` with ``kwargs``.
+
+    ``"family/scenario"`` names go to the adapter registered as ``family``.
+
+    Raises:
+        UnknownEnvError: no such name; the message lists the closest matches.
+        AdapterUnavailableError: the adapter's simulator is not installed (an ``ImportError``
+            whose message gives the pip command).
+    """
+    if isinstance(name, str) and "/" in name:
+        env = _make_from_adapter(name, kwargs)
+        source = name.partition("/")[0]
+    else:
+        env, source = _make_single(name, kwargs)
+    if not isinstance(env, EnvBase):
+        raise TypeError(
+            f"the factory behind {name!r} ({source}) returned {type(env).__name__}, not an EnvBase"
+        )
+    return env
+
+
+def _make_single(name: str, kwargs: dict[str, Any]) -> tuple[Any, str]:
+    entries = registered()
+    entry = entries.get(name)
+    if entry is None:
+        close = difflib.get_close_matches(str(name), list(entries), n=5, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise UnknownEnvError(
+            f"no env registered as {name!r}.{hint} `marlkit list` shows them all "
+            f"({len(entries)} registered)."
+        )
+    return entry.factory(**kwargs), entry.source

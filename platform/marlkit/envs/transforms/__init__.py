@@ -1,0 +1,26 @@
+"""Transforms and ``TransformedEnv``."""
+
+from __future__ import annotations
+
+from marlkit.envs.transforms.base import Compose, EnvSpecs, Transform, TransformedEnv
+from marlkit.envs.transforms.common import (
+    DoubleToFloat,
+    ExcludeKeys,
+    InitTracker,
+    RenameKeys,
+    RewardSum,
+    StepCounter,
+)
+
+__all__ = [
+    "Compose",
+    "DoubleToFloat",
+    "EnvSpecs",
+    "ExcludeKeys",
+    "InitTracker",
+    "RenameKeys",
+    "RewardSum",
+    "StepCounter",
+    "Transform",
+    "TransformedEnv",
+]

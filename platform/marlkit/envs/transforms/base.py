@@ -1,0 +1,232 @@
+"""``Transform``, ``Compose`` and ``TransformedEnv``.
+
+A transform sees three moments: the specs (once, when attached), each reset output and each
+step output; transforms that rename or cast actions also see the step input (``inv``). Every
+transform updates the specs it changes, so ``check_env_specs`` holds on the transformed env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDictBase
+
+from marlkit.data.composite import Composite
+from marlkit.envs.common import EnvBase
+
+__all__ = ["Compose", "EnvSpecs", "Transform", "TransformedEnv"]
+
+
+@dataclass
+class EnvSpecs:
+    """The five spec Composites of an env, handed to :meth:`Transform.transform_specs`."""
+
+    observation: Composite
+    state: Composite
+    action: Composite
+    reward: Composite
+    done: Composite
+
+    def clone(self) -> EnvSpecs:
+        return EnvSpecs(
+            self.observation.clone(),
+            self.state.clone(),
+            self.action.clone(),
+            self.reward.clone(),
+            self.done.clone(),
+        )
+
+
+class Transform:
+    """Base class: override what the transform changes; the defaults pass data through."""
+
+    def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
+        """Update (in place or anew) and return the specs; called when the env is built."""
+        return specs
+
+    def reset(
+        self,
+        tensordict: TensorDictBase | None,
+        tensordict_reset: TensorDictBase,
+        env_mask: torch.Tensor | None,
+    ) -> TensorDictBase:
+        """Transform a reset output. ``tensordict`` is the reset input (may be ``None``);
+        ``env_mask`` ``[*B]`` bool selects the envs that were reset (``None`` = all)."""
+        return tensordict_reset
+
+    def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        """Transform the ``"next"`` entries of a step; ``tensordict`` is the step input."""
+        return next_tensordict
+
+    def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Map a step input (actions) back to what the inner env expects. Must not modify the
+        caller's TensorDict in place: return a shallow copy when changing it."""
+        return tensordict
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Compose(Transform):
+    """Apply transforms in order (``inv`` in reverse order)."""
+
+    def __init__(self, *transforms: Transform):
+        for t in transforms:
+            if not isinstance(t, Transform):
+                raise TypeError(f"Compose takes Transforms, got {type(t).__name__}")
+        self.transforms: list[Transform] = list(transforms)
+
+    def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
+        for t in self.transforms:
+            specs = t.transform_specs(specs)
+        return specs
+
+    def reset(
+        self,
+        tensordict: TensorDictBase | None,
+        tensordict_reset: TensorDictBase,
+        env_mask: torch.Tensor | None,
+    ) -> TensorDictBase:
+        for t in self.transforms:
+            tensordict_reset = t.reset(tensordict, tensordict_reset, env_mask)
+        return tensordict_reset
+
+    def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        for t in self.transforms:
+            next_tensordict = t.step(tensordict, next_tensordict)
+        return next_tensordict
+
+    def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for t in reversed(self.transforms):
+            tensordict = t.inv(tensordict)
+        return tensordict
+
+    def append(self, transform: Transform) -> None:
+        if not isinstance(transform, Transform):
+            raise TypeError(f"Compose takes Transforms, got {type(transform).__name__}")
+        self.transforms.append(transform)
+
+    def __getitem__(self, index: int) -> Transform:
+        return self.transforms[index]
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __iter__(self) -> Iterator[Transform]:
+        return iter(self.transforms)
+
+    def __repr__(self) -> str:
+        inner = ",\n    ".join(repr(t) for t in self.transforms)
+        return f"Compose(\n    {inner})" if self.transforms else "Compose()"
+
+
+class TransformedEnv(EnvBase):
+    """An env seen through a transform.
+
+    Args:
+        env: the inner env (it may itself be a ``TransformedEnv``).
+        transform: a transform, a sequence of them (composed), or ``None``.
+        validate_actions: check actions against the *transformed* action spec; defaults to the
+            inner env's setting.
+
+    Examples:
+        >>> import marlkit
+        >>> from marlkit.envs import TransformedEnv, StepCounter, RewardSum
+        >>> env = TransformedEnv(
+        ...     marlkit.make("navigation", num_envs=8, n_agents=3),
+        ...     [StepCounter(max_steps=50), RewardSum()],
+        ... )
+        >>> env.rollout(10).batch_size
+        torch.Size([8, 10])
+    """
+
+    def __init__(
+        self,
+        env: EnvBase,
+        transform: Transform | Sequence[Transform] | None = None,
+        *,
+        validate_actions: bool | None = None,
+    ):
+        if not isinstance(env, EnvBase):
+            raise TypeError(f"TransformedEnv wraps an EnvBase, got {type(env).__name__}")
+        super().__init__(
+            batch_size=env.batch_size,
+            device=env.device,
+            validate_actions=env.validate_actions if validate_actions is None else validate_actions,
+        )
+        self.base_env = env
+        self.group_map = env.group_map
+        # Random actions come from the inner env's generator, which its seed already set (e.g.
+        # make(..., seed=0)): a fresh generator here would make wrapped rollouts irreproducible.
+        self._rng = env._rng
+        if transform is None:
+            transform = Compose()
+        elif not isinstance(transform, Transform):
+            transform = Compose(*transform)
+        elif not isinstance(transform, Compose):
+            transform = Compose(transform)
+        self.transform: Compose = transform
+        self._refresh_specs()
+
+    def _refresh_specs(self) -> None:
+        base = self.base_env
+        specs = EnvSpecs(
+            base.observation_spec.clone(),
+            base.state_spec.clone(),
+            base.action_spec.clone(),
+            base.reward_spec.clone(),
+            base.done_spec.clone(),
+        )
+        specs = self.transform.transform_specs(specs)
+        for name in self._SPEC_NAMES:
+            self._set_spec(name, getattr(specs, name))
+
+    def append_transform(self, transform: Transform) -> TransformedEnv:
+        """Add a transform at the end and recompute the specs; returns ``self``."""
+        self.transform.append(transform)
+        self._refresh_specs()
+        return self
+
+    def _check_open(self) -> None:
+        # The hooks below call the inner env's hooks directly, past its own check.
+        super()._check_open()
+        self.base_env._check_open()
+
+    def _reset(
+        self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
+    ) -> TensorDictBase:
+        out = self.base_env._reset(tensordict, env_mask)
+        self.base_env._fill_reset_done(out, tensordict, env_mask)
+        return self.transform.reset(tensordict, out, env_mask)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        inner = self.transform.inv(tensordict)
+        next_td = self.base_env._step(inner)
+        self.base_env._complete_done(next_td)
+        return self.transform.step(tensordict, next_td)
+
+    def _set_seed(self, seed: int) -> None:
+        self.base_env.set_seed(seed)
+
+    def _close(self) -> None:
+        self.base_env.close()
+
+    @property  # type: ignore[override]
+    def render_modes(self) -> tuple[str, ...]:
+        return self.base_env.render_modes
+
+    def _render(self, env_index: int) -> object:
+        return self.base_env._render(env_index)
+
+    def __getattr__(self, name: str) -> object:
+        # Scenario attributes (n_agents, render, ...) stay reachable through the wrapper.
+        if name.startswith("_") or name == "base_env":
+            raise AttributeError(name)
+        return getattr(self.base_env, name)
+
+    def __repr__(self) -> str:
+        inner = repr(self.base_env).replace("\n", "\n    ")
+        transform = repr(self.transform).replace("\n", "\n    ")
+        return f"TransformedEnv(\n    env={inner},\n    transform={transform})"

@@ -1,0 +1,100 @@
+"""Load ``marlkit._C`` once, and refuse a missing or stale build with a message that fixes it."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+from types import ModuleType
+
+from marlkit.native._source_hash import source_hash
+
+__all__ = [
+    "ABI_VERSION",
+    "ExtensionError",
+    "extension_available",
+    "get_num_threads",
+    "load_extension",
+    "set_num_threads",
+]
+
+#: The binding signatures this Python code expects; csrc/bindings.cpp carries the same number.
+ABI_VERSION = 1
+
+_REBUILD = (
+    "Rebuild it from the repository root with `pip install -e .` (or `make install`); "
+    "C++ edits always need that step again."
+)
+
+_cache: dict[str, ModuleType] = {}
+
+
+class ExtensionError(ImportError):
+    """The compiled extension ``marlkit._C`` is missing, broken or older than its sources."""
+
+
+def _checkout_csrc() -> pathlib.Path | None:
+    """The ``csrc/`` folder of a source checkout this package runs from, if any."""
+    # platform/marlkit/native/_loader.py -> the repository root is three folders up.
+    root = pathlib.Path(__file__).resolve().parents[3]
+    csrc = root / "csrc"
+    return csrc if (csrc / "bindings.cpp").is_file() else None
+
+
+def _import_module() -> ModuleType:
+    return importlib.import_module("marlkit._C")
+
+
+def load_extension() -> ModuleType:
+    """Return the ``marlkit._C`` module, checked against the Python side and the C++ sources.
+
+    Raises:
+        ExtensionError: the extension is not built, fails to load, or was built from other
+            sources than the checkout it runs in.
+    """
+    module = _cache.get("_C")
+    if module is not None:
+        return module
+    try:
+        module = _import_module()
+    except ImportError as err:
+        raise ExtensionError(
+            f"marlkit's C++ extension marlkit._C is not built or failed to load ({err}). {_REBUILD}"
+        ) from err
+    abi = getattr(module, "ABI_VERSION", None)
+    if abi != ABI_VERSION:
+        raise ExtensionError(
+            f"marlkit._C is stale: its ABI version is {abi}, this code expects {ABI_VERSION}. "
+            f"{_REBUILD}"
+        )
+    csrc = _checkout_csrc()
+    if csrc is not None:
+        expected = source_hash(csrc)
+        built = getattr(module, "SOURCE_HASH", None)
+        if built != expected:
+            raise ExtensionError(
+                f"marlkit._C is stale: it was built from C++ sources with hash {built}, "
+                f"but {csrc} now hashes to {expected}. {_REBUILD}"
+            )
+    _cache["_C"] = module
+    return module
+
+
+def extension_available() -> bool:
+    """Whether :func:`load_extension` succeeds (a missing or stale build gives ``False``)."""
+    try:
+        load_extension()
+    except ExtensionError:
+        return False
+    return True
+
+
+def set_num_threads(n: int) -> None:
+    """Set how many threads the native kernels use (``0`` means all hardware threads)."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"num_threads must be an int, got {type(n).__name__}")
+    load_extension().set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    """Number of threads the native kernels use now."""
+    return int(load_extension().get_num_threads())

@@ -1,0 +1,252 @@
+"""``check_adapter``: the conformance kit third parties run on their own envs.
+
+It checks an env against the contract every marlkit component relies on, collects every failure
+(not only the first) and raises one :class:`AdapterCheckError` listing them:
+
+* **specs**: reset and step data agree with every spec, no undeclared entries, no NaN;
+* **shapes**: ``rollout`` gives batch ``[*B, T]``, groups ``[*B, T, n]``, rewards
+  ``[*B, T, n, 1]``, root done flags ``[*B, T, 1]``;
+* **done rules**: ``done == terminated | truncated`` at every level, a reset env is not done;
+* **seeding**: the same seed gives the same random rollout (skip for nondeterministic sims);
+* **partial resets**: resetting one env leaves the others' observations untouched;
+* **bad actions**: a missing key, a wrong shape, a NaN or out-of-range action raise a
+  ``ValueError`` and leave the env's state as it was;
+* **rendering**, when ``"rgb_array"`` is declared: ``uint8 [H, W, 3]`` frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDictBase
+
+from marlkit.data.keys import DONE, DONE_KEYS, NEXT, RESET, TERMINATED, TRUNCATED, NestedKey
+from marlkit.data.specs import Bounded, Categorical, MultiCategorical, OneHot, TensorSpec
+from marlkit.envs.checks import spec_problems
+from marlkit.envs.common import EnvBase
+
+__all__ = ["AdapterCheckError", "check_adapter"]
+
+
+class AdapterCheckError(AssertionError):
+    """An env broke the marlkit env contract; the message lists every failed check."""
+
+
+def _at(prefix: tuple[str, ...], name: str) -> NestedKey:
+    return (*prefix, name) if prefix else name
+
+
+def _outputs_equal(a: TensorDictBase, b: TensorDictBase, keys: list[NestedKey]) -> list[NestedKey]:
+    """Keys whose values differ between ``a`` and ``b`` (NaN-safe, bit for bit)."""
+    differ = []
+    for key in keys:
+        x, y = a.get(key, None), b.get(key, None)
+        if x is None or y is None or x.shape != y.shape or not torch.equal(x, y):
+            differ.append(key)
+    return differ
+
+
+def _check_shapes(env: EnvBase, steps: int, failures: list[str]) -> TensorDictBase | None:
+    try:
+        rollout = env.rollout(steps, break_when_any_done=False)
+    except Exception as err:
+        failures.append(f"rollout({steps}) raised {type(err).__name__}: {err}")
+        return None
+    b = tuple(env.batch_size)
+    if tuple(rollout.batch_size) != (*b, steps):
+        failures.append(f"rollout batch {list(rollout.batch_size)} != {[*b, steps]} ([*B, T])")
+    for group, agents in env.group_map.items():
+        sub = rollout.get(group, None)
+        if not isinstance(sub, TensorDictBase):
+            failures.append(f"rollout has no sub-TensorDict for group {group!r}")
+            continue
+        if tuple(sub.batch_size) != (*b, steps, len(agents)):
+            failures.append(
+                f"group {group!r} batch {list(sub.batch_size)} != {[*b, steps, len(agents)]}"
+            )
+    for key in env.reward_keys:
+        reward = rollout.get((NEXT, *((key,) if isinstance(key, str) else key)), None)
+        if reward is not None and reward.shape[-1] != 1:
+            failures.append(f"reward {key!r} has shape {list(reward.shape)}; it must end with 1")
+    for key in DONE_KEYS:
+        value = rollout.get((NEXT, key), None)
+        if value is not None and tuple(value.shape) != (*b, steps, 1):
+            failures.append(f"root {key!r} has shape {list(value.shape)} != {[*b, steps, 1]}")
+    return rollout
+
+
+def _check_done_rules(env: EnvBase, rollout: TensorDictBase, failures: list[str]) -> None:
+    nxt = rollout.get(NEXT)
+    for prefix, _ in _levels(env):
+        done = nxt.get(_at(prefix, DONE), None)
+        parts = [nxt.get(_at(prefix, k), None) for k in (TERMINATED, TRUNCATED)]
+        parts = [p for p in parts if p is not None]
+        if done is None or not parts:
+            continue
+        combined = parts[0] if len(parts) == 1 else parts[0] | parts[1]
+        if not torch.equal(done, combined):
+            where = prefix or "root"
+            failures.append(f"done != terminated | truncated at {where!r}")
+
+
+def _levels(env: EnvBase) -> list[tuple[tuple[str, ...], torch.Size]]:
+    return env._done_levels()
+
+
+def _check_reset_not_done(env: EnvBase, failures: list[str]) -> TensorDictBase:
+    td = env.reset()
+    for key in env.done_keys:
+        value = td.get(key, None)
+        if value is not None and bool(value.any()):
+            failures.append(f"after reset(), {key!r} is already true")
+    return td
+
+
+def _check_seeding(env: EnvBase, steps: int, seed: int, failures: list[str]) -> None:
+    runs = []
+    for _ in range(2):
+        env.set_seed(seed)
+        runs.append(env.rollout(steps, break_when_any_done=False))
+    keys = [k for k in runs[0].keys(True, True) if k in runs[1].keys(True, True)]
+    differ = _outputs_equal(runs[0], runs[1], keys)
+    if differ:
+        failures.append(
+            f"seeding: two rollouts after set_seed({seed}) differ at {differ[:5]}; pass "
+            "check_seeding=False for a simulator that cannot be seeded"
+        )
+
+
+def _check_partial_reset(env: EnvBase, failures: list[str]) -> None:
+    n = env.batch_size.numel()
+    if n < 2 or not env.batch_size:
+        return
+    root = env.reset()
+    for _ in range(3):  # the root after step_and_maybe_reset is the env's current state
+        _, root = env.step_and_maybe_reset(env.rand_action(root))
+    mask = torch.zeros(*env.batch_size, 1, dtype=torch.bool, device=env.device)
+    mask.view(-1)[0] = True
+    root.set(RESET, mask)
+    out = env.reset(root)
+    keep = ~mask.squeeze(-1)
+    for key in env.observation_keys:
+        before, after = root.get(key, None), out.get(key, None)
+        if before is None or after is None:
+            continue
+        if not torch.equal(before[keep], after[keep]):
+            failures.append(f"partial reset of env 0 changed {key!r} in envs that were not reset")
+    for key in env.done_keys:
+        value = out.get(key, None)
+        if value is not None and bool(value[~keep].any()):
+            failures.append(f"partial reset: {key!r} still true in the env that was reset")
+
+
+def _bad_values(spec: TensorSpec) -> list[tuple[str, torch.Tensor]]:
+    good = spec.zero()
+    # A wrong trailing shape: the batch dims must stay, or the TensorDict itself refuses it.
+    wider = good.unsqueeze(-1) if good.ndim < 3 else torch.cat([good, good[..., :1]], -1)
+    bad = [("a wrong shape", wider)]
+    if good.is_floating_point():
+        bad.append(("NaN", torch.full_like(good, float("nan"))))
+    if isinstance(spec, Bounded):
+        bad.append(("an out-of-bounds value", spec.high + (spec.high - spec.low).abs() + 1))
+    if isinstance(spec, Categorical) and spec.dtype != torch.bool:
+        bad.append(("an out-of-range class", torch.full_like(good, spec.n)))
+    if isinstance(spec, MultiCategorical):
+        bad.append(("an out-of-range class", spec.nvec.expand(good.shape).to(good.dtype)))
+    if isinstance(spec, OneHot):
+        bad.append(("a vector with two ones", torch.ones_like(good)))
+    wrong = torch.float64 if good.dtype != torch.float64 else torch.int64
+    bad.append(("a wrong dtype", good.to(wrong)))
+    return bad
+
+
+def _check_bad_actions(env: EnvBase, seed: int, seeded: bool, failures: list[str]) -> None:
+    if not env.validate_actions:
+        failures.append("validate_actions is off: bad actions would reach the simulator")
+        return
+    env.set_seed(seed)
+    td = env.rand_action(env.reset())
+    good = td.clone()
+    reference = env.step(good.clone()).get(NEXT) if seeded else None
+    env.set_seed(seed)
+    td = env.rand_action(env.reset())
+    for key, spec, _ in env._action_items():
+        for what, value in [("a missing key", None), *_bad_values(spec)]:
+            bad = td.clone().exclude(key)
+            if value is not None:
+                bad.set(key, value)
+            try:
+                env.step(bad)
+            except ValueError:
+                continue
+            except Exception as err:
+                failures.append(
+                    f"bad action ({what}) at {key!r} raised {type(err).__name__}, not "
+                    f"ValueError: {err}"
+                )
+                continue
+            failures.append(f"bad action ({what}) at {key!r} was accepted")
+            return  # the env state moved on: later comparisons would mislead
+    if reference is not None:
+        after = env.step(good).get(NEXT)
+        differ = _outputs_equal(reference, after, env.observation_keys + env.reward_keys)
+        if differ:
+            failures.append(f"a rejected bad action changed the env's state: {differ[:5]} differ")
+
+
+def _check_render(env: EnvBase, failures: list[str]) -> None:
+    if "rgb_array" not in env.render_modes:
+        return
+    try:
+        env.reset()
+        frame = env.render(0)
+    except Exception as err:
+        failures.append(f"render() raised {type(err).__name__}: {err}")
+        return
+    if frame.dtype.name != "uint8" or frame.ndim != 3 or frame.shape[-1] != 3:
+        failures.append(f"render() gave {frame.dtype} {list(frame.shape)}, not uint8 [H, W, 3]")
+
+
+def check_adapter(
+    env: EnvBase,
+    *,
+    steps: int = 8,
+    seed: int = 0,
+    check_seeding: bool = True,
+    check_partial_reset: bool = True,
+    check_render: bool = True,
+    extra_checks: list[Callable[[EnvBase], list[str]]] | None = None,
+) -> None:
+    """Check ``env`` against the marlkit env contract (see the module docstring).
+
+    Args:
+        env: the env to check (it is reset and stepped; its state afterwards is arbitrary).
+        steps: rollout length of each check.
+        seed: the seed used by the seeded checks.
+        check_seeding: compare two seeded rollouts bit for bit.
+        check_partial_reset: reset env 0 alone and compare the others.
+        check_render: render a frame when ``"rgb_array"`` is declared.
+        extra_checks: callables returning failure messages, run last.
+
+    Raises:
+        AdapterCheckError: listing every failed check.
+    """
+    failures: list[str] = []
+    failures += [f"specs: {p}" for p in spec_problems(env, steps=steps, seed=seed)]
+    _check_reset_not_done(env, failures)
+    rollout = _check_shapes(env, steps, failures)
+    if rollout is not None:
+        _check_done_rules(env, rollout, failures)
+    if check_seeding:
+        _check_seeding(env, steps, seed, failures)
+    if check_partial_reset:
+        _check_partial_reset(env, failures)
+    _check_bad_actions(env, seed, check_seeding, failures)
+    if check_render:
+        _check_render(env, failures)
+    for extra in extra_checks or []:
+        failures += extra(env)
+    if failures:
+        listing = "\n  - ".join(failures)
+        raise AdapterCheckError(f"{env!r} failed {len(failures)} check(s):\n  - {listing}")

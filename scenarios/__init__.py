@@ -1,0 +1,17 @@
+"""Native batched scenarios, registered with :func:`marlkit.register` on import.
+
+Physics runs through ``marlkit._C`` on CPU and through the same maths in torch elsewhere.
+"""
+
+from __future__ import annotations
+
+from marlkit.envs.registry import register
+from marlkit.scenarios.navigation import NavigationEnv
+
+__all__ = ["NavigationEnv"]
+
+register(
+    "navigation",
+    NavigationEnv,
+    description="N holonomic agents driving to their own goals (native C++ physics)",
+)

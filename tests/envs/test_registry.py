@@ -1,0 +1,190 @@
+"""The env registry: ``make``, ``register``, ``list_envs``, close-match hints, plug-ins."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import marlkit
+import marlkit.scenarios
+from marlkit.envs import EnvBase, UnknownEnvError, list_envs, make, register, registered
+from marlkit.envs import registry as registry_module
+from marlkit.scenarios import NavigationEnv
+
+
+@pytest.fixture(autouse=True)
+def restore_registry():
+    """Whatever a test registers or overrides is removed again afterwards."""
+    registered()  # built-ins and plug-ins loaded before the snapshot
+    saved = dict(registry_module._REGISTRY)
+    yield
+    registry_module._REGISTRY.clear()
+    registry_module._REGISTRY.update(saved)
+
+
+def test_top_level_names_are_the_registry():
+    assert marlkit.make is make and marlkit.register is register
+    assert marlkit.list_envs is list_envs
+
+
+def test_list_envs_has_the_builtin_scenarios_sorted():
+    names = list_envs()
+    assert "navigation" in names
+    assert names == sorted(names)
+    entry = registered()["navigation"]
+    assert entry.factory is NavigationEnv
+    assert entry.source == "marlkit.scenarios.navigation"
+    assert "agents" in entry.description
+
+
+def test_every_exported_scenario_is_registered():
+    factories = {entry.factory for entry in registered().values()}
+    for name in marlkit.scenarios.__all__:
+        obj = getattr(marlkit.scenarios, name)
+        if isinstance(obj, type) and issubclass(obj, EnvBase):
+            assert obj in factories, name
+
+
+def test_make_passes_kwargs():
+    env = make("navigation", num_envs=2, n_agents=5, continuous_actions=False, seed=1)
+    assert isinstance(env, NavigationEnv)
+    assert env.batch_size == (2,) and env.n_agents == 5 and not env.continuous_actions
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        make("navigation", bogus=1)
+    with pytest.raises(ValueError, match="num_envs must be an int >= 1, got 0"):
+        make("navigation", num_envs=0)
+
+
+def test_unknown_name_suggests_close_matches():
+    with pytest.raises(UnknownEnvError) as info:
+        make("navigaton")
+    message = str(info.value)
+    assert message.startswith("no env registered as 'navigaton'. Did you mean: navigation?")
+    assert "`marlkit list` shows them all" in message
+    assert isinstance(info.value, KeyError)
+
+
+def test_unknown_name_lists_every_close_match(point_mass_cls):
+    register("navigation-v2", point_mass_cls)
+    with pytest.raises(
+        UnknownEnvError, match=re.escape("Did you mean: navigation, navigation-v2?")
+    ):
+        make("navigaton")
+
+
+def test_unknown_name_without_close_match_gives_no_hint():
+    with pytest.raises(UnknownEnvError, match="no env registered as 'qqqqqq'") as info:
+        make("qqqqqq")
+    assert "Did you mean" not in str(info.value)
+
+
+def test_register_and_make(point_mass_cls):
+    calls = []
+
+    def factory(**kwargs):
+        calls.append(kwargs)
+        return point_mass_cls(**kwargs)
+
+    register("test-point-mass", factory, description="1-D point masses")
+    assert "test-point-mass" in list_envs()
+    assert registered()["test-point-mass"].description == "1-D point masses"
+    env = marlkit.make("test-point-mass", num_envs=2, bound=3.0)
+    assert isinstance(env, point_mass_cls) and env.batch_size == (2,) and env.bound == 3.0
+    assert calls == [{"num_envs": 2, "bound": 3.0}]
+
+
+def test_duplicate_registration_needs_override(point_mass_cls, masked_env_cls):
+    register("test-dup", point_mass_cls)
+    with pytest.raises(ValueError, match=r"'test-dup' is already registered .*override=True"):
+        register("test-dup", masked_env_cls)
+    assert isinstance(make("test-dup"), point_mass_cls)
+    register("test-dup", masked_env_cls, override=True)
+    assert isinstance(make("test-dup"), masked_env_cls)
+
+
+def test_builtin_names_are_protected_too(point_mass_cls):
+    builtin = "'navigation' is already registered (by marlkit.scenarios.navigation)"
+    with pytest.raises(ValueError, match=re.escape(builtin)):
+        register("navigation", point_mass_cls)
+    register("navigation", point_mass_cls, override=True)
+    assert isinstance(make("navigation"), point_mass_cls)
+
+
+def test_the_cleanup_fixture_restored_the_builtin():
+    # runs after test_builtin_names_are_protected_too overrode "navigation"
+    assert registered()["navigation"].factory is NavigationEnv
+    assert not [name for name in list_envs() if name.startswith("test-")]
+
+
+@pytest.mark.parametrize("name", ["", "   ", None, 3])
+def test_register_rejects_bad_names(point_mass_cls, name):
+    with pytest.raises(ValueError, match="an env name must be a non-empty str, got"):
+        register(name, point_mass_cls)  # type: ignore[arg-type]
+
+
+def test_register_rejects_a_non_callable_factory():
+    with pytest.raises(TypeError, match="the factory for 'test-x' must be callable, got str"):
+        register("test-x", "NavigationEnv")  # type: ignore[arg-type]
+
+
+def test_registering_before_the_first_make_catches_builtin_names():
+    # In a fresh interpreter the built-ins load lazily; registering one of their names first
+    # must fail at once, not break a later make("navigation").
+    code = textwrap.dedent(
+        """
+        import marlkit
+        try:
+            marlkit.register("navigation", lambda **kwargs: None)
+        except ValueError as err:
+            print("refused:", err)
+        print(type(marlkit.make("navigation", num_envs=1)).__name__)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert "refused: an env named 'navigation' is already registered" in out
+    assert out.strip().endswith("NavigationEnv")
+
+
+class _EntryPoint:
+    def __init__(self, name: str, target: object):
+        self.name, self.value, self._target = name, f"fake:{name}", target
+
+    def load(self) -> object:
+        if isinstance(self._target, Exception):
+            raise self._target
+        return self._target
+
+
+def test_plugins_register_and_a_broken_one_is_only_logged(monkeypatch, caplog, point_mass_cls):
+    def plugin() -> None:
+        register("test-plugin-env", point_mass_cls, description="from a plug-in")
+
+    points = [
+        _EntryPoint("good", plugin),
+        _EntryPoint("broken", ImportError("no module named 'missing_dep'")),
+        _EntryPoint("module-like", object()),  # a module to import: not called
+    ]
+    seen = []
+
+    def entry_points(*, group):
+        seen.append(group)
+        return points if group == "marlkit.envs" else []
+
+    monkeypatch.setattr(registry_module.importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(registry_module, "_loaded", False)
+    with caplog.at_level(logging.WARNING, logger="marlkit.registry"):
+        names = list_envs()
+    assert seen == ["marlkit.adapters", "marlkit.envs"]
+    assert "test-plugin-env" in names and "navigation" in names
+    assert isinstance(make("test-plugin-env"), point_mass_cls)
+    broken = [r for r in caplog.records if "'broken'" in r.getMessage()]
+    assert len(broken) == 1 and "missing_dep" in broken[0].getMessage()
+    list_envs()
+    assert seen == ["marlkit.adapters", "marlkit.envs"]  # loaded once

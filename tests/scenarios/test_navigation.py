@@ -1,0 +1,194 @@
+"""The native navigation scenario: C++ vs torch agreement, seeding, specs, physics, resets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import marlkit
+from marlkit.envs import InvalidActionError, check_env_specs
+from marlkit.native import extension_available
+from marlkit.scenarios import NavigationEnv
+
+needs_ext = pytest.mark.skipif(not extension_available(), reason="marlkit._C not built")
+
+
+def _actions(env: NavigationEnv, steps: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    spec = env.action_spec["agents", "action"]
+    return [spec.rand(generator=gen) for _ in range(steps)]
+
+
+def _rollout_with(env: NavigationEnv, actions: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Step with the given actions; returns the stacked observations, rewards and states."""
+    td = env.reset()
+    obs, rew, state = [td["agents", "observation"]], [], [td["state"]]
+    for action in actions:
+        td["agents", "action"] = action
+        td = env.step(td)
+        obs.append(td["next", "agents", "observation"])
+        rew.append(td["next", "agents", "reward"])
+        state.append(td["next", "state"])
+        td = env._step_mdp(td)
+    return [torch.stack(obs), torch.stack(rew), torch.stack(state)]
+
+
+@needs_ext
+@pytest.mark.parametrize("continuous", [True, False])
+@pytest.mark.parametrize("n_agents", [4, 16])
+def test_native_and_torch_agree_over_100_steps(continuous: bool, n_agents: int) -> None:
+    kwargs = dict(num_envs=16, n_agents=n_agents, continuous_actions=continuous, seed=7)
+    native = NavigationEnv(**kwargs, backend="native", world_size=0.6)  # crowded: contacts
+    twin = NavigationEnv(**kwargs, backend="torch", world_size=0.6)
+    actions = _actions(native, 100, seed=1)
+    for a, b in zip(_rollout_with(native, actions), _rollout_with(twin, actions)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@needs_ext
+def test_crowded_world_has_contacts() -> None:
+    env = NavigationEnv(num_envs=8, n_agents=16, world_size=0.4, seed=0, collision_penalty=1.0)
+    out = env.rollout(30, break_when_any_done=False)
+    assert (out["next", "agents", "reward"] < -0.5).any(), "no collision penalty seen"
+
+
+@pytest.mark.parametrize("backend", ["native", "torch"])
+@pytest.mark.parametrize("continuous", [True, False])
+def test_same_seed_same_rollout_bit_for_bit(backend: str, continuous: bool) -> None:
+    if backend == "native" and not extension_available():
+        pytest.skip("marlkit._C not built")
+    runs = []
+    for _ in range(2):
+        env = NavigationEnv(num_envs=8, n_agents=4, continuous_actions=continuous, backend=backend)
+        env.set_seed(123)
+        runs.append(env.rollout(50, break_when_any_done=False))
+    assert torch.equal(
+        runs[0]["next", "agents", "observation"], runs[1]["next", "agents", "observation"]
+    )
+    assert torch.equal(runs[0]["next", "agents", "reward"], runs[1]["next", "agents", "reward"])
+    other = NavigationEnv(
+        num_envs=8, n_agents=4, continuous_actions=continuous, backend=backend, seed=124
+    )
+    diff = other.rollout(50, break_when_any_done=False)
+    assert not torch.equal(
+        diff["next", "agents", "observation"], runs[0]["next", "agents", "observation"]
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"continuous_actions": False},
+        {"group_map": "per_agent"},
+        {"n_agents": 1},
+        {"group_map": {"red": ["agent_0", "agent_2"], "blue": ["agent_1", "agent_3"]}},
+        {"backend": "torch", "k_nearest": 0},
+    ],
+)
+def test_check_env_specs(kwargs: dict) -> None:
+    env = marlkit.make("navigation", **{"num_envs": 4, "n_agents": 4, "seed": 0, **kwargs})
+    check_env_specs(env)
+
+
+def test_observation_layout() -> None:
+    env = NavigationEnv(num_envs=3, n_agents=5, k_nearest=2, seed=0)
+    td = env.reset()
+    obs = td["agents", "observation"]
+    assert obs.shape == (3, 5, 6 + 2 * 2)
+    pos, goal = env.positions, env.goals
+    torch.testing.assert_close(obs[..., 0:2], pos)
+    torch.testing.assert_close(obs[..., 2:4], torch.zeros_like(pos))  # at rest after reset
+    torch.testing.assert_close(obs[..., 4:6], goal - pos)
+    # The first neighbour is the nearest other agent.
+    d = torch.cdist(pos, pos) + torch.eye(5) * 1e9
+    nearest = d.argmin(-1)
+    expected = torch.gather(pos, 1, nearest.unsqueeze(-1).expand(-1, -1, 2)) - pos
+    torch.testing.assert_close(obs[..., 6:8], expected)
+    assert td["state"].shape == (3, 6 * 5)
+
+
+def test_moving_towards_goal_is_rewarded_and_arrival_terminates() -> None:
+    env = NavigationEnv(num_envs=2, n_agents=2, seed=0, collision_penalty=0.0, backend="torch")
+    td = env.reset()
+    direction = env.goals - env.positions
+    td["agents", "action"] = (direction / direction.norm(dim=-1, keepdim=True)).clamp(-1, 1)
+    td = env.step(td)
+    assert (td["next", "agents", "reward"] > 0).all()
+    assert not td["next", "done"].any()
+    # Put every goal under its agent: the env terminates and everyone gets the final bonus.
+    env._goal = env._pos.clone()
+    td = env._step_mdp(td)
+    td["agents", "action"] = torch.zeros(2, 2, 2)
+    td = env.step(td)
+    assert td["next", "terminated"].all() and td["next", "agents", "done"].all()
+    assert (td["next", "agents", "reward"] >= env.final_reward - 1e-3).all()
+
+
+def test_world_bounds_hold() -> None:
+    env = NavigationEnv(num_envs=4, n_agents=3, world_size=1.0, seed=0)
+    td = env.reset()
+    for _ in range(60):  # push hard to +x, +y
+        td["agents", "action"] = torch.ones(4, 3, 2)
+        td = env._step_mdp(env.step(td))
+    limit = env.half_extent - env.physics["radius"]
+    assert (env.positions.abs() <= limit + 1e-6).all()
+    assert torch.allclose(env.positions.max(), torch.tensor(limit), atol=1e-3)
+
+
+def test_partial_reset_touches_only_masked_envs() -> None:
+    env = NavigationEnv(num_envs=6, n_agents=3, seed=0)
+    td = env.rollout(5, break_when_any_done=False)[..., -1]
+    root = env._step_mdp(td)
+    pos_before = env.positions
+    mask = torch.tensor([False, True, False, False, True, False]).unsqueeze(-1)
+    root["_reset"] = mask
+    out = env.reset(root)
+    keep = ~mask.squeeze(-1)
+    assert torch.equal(env.positions[keep], pos_before[keep])
+    assert torch.equal(out["agents", "observation"][keep], root["agents", "observation"][keep])
+    assert not torch.equal(env.positions[~keep], pos_before[~keep])
+    assert (out["agents", "observation"][~keep][..., 2:4] == 0).all()  # velocity zeroed
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_agents": 0}, "n_agents must be an int >= 1"),
+        ({"num_envs": -1}, "num_envs must be an int >= 1"),
+        ({"k_nearest": -1}, "k_nearest"),
+        ({"world_size": 0.01}, "world_size"),
+        ({"backend": "cuda"}, "backend must be"),
+        ({"group_map": {"a": ["agent_0"]}}, "in no group"),
+    ],
+)
+def test_bad_construction(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        NavigationEnv(**{"num_envs": 2, "n_agents": 2, **kwargs})
+
+
+def test_bad_actions_rejected_with_state_untouched() -> None:
+    env = NavigationEnv(num_envs=2, n_agents=2, seed=0)
+    td = env.reset()
+    pos = env.positions
+    td["agents", "action"] = torch.full((2, 2, 2), 2.0)
+    with pytest.raises(InvalidActionError, match=r"outside \[-1.0, 1.0\]"):
+        env.step(td)
+    assert torch.equal(env.positions, pos)
+    discrete = NavigationEnv(num_envs=2, n_agents=2, continuous_actions=False, seed=0)
+    td = discrete.reset()
+    td["agents", "action"] = torch.full((2, 2), 5)
+    with pytest.raises(InvalidActionError, match=r"outside \[0, 5\)"):
+        discrete.step(td)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu_torch_twin() -> None:
+    kwargs = dict(num_envs=8, n_agents=8, seed=3, backend="torch")
+    cpu, gpu = NavigationEnv(**kwargs), NavigationEnv(**kwargs, device="cuda")
+    actions = _actions(cpu, 50, seed=2)
+    a = _rollout_with(cpu, actions)
+    b = _rollout_with(gpu, [x.cuda() for x in actions])
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y.cpu(), atol=1e-4, rtol=1e-4)

@@ -1,0 +1,87 @@
+"""The `marlkit` command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from marlkit.cli import main, run_random
+
+
+def marlkit_cmd(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
+    exe = pathlib.Path(sys.executable).parent / "marlkit"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "marlkit.cli"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_list_shows_navigation() -> None:
+    out = marlkit_cmd("list")
+    assert out.returncode == 0, out.stderr
+    assert "navigation" in out.stdout
+
+
+def test_run_prints_throughput_and_rewards(tmp_path: pathlib.Path) -> None:
+    out = marlkit_cmd(
+        "run",
+        "navigation",
+        "--agents",
+        "3",
+        "--envs",
+        "4",
+        "--steps",
+        "30",
+        "--max-episode-steps",
+        "10",
+        "--out",
+        str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr
+    for needle in ("env-steps/s", "agent-steps/s", "mean episode reward [agents]"):
+        assert needle in out.stdout
+    assert "30/30" in out.stderr  # the progress bar ran to the end
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps"] == 30 and summary["num_envs"] == 4
+    assert summary["agents"] == {"agents": 3}
+    assert summary["episodes"]["agents"] == 4 * 3  # 30 steps / 10 per episode, 4 envs
+
+
+def test_run_discrete_actions() -> None:
+    out = marlkit_cmd(
+        "run", "navigation", "--discrete", "--envs", "2", "--steps", "5", "--no-progress"
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_unknown_env_suggests_close_match() -> None:
+    out = marlkit_cmd("run", "navigaton", "--steps", "1")
+    assert out.returncode == 2
+    assert "Did you mean: navigation" in out.stderr
+
+
+@pytest.mark.parametrize("flag", ["--envs", "--agents", "--steps"])
+def test_non_positive_sizes_rejected(flag: str) -> None:
+    assert main(["run", "navigation", flag, "0"]) == 2
+
+
+def test_bad_env_kwarg_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "navigation", "--device", "nonsense", "--steps", "1"]) == 2
+    assert "marlkit: error:" in capsys.readouterr().err
+
+
+def test_demo_writes_under_runs(tmp_path: pathlib.Path) -> None:
+    out = marlkit_cmd("demo", "--out", str(tmp_path / "runs"), "--steps", "20", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env"] == "navigation"
+    assert str(run_dir) in out.stdout
+
+
+def test_run_random_from_python() -> None:
+    summary = run_random("navigation", steps=10, progress=False, num_envs=2, n_agents=2)
+    assert summary.agent_steps_per_s > 0
+    assert set(summary.mean_episode_reward) == {"agents"}

@@ -1,0 +1,120 @@
+"""Packaging facts: the stdlib `platform` is never shadowed, and a missing or stale extension
+gets an error that says how to rebuild."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sys
+import types
+
+import pytest
+
+import marlkit
+from marlkit.native import ExtensionError, _loader
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_platform_folder_has_no_init() -> None:
+    assert not (ROOT / "platform" / "__init__.py").exists()
+
+
+def test_import_platform_from_repo_root_is_stdlib() -> None:
+    code = "import platform, uuid; print(platform.__file__); print(platform.python_version())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    path = pathlib.Path(out.stdout.splitlines()[0]).resolve()
+    assert ROOT not in path.parents, f"`import platform` resolved to {path}"
+
+
+def test_package_data_shipped() -> None:
+    pkg = pathlib.Path(marlkit.__file__).parent
+    assert (pkg / "py.typed").is_file()
+    assert (pkg / "_C.pyi").is_file()
+
+
+def test_extension_loads_and_matches_sources() -> None:
+    module = _loader.load_extension()
+    assert module.ABI_VERSION == _loader.ABI_VERSION
+    csrc = _loader._checkout_csrc()
+    assert csrc is not None and _loader.source_hash(csrc) == module.SOURCE_HASH
+
+
+@pytest.fixture
+def fresh_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_loader, "_cache", {})
+
+
+def test_missing_extension_says_how_to_rebuild(tmp_path: pathlib.Path) -> None:
+    # A real copy of the package without the compiled .so, imported in a fresh interpreter.
+    shutil.copytree(
+        ROOT / "platform" / "marlkit",
+        tmp_path / "marlkit",
+        ignore=shutil.ignore_patterns("_C*.so", "__pycache__"),
+    )
+    code = (
+        # The editable install's finder would find the checkout's .so: take it out.
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]\n"
+        "import marlkit.native as n\n"
+        "try:\n    n.load_extension()\nexcept ImportError as e:\n"
+        "    print(type(e).__name__); print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.stdout.startswith("ExtensionError"), out.stdout + out.stderr
+    assert "not built" in out.stdout and "pip install -e ." in out.stdout
+
+
+def test_stale_extension_is_refused(
+    fresh_loader: None, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    csrc = tmp_path / "csrc"
+    csrc.mkdir()
+    (csrc / "bindings.cpp").write_text("// edited since the last build\n")
+    monkeypatch.setattr(_loader, "_checkout_csrc", lambda: csrc)
+    with pytest.raises(ExtensionError, match=r"stale.*pip install -e \."):
+        _loader.load_extension()
+
+
+def test_abi_mismatch_is_refused(fresh_loader: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = types.SimpleNamespace(ABI_VERSION=_loader.ABI_VERSION - 1, SOURCE_HASH="x")
+    monkeypatch.setattr(_loader, "_import_module", lambda: old)
+    with pytest.raises(ExtensionError, match="ABI version"):
+        _loader.load_extension()
+    assert not _loader.extension_available()
+
+
+def test_native_backend_without_extension_raises(
+    fresh_loader: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken() -> types.ModuleType:
+        raise ImportError("simulated: no marlkit._C")
+
+    monkeypatch.setattr(_loader, "_import_module", broken)
+    with pytest.raises(ExtensionError, match="pip install -e"):
+        marlkit.make("navigation", num_envs=2, backend="native")
+    # "auto" falls back to the torch twin instead.
+    assert marlkit.make("navigation", num_envs=2, backend="auto").backend == "torch"
+
+
+def test_set_num_threads_validates() -> None:
+    from marlkit.native import get_num_threads, set_num_threads
+
+    with pytest.raises(TypeError, match="int"):
+        set_num_threads(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=">= 0"):
+        set_num_threads(-1)
+    set_num_threads(1)
+    assert get_num_threads() == 1
+    set_num_threads(0)
+    assert get_num_threads() >= 1
