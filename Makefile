@@ -31,9 +31,11 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/marlkit demo --out runs
 
+LINT_PATHS := $(wildcard platform adapters scenarios tests benchmarks sota-implementations) setup.py
+
 lint: install
-	$(VENV)/bin/ruff check platform adapters scenarios tests benchmarks sota-implementations setup.py
-	$(VENV)/bin/ruff format --check platform adapters scenarios tests benchmarks sota-implementations setup.py
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	@# import-linter cannot follow the mapped editable hook: check a static copy of the
 	@# installed layout (platform/marlkit with adapters/ and scenarios/ mapped inside it).
 	rm -rf build/lint-src && mkdir -p build/lint-src
