@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from marlkit.envs._spec_utils import done_levels, make_done_spec, make_reward_spec
+from marlkit.envs.batched import ParallelEnv, SerialEnv, WorkerError
 from marlkit.envs.checks import SpecCheckError, check_env_specs, spec_problems
 from marlkit.envs.common import EnvBase, InvalidActionError, MissingActionError
 from marlkit.envs.registry import (
@@ -38,13 +39,16 @@ __all__ = [
     "InitTracker",
     "InvalidActionError",
     "MissingActionError",
+    "ParallelEnv",
     "RenameKeys",
     "RewardSum",
+    "SerialEnv",
     "SpecCheckError",
     "StepCounter",
     "Transform",
     "TransformedEnv",
     "UnknownEnvError",
+    "WorkerError",
     "check_env_specs",
     "done_levels",
     "list_envs",
