@@ -87,10 +87,38 @@ void check_no_overlap(const py::array& out, const char* out_name, const py::arra
   }
 }
 
+// A float32 array of `n` values, or one number broadcast to all: what `radius`, `max_speed` and
+// `landmark_radius` accept. Keeps the array (or the broadcast copy) alive while in use.
+struct FloatValues {
+  py::array array;
+  std::vector<float> copy;
+  const float* data = nullptr;
+};
+
+FloatValues float_values(const py::object& obj, const char* fn, const char* name,
+                         const char* layout, py::ssize_t n) {
+  FloatValues out;
+  if (py::isinstance<py::array>(obj)) {
+    out.array = checked<float>(obj, fn, name, "float32", layout, {n}, false);
+    out.data = static_cast<const float*>(out.array.data());
+    return out;
+  }
+  if (!py::isinstance<py::float_>(obj) && !py::isinstance<py::int_>(obj)) {
+    throw py::type_error(std::string(fn) + ": " + name + " must be a number or a float32 array " +
+                         "of shape " + layout + ", got an object of type " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  out.copy.assign(static_cast<std::size_t>(n), static_cast<float>(obj.cast<double>()));
+  out.data = out.copy.data();
+  return out;
+}
+
 void particle_step(const py::object& pos_obj, const py::object& vel_obj,
-                   const py::object& force_obj, const py::object& contacts_obj, double radius,
-                   double mass, double drag, double dt, int substeps, double stiffness,
-                   double half_extent) {
+                   const py::object& force_obj, const py::object& contacts_obj,
+                   const py::object& radius, double mass, double drag, double dt, int substeps,
+                   double stiffness, double half_extent, const py::object& max_speed,
+                   const py::object& active_obj, const py::object& landmarks_obj,
+                   const py::object& landmark_radius) {
   const char* fn = "particle_step";
   if (!py::isinstance<py::array>(pos_obj)) {
     throw py::type_error("particle_step: pos must be a float32 array of shape [E, N, 2], got an "
@@ -117,24 +145,62 @@ void particle_step(const py::object& pos_obj, const py::object& vel_obj,
   check_no_overlap(contacts, "contacts_out", vel, "vel", fn);
   check_no_overlap(contacts, "contacts_out", force, "force", fn);
   marlkit::particles::StepParams p;
-  p.radius = radius;
+  marlkit::particles::StepOptions o;
+  FloatValues radii;
+  if (py::isinstance<py::array>(radius)) {
+    radii = float_values(radius, fn, "radius", "[N]", N);
+    o.radii = radii.data;
+  } else {
+    p.radius = radius.cast<double>();
+  }
   p.mass = mass;
   p.drag = drag;
   p.dt = dt;
   p.substeps = substeps;
   p.stiffness = stiffness;
   p.half_extent = half_extent;
-  marlkit::particles::make_constants(p);  // throws std::invalid_argument with the GIL held
+  FloatValues speeds;
+  if (!max_speed.is_none()) {
+    speeds = float_values(max_speed, fn, "max_speed", "[N]", N);
+    o.max_speed = speeds.data;
+  }
+  py::array active;
+  if (!active_obj.is_none()) {
+    active = checked<bool>(active_obj, fn, "active", "bool", "[E, N]", {E, N}, false);
+    o.active = static_cast<const bool*>(active.data());
+  }
+  py::array landmarks;
+  FloatValues landmark_radii;
+  if (!landmarks_obj.is_none()) {
+    const py::ssize_t M = py::isinstance<py::array>(landmarks_obj) &&
+                                  py::reinterpret_borrow<py::array>(landmarks_obj).ndim() == 3
+                              ? py::reinterpret_borrow<py::array>(landmarks_obj).shape(1)
+                              : 0;
+    landmarks =
+        checked<float>(landmarks_obj, fn, "landmarks", "float32", "[E, M, 2]", {E, M, 2}, false);
+    if (landmark_radius.is_none()) {
+      throw std::invalid_argument("particle_step: landmarks need landmark_radius (a number or a "
+                                  "float32 array of shape [M])");
+    }
+    landmark_radii = float_values(landmark_radius, fn, "landmark_radius", "[M]", M);
+    o.landmarks = static_cast<const float*>(landmarks.data());
+    o.landmark_radii = landmark_radii.data;
+    o.num_landmarks = M;
+  } else if (!landmark_radius.is_none()) {
+    throw std::invalid_argument("particle_step: landmark_radius was given without landmarks");
+  }
+  const marlkit::particles::StepParams checked_params =
+      marlkit::particles::check_options(p, o, N);  // throws with the GIL held, nothing written
   auto* pos_ptr = static_cast<float*>(pos.mutable_data());
   auto* vel_ptr = static_cast<float*>(vel.mutable_data());
   const auto* force_ptr = static_cast<const float*>(force.data());
   auto* contacts_ptr = static_cast<std::int32_t*>(contacts.mutable_data());
   py::gil_scoped_release release;
-  marlkit::particles::step(pos_ptr, vel_ptr, force_ptr, contacts_ptr, E, N, p);
+  marlkit::particles::step(pos_ptr, vel_ptr, force_ptr, contacts_ptr, E, N, checked_params, o);
 }
 
 void knn(const py::object& pos_obj, std::int64_t k, double radius, const py::object& rel_obj,
-         const py::object& idx_obj) {
+         const py::object& idx_obj, const py::object& active_obj) {
   const char* fn = "knn";
   if (!py::isinstance<py::array>(pos_obj)) {
     throw py::type_error("knn: pos must be a float32 array of shape [E, N, 2], got an object of "
@@ -165,11 +231,17 @@ void knn(const py::object& pos_obj, std::int64_t k, double radius, const py::obj
   check_no_overlap(rel, "rel_out", pos, "pos", fn);
   check_no_overlap(idx, "idx_out", pos, "pos", fn);
   check_no_overlap(rel, "rel_out", idx, "idx_out", fn);
+  const bool* active_ptr = nullptr;
+  py::array active;
+  if (!active_obj.is_none()) {
+    active = checked<bool>(active_obj, fn, "active", "bool", "[E, N]", {E, N}, false);
+    active_ptr = static_cast<const bool*>(active.data());
+  }
   const auto* pos_ptr = static_cast<const float*>(pos.data());
   auto* rel_ptr = static_cast<float*>(rel.mutable_data());
   auto* idx_ptr = static_cast<std::int64_t*>(idx.mutable_data());
   py::gil_scoped_release release;
-  marlkit::particles::knn(pos_ptr, E, N, k, radius, rel_ptr, idx_ptr);
+  marlkit::particles::knn(pos_ptr, E, N, k, radius, rel_ptr, idx_ptr, active_ptr);
 }
 
 }  // namespace particles_bind
@@ -178,26 +250,38 @@ void bind_particles(py::module_& m) {
   m.def("particle_step", &particles_bind::particle_step, py::arg("pos"), py::arg("vel"),
         py::arg("force"), py::arg("contacts_out"), py::kw_only(), py::arg("radius"),
         py::arg("mass"), py::arg("drag"), py::arg("dt"), py::arg("substeps"),
-        py::arg("stiffness"), py::arg("half_extent"),
+        py::arg("stiffness"), py::arg("half_extent"), py::arg("max_speed") = py::none(),
+        py::arg("active") = py::none(), py::arg("landmarks") = py::none(),
+        py::arg("landmark_radius") = py::none(),
         R"doc(Advance E particle worlds by one step of `substeps` substeps, in place.
 
 Arrays (C-contiguous, no copies made):
     pos, vel: float32 [E, N, 2], updated in place.
     force: float32 [E, N, 2], the (already scaled and clipped) action force, held over the step.
-    contacts_out: int32 [E, N], written: per agent, the number of others closer than 2 * radius
-        after the step.
-Per substep h = dt / substeps: F = force + sum_j k * (2r - d_ij) * n_ij over touching pairs
-(positions at the start of the substep), vel = vel * (1 - drag) + F * (h / mass),
-pos = pos + vel * h, then each coordinate is clamped to [-(L - r), L - r] with its velocity zeroed.
+    contacts_out: int32 [E, N], written: per agent, the number of other active agents closer
+        than r_i + r_j after the step.
+radius: a number or float32 [N] (per agent). max_speed: None, a number or float32 [N] (inf
+allowed): speeds above it are scaled down to it after each velocity update. active: None or
+bool [E, N]: inactive agents keep pos and vel, exert and feel no force, count 0 contacts.
+landmarks: None or float32 [E, M, 2] static circles with landmark_radius (a number or float32
+[M]): they push touching agents and do not move.
+Per substep h = dt / substeps, with the positions at its start: F_i = force_i + the running sum,
+from 0, of k * (r_i + r_j - d_ij) * n_ij over touching agents j ascending, then touching landmarks
+ascending; vel = vel * (1 - drag) + F * (h / mass); the speed limit; pos = pos + vel * h; each
+coordinate clamped to [-(L - r_i), L - r_i] with its velocity zeroed. Touching pairs are found
+through a uniform grid per environment: O(N) per step.
 Raises ValueError (bad shape, dtype, layout or parameter) or TypeError (not an array).
-Releases the GIL; runs on marlkit's thread setting over environments.)doc");
+Releases the GIL; runs on marlkit's thread pool over environments (or over the agents of one
+environment when there are fewer environments than threads).)doc");
   m.def("knn", &particles_bind::knn, py::arg("pos"), py::arg("k"), py::arg("radius"),
-        py::arg("rel_out"), py::arg("idx_out"),
+        py::arg("rel_out"), py::arg("idx_out"), py::kw_only(), py::arg("active") = py::none(),
         R"doc(The k nearest other agents of every agent, within `radius` (may be inf).
 
 Arrays (C-contiguous): pos float32 [E, N, 2]; rel_out float32 [E, N, k, 2] written with
-pos_j - pos_i; idx_out int64 [E, N, k] written with j. Neighbours are ordered by squared distance,
-ties by the smaller index; slots without a neighbour within radius get rel 0 and idx -1.
+pos_j - pos_i; idx_out int64 [E, N, k] written with j; active None or bool [E, N]. Neighbours
+are active agents ordered by squared distance, ties by the smaller index; slots without a
+neighbour within radius, and every slot of an inactive agent, get rel 0 and idx -1. Found through
+a uniform grid searched in growing rings of cells: exactly the brute-force result, O(N k).
 Raises ValueError for k outside [0, N - 1], radius <= 0, or a bad array. Releases the GIL.)doc");
 }
 // --- end section: particles ------------------------------------------------------------------

@@ -10,19 +10,24 @@ def set_num_threads(n: int) -> None: ...
 def get_num_threads() -> int: ...
 
 # particles (csrc/include/marlkit/particles.h): arrays C-contiguous, written in place, no copies.
+# O(N) per environment through uniform grids; results do not depend on the grid or the threads.
 def particle_step(
     pos: NDArray[np.float32],  # [E, N, 2], updated in place
     vel: NDArray[np.float32],  # [E, N, 2], updated in place
     force: NDArray[np.float32],  # [E, N, 2]
     contacts_out: NDArray[np.int32],  # [E, N], written
     *,
-    radius: float,
+    radius: float | NDArray[np.float32],  # a number or [N]
     mass: float,
     drag: float,
     dt: float,
     substeps: int,
     stiffness: float,
     half_extent: float,
+    max_speed: float | NDArray[np.float32] | None = None,  # a number or [N]; None: no limit
+    active: NDArray[np.bool_] | None = None,  # [E, N]; None: all active
+    landmarks: NDArray[np.float32] | None = None,  # [E, M, 2]
+    landmark_radius: float | NDArray[np.float32] | None = None,  # a number or [M]
 ) -> None: ...
 def knn(
     pos: NDArray[np.float32],  # [E, N, 2]
@@ -30,6 +35,8 @@ def knn(
     radius: float,
     rel_out: NDArray[np.float32],  # [E, N, k, 2], written
     idx_out: NDArray[np.int64],  # [E, N, k], written
+    *,
+    active: NDArray[np.bool_] | None = None,  # [E, N]; None: all active
 ) -> None: ...
 
 # render (csrc/include/marlkit/render.h; Python face: marlkit.native.render). Returns uint8

@@ -1,8 +1,13 @@
-"""The particle-world kernels: C++ vs torch twin agreement, physics sanity, bad input, threads."""
+"""The particle-world kernels: C++ (uniform grids) vs torch twin agreement, physics sanity,
+landmarks and inactive agents, kNN exactness on hard layouts, bad input, threads and the pool."""
 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -348,3 +353,322 @@ def test_threads_give_identical_results(threads: None) -> None:
         results.append((pos, vel, torch.stack(contacts_all), rel, idx))
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+# ---- options: per-agent radius, speed limits, inactive agents, landmarks -----------------------
+
+
+def _options(e: int, n: int, m: int, seed: int, radius: float) -> dict[str, Any]:
+    """Per-agent radii and speed limits, ~20% inactive agents, ``m`` landmarks."""
+    g = torch.Generator().manual_seed(seed)
+    return dict(
+        radius=radius * (0.5 + torch.rand(n, generator=g)),
+        max_speed=0.2 + torch.rand(n, generator=g),
+        active=torch.rand(e, n, generator=g) > 0.2,
+        landmarks=(torch.rand(e, m, 2, generator=g) * 2 - 1) * 0.8,
+        landmark_radius=2 * radius * (0.5 + torch.rand(m, generator=g)),
+    )
+
+
+def _run_agreement_options(e: int, n: int, m: int, steps: int, seed: int, radius: float) -> int:
+    opts = _options(e, n, m, seed, radius)
+    params = dict(PARAMS, **opts)
+    pos, vel, g = _world(e, n, seed)
+    pos0, vel0 = pos.clone(), vel.clone()
+    pos_t, vel_t = pos.clone(), vel.clone()
+    contacts_seen = 0
+    for _ in range(steps):
+        force = (torch.rand(e, n, 2, generator=g) * 2 - 1) * 3.0
+        contacts = particle_step(pos, vel, force, backend="native", **params)
+        contacts_t = particle_step_torch(pos_t, vel_t, force, **params)
+        torch.testing.assert_close(pos, pos_t, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(vel, vel_t, atol=1e-5, rtol=1e-5)
+        assert torch.equal(contacts, contacts_t)
+        contacts_seen += int(contacts.sum())
+    inactive = ~opts["active"]
+    assert torch.equal(pos[inactive], pos0[inactive]) and torch.equal(vel[inactive], vel0[inactive])
+    assert not contacts[inactive].any()
+    speed_ok = vel.norm(dim=-1) <= opts["max_speed"] * (1 + 1e-6)
+    assert speed_ok[opts["active"]].all()  # inactive agents keep their first velocity
+    return contacts_seen
+
+
+@pytest.mark.parametrize(("n", "m", "radius"), [(4, 2, 0.2), (64, 3, 0.05), (64, 40, 0.05)])
+def test_step_with_options_agrees_with_torch(n: int, m: int, radius: float) -> None:
+    # m = 40 landmarks go through their own grid in the kernel (more than 8).
+    assert _run_agreement_options(4, n, m, 60, seed=n + m, radius=radius) > 0
+
+
+@pytest.mark.slow  # the dense twin at N = 1024
+def test_step_with_options_agrees_with_torch_n1024() -> None:
+    assert _run_agreement_options(1, 1024, 16, 10, seed=5, radius=0.03) > 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_landmark_pushes_agent_and_stays(backend: str) -> None:
+    pos, vel, force = torch.tensor([[[0.08, 0.0]]]), torch.zeros(1, 1, 2), torch.zeros(1, 1, 2)
+    landmarks = torch.zeros(1, 1, 2)
+    kw = dict(PARAMS, landmarks=landmarks, landmark_radius=0.1)
+    contacts = particle_step(pos, vel, force, backend=backend, **kw)
+    assert float(pos[0, 0, 0]) > 0.08 and float(pos[0, 0, 1]) == 0.0  # pushed along +x
+    assert contacts.tolist() == [[0]]  # landmarks are not counted
+    assert torch.equal(landmarks, torch.zeros(1, 1, 2))
+    on_top = torch.zeros(1, 1, 2)  # coincident with the landmark: pushed along +x
+    particle_step(on_top, torch.zeros(1, 1, 2), force, backend=backend, **kw)
+    assert float(on_top[0, 0, 0]) > 0 and float(on_top[0, 0, 1]) == 0.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inactive_agents_do_not_collide(backend: str) -> None:
+    pos = torch.tensor([[[0.0, 0.0], [0.05, 0.0]]])
+    vel, force = torch.zeros(1, 2, 2), torch.zeros(1, 2, 2)
+    active = torch.tensor([[True, False]])
+    contacts = particle_step(pos, vel, force, active=active, backend=backend, **PARAMS)
+    assert torch.equal(pos, torch.tensor([[[0.0, 0.0], [0.05, 0.0]]]))  # nobody pushed
+    assert contacts.tolist() == [[0, 0]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_agent_bounds_and_speed(backend: str) -> None:
+    pos, vel = torch.zeros(1, 2, 2), torch.zeros(1, 2, 2)
+    radius = torch.tensor([0.05, 0.2])
+    force = torch.full((1, 2, 2), 50.0)
+    for _ in range(20):
+        particle_step(pos, vel, force, backend=backend, **dict(PARAMS, radius=radius))
+    lim = torch.tensor(1.0) - radius  # float32 L - r_i
+    assert torch.equal(pos[0], lim[:, None].expand(2, 2))
+    pos, vel = torch.zeros(1, 2, 2), torch.zeros(1, 2, 2)
+    kw = dict(PARAMS, half_extent=100.0, max_speed=torch.tensor([0.5, math.inf]))
+    particle_step(pos, vel, force, backend=backend, **kw)
+    torch.testing.assert_close(vel[0, 0].norm(), torch.tensor(0.5))
+    assert float(vel[0, 1].norm()) > 1.0
+    particle_step(pos, vel, force, backend=backend, **dict(kw, max_speed=0.25))
+    torch.testing.assert_close(vel[0].norm(dim=-1), torch.tensor([0.25, 0.25]))
+
+
+# ---- kNN exactness on layouts that stress the grid ---------------------------------------------
+
+
+def _layout(name: str, e: int, n: int, g: torch.Generator) -> torch.Tensor:
+    u = torch.rand(e, n, 2, generator=g)
+    if name == "uniform":
+        return (u * 2 - 1) * 3
+    if name == "clusters":  # dense blobs far apart: most cells empty, a few crowded
+        centres = (torch.rand(e, 4, 2, generator=g) * 2 - 1) * 50
+        return centres[:, torch.arange(n) % 4] + (u - 0.5) * 0.2
+    if name == "line":  # a degenerate bounding box
+        return torch.stack([u[..., 0] * 10, torch.zeros(e, n)], dim=-1)
+    if name == "lattice":  # many exact distance ties
+        side = math.isqrt(n) + 1
+        i = torch.arange(n)
+        return torch.stack([i % side, i // side], dim=-1).float().expand(e, n, 2).contiguous()
+    if name == "coincident":
+        pos = (u * 2 - 1) * 0.001
+        pos[:, ::3] = 0.0
+        return pos
+    if name == "huge":  # float32 extremes: d2 overflows to inf
+        pos = (u * 2 - 1) * 1e30
+        pos[:, :4] = (u[:, :4] * 2 - 1) * 1e-30
+        return pos
+    pos = (u * 2 - 1) * 2  # "nonfinite": the kernel falls back to all pairs for that env
+    pos[0, 3] = math.nan
+    pos[0, 5, 1] = math.inf
+    pos[-1, 7, 0] = -math.inf
+    return pos
+
+
+LAYOUTS = ["uniform", "clusters", "line", "lattice", "coincident", "huge", "nonfinite"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("k", "radius"), [(4, math.inf), (6, 0.3), (40, math.inf), (40, 2.0)])
+def test_knn_is_exact_on_hard_layouts(layout: str, k: int, radius: float) -> None:
+    g = torch.Generator().manual_seed(hash(layout) % 1000)
+    pos = _layout(layout, 3, 200, g)
+    active = torch.rand(3, 200, generator=g) > 0.1
+    for act in (None, active):
+        rel, idx = knn(pos, k, radius=radius, active=act, backend="native")
+        rel_t, idx_t = knn_torch(pos, k, radius=radius, active=act)
+        assert torch.equal(idx, idx_t)
+        assert torch.equal(rel.isnan(), rel_t.isnan())
+        torch.testing.assert_close(rel, rel_t, atol=0.0, rtol=0.0, equal_nan=True)
+    assert (idx[~active] == -1).all()
+    found = idx >= 0
+    neighbour_active = torch.gather(active, 1, idx.clamp(min=0).view(3, -1)).view_as(idx)
+    assert neighbour_active[found].all()
+
+
+def test_knn_exact_just_above_the_all_pairs_size() -> None:
+    g = torch.Generator().manual_seed(2)
+    for n in (24, 25, 33):
+        pos = _layout("uniform", 4, n, g)
+        for k in (1, n - 1):
+            assert torch.equal(knn(pos, k, backend="native")[1], knn_torch(pos, k)[1])
+
+
+@pytest.mark.parametrize("layout", ["uniform", "nonfinite"])
+def test_step_exact_on_hard_layouts(layout: str) -> None:
+    g = torch.Generator().manual_seed(9)
+    pos = _layout(layout, 2, 300, g) * 0.3  # inside the box; NaN and inf stay
+    pos[:, 10] = pos[:, 11]  # coincident centres
+    vel = torch.zeros(2, 300, 2)
+    pos_t, vel_t = pos.clone(), vel.clone()
+    force = torch.rand(2, 300, 2, generator=g) * 2 - 1
+    params = dict(PARAMS, radius=0.04)
+    contacts = particle_step(pos, vel, force, backend="native", **params)
+    contacts_t = particle_step_torch(pos_t, vel_t, force, **params)
+    assert torch.equal(pos.isnan(), pos_t.isnan()) and torch.equal(contacts, contacts_t)
+    torch.testing.assert_close(pos, pos_t, atol=1e-5, rtol=1e-5, equal_nan=True)
+    torch.testing.assert_close(vel, vel_t, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+# ---- bad optional inputs -----------------------------------------------------------------------
+
+BAD_OPTIONS = [
+    ({"radius": torch.full((4,), 0.05)}, ValueError, r"radius must be a float32 tensor of shape"),
+    ({"radius": torch.full((3,), 0.05).double()}, ValueError, r"radius .*got dtype"),
+    ({"radius": torch.tensor([0.05, -1.0, 0.05])}, ValueError, r"radius\[1\] must be a finite"),
+    ({"radius": torch.tensor([0.05, 2.0, 0.05])}, ValueError, r"half_extent must be .*> radius"),
+    ({"radius": "big"}, TypeError, r"radius must be a real number"),
+    ({"max_speed": torch.tensor([1.0, 0.0, 1.0])}, ValueError, r"max_speed\[1\] must be > 0"),
+    ({"max_speed": -1.0}, ValueError, r"max_speed must be > 0"),
+    ({"active": torch.ones(2, 3)}, ValueError, r"active must be a bool tensor .*got dtype"),
+    ({"active": torch.ones(2, 4, dtype=torch.bool)}, ValueError, r"active must be .*\[2, 3\]"),
+    ({"landmarks": torch.zeros(2, 3, 2)}, ValueError, r"landmarks need landmark_radius"),
+    ({"landmark_radius": 0.1}, ValueError, r"landmark_radius was given without landmarks"),
+    (
+        {"landmarks": torch.zeros(3, 1, 2), "landmark_radius": 0.1},
+        ValueError,
+        r"landmarks must be .*\[E, M, 2\]",
+    ),
+    (
+        {"landmarks": torch.zeros(2, 1, 3), "landmark_radius": 0.1},
+        ValueError,
+        r"landmarks must be .*got shape \[2, 1, 3\]",
+    ),
+    (
+        {"landmarks": torch.zeros(2, 2, 2), "landmark_radius": torch.tensor([0.1, math.nan])},
+        ValueError,
+        r"landmark_radius\[1\] must be a finite number >= 0",
+    ),
+    (
+        {"landmarks": torch.zeros(2, 2, 2), "landmark_radius": torch.zeros(3)},
+        ValueError,
+        r"landmark_radius must be a float32 tensor of shape \[M\] = \[2\]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("opts", "error", "match"), BAD_OPTIONS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_step_rejects_bad_options(opts: dict, error: type, match: str, backend: str) -> None:
+    pos, vel, force = _state()
+    pos[:, 1, 0] = 0.05  # overlapping: a step would move something
+    before = pos.clone()
+    with pytest.raises(error, match=match):
+        particle_step(pos, vel, force, backend=backend, **dict(PARAMS, **opts))
+    assert torch.equal(pos, before) and not vel.any()
+
+
+def test_c_step_rejects_bad_option_arrays() -> None:
+    c = load_extension()
+    arrays = [t.numpy() for t in _state()]
+    contacts = np.zeros((2, 3), np.int32)
+    cases = [
+        ({"radius": np.full(4, 0.05, np.float32)}, r"radius must be a float32 array .*\[3\]"),
+        ({"radius": np.array([0.05, np.inf, 0.05], np.float32)}, r"radius\[1\] must be"),
+        ({"active": np.ones((2, 3), np.int8)}, r"active must be a bool array .*got dtype int8"),
+        ({"max_speed": np.zeros(3, np.float32)}, r"max_speed\[0\] must be > 0"),
+        ({"landmarks": np.zeros((2, 1, 2), np.float32)}, r"landmarks need landmark_radius"),
+        ({"landmarks": np.zeros((2, 1, 2), np.float64), "landmark_radius": 0.1}, r"got dtype"),
+        ({"landmark_radius": 0.1}, r"landmark_radius was given without landmarks"),
+    ]
+    for opts, match in cases:
+        with pytest.raises(ValueError, match=match):
+            c.particle_step(*arrays, contacts, **dict(PARAMS, **opts))
+    with pytest.raises(TypeError, match=r"max_speed must be a number or a float32 array"):
+        c.particle_step(*arrays, contacts, **dict(PARAMS, max_speed="fast"))
+    with pytest.raises(ValueError, match=r"active must be a bool array .*\[2, 3\]"):
+        c.knn(
+            arrays[0],
+            1,
+            math.inf,
+            np.zeros((2, 3, 1, 2), np.float32),
+            np.zeros((2, 3, 1), np.int64),
+            active=np.ones((2, 4), bool),
+        )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_knn_rejects_bad_active(backend: str) -> None:
+    with pytest.raises(ValueError, match=r"knn: active must be a bool tensor of shape"):
+        knn(torch.zeros(2, 4, 2), 1, active=torch.ones(2, 4), backend=backend)
+    with pytest.raises(TypeError, match=r"knn: active must be a bool tensor .*got list"):
+        knn(torch.zeros(2, 4, 2), 1, active=[True] * 4, backend=backend)  # type: ignore[arg-type]
+
+
+# ---- threads and the pool ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("e", "n"), [(1, 2048), (3, 600)])
+def test_split_environments_match_one_thread(threads: None, e: int, n: int) -> None:
+    """Fewer environments than threads: each environment is split over the pool by agents."""
+    opts = _options(e, n, 12, seed=1, radius=0.02)
+    results = []
+    for n_threads in (1, 2):
+        set_num_threads(n_threads)
+        pos, vel, g = _world(e, n, seed=4)
+        pos = pos * 2.0
+        out = []
+        for _ in range(5):
+            force = torch.rand(e, n, 2, generator=g) * 2 - 1
+            params = dict(PARAMS, half_extent=2.0, **opts)
+            out.append(particle_step(pos, vel, force, backend="native", **params))
+        out += [pos, vel, *knn(pos, 8, active=opts["active"], backend="native")]
+        out += list(knn(pos, 3, radius=0.1, backend="native"))
+        results.append(out)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    pos = results[1][5]
+    rel_t, idx_t = knn_torch(pos, 8, active=opts["active"])
+    assert torch.equal(results[1][7], rel_t) and torch.equal(results[1][8], idx_t)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_pool_survives_fork_and_thread_changes() -> None:
+    """Kernels keep working in a forked child (the parent's pool threads do not exist there),
+    after changing the thread count, and from several Python threads at once."""
+    script = textwrap.dedent(
+        """
+        import os, threading, torch
+        from marlkit.native import set_num_threads
+        from marlkit.native.particles import knn
+        set_num_threads(2)
+        pos = torch.rand(8, 600, 2)
+        expected = knn(pos, 4)[1]
+        pid = os.fork()
+        if pid == 0:
+            ok = torch.equal(knn(pos, 4)[1], expected)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        for n in (1, 3, 2):
+            set_num_threads(n)
+            assert torch.equal(knn(pos, 4)[1], expected)
+        results = []
+        workers = [threading.Thread(target=lambda: results.append(knn(pos, 4)[1]))
+                   for _ in range(4)]
+        for t in workers: t.start()
+        for t in workers: t.join()
+        assert len(results) == 4 and all(torch.equal(r, expected) for r in results)
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

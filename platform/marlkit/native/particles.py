@@ -1,15 +1,21 @@
-"""Particle-world kernels: soft-contact point agents in a box, and k-nearest neighbours.
+"""Particle-world kernels: soft-contact circular agents in a box, landmarks, k-nearest neighbours.
 
 Two backends do the same float32 maths in the same order: the C++ kernels of ``marlkit._C``
-(CPU, threaded over environments, the GIL released) and the torch twins
-:func:`particle_step_torch` and :func:`knn_torch` (any device; the fallback and the oracle of the
-agreement tests). Both form ``F_i = force_i + (sum_j f_ij)``. They agree to float32 rounding,
-bit for bit wherever an agent has at most two contacts: the twin sums the pair forces with
-``Tensor.sum``, whose order of additions may differ from the kernel's ascending ``j``. The twin
-takes its square roots through float64 on the CPU, where torch's float32 ``sqrt`` is not
-correctly rounded.
+(CPU, O(N) per environment through uniform grids, on marlkit's thread pool with the GIL
+released) and the torch twins :func:`particle_step_torch` and :func:`knn_torch` (any device,
+dense O(N^2) pair tensors; the fallback and the oracle of the agreement tests).
 
-Shapes: ``E`` environments, ``N`` agents, ``k`` neighbours.
+The contact force on an agent is one running sum, from 0, of its partners' terms in ascending
+order (other agents by index, then landmarks by index), then ``F_i = force_i + sum``. The C++
+grid only finds the partners and sorts them before summing, so its result does not depend on the
+grid or the threads. The twin sums a dense row (zeros for non-touching partners) with
+``Tensor.sum``: the same additions in the same order wherever torch sums a row sequentially, so
+the backends agree bit for bit where an agent has at most two contacts and to float32 rounding
+elsewhere. The twin takes its square roots through float64 on the CPU, where torch's float32
+``sqrt`` is not correctly rounded. :func:`knn` is exact in both backends (the same neighbours in
+the same order, the same ``rel`` bits).
+
+Shapes: ``E`` environments, ``N`` agents, ``M`` landmarks, ``k`` neighbours.
 
 Examples:
     >>> import torch
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Literal, NamedTuple
 
@@ -44,7 +51,11 @@ __all__ = ["Backend", "knn", "knn_torch", "particle_step", "particle_step_torch"
 #: ``"native"``: the C++ kernel or an error; ``"torch"``: the torch twin.
 Backend = Literal["auto", "native", "torch"]
 
+#: A number for every agent (or landmark), or a float32 tensor with one value each.
+PerAgent = float | torch.Tensor
+
 _BACKENDS = ("auto", "native", "torch")
+_F32_TINY = 1.1754943508222875e-38  # the smallest normal float32: the radius bound when N = 0
 _STATE = "[E, N, 2]"
 _log = get_logger("native.particles")
 _native_status: list[bool] = []  # [] until "auto" first asks; then [whether the extension loads]
@@ -53,14 +64,26 @@ _native_status: list[bool] = []  # [] until "auto" first asks; then [whether the
 class _Constants(NamedTuple):
     """The float32 constants of one particle_step call, as Python floats holding float32 values."""
 
-    two_r: float  # 2r
-    contact2: float  # (2r)^2
+    two_r: float  # 2r (scalar radius only)
+    contact2: float  # (2r)^2 (scalar radius only)
     k: float  # stiffness
     h: float  # dt / substeps
     a: float  # 1 - drag
     b: float  # h / mass
-    lim: float  # L - r
+    lim: float  # L - r (scalar radius only)
     substeps: int
+    half_extent: float  # float32(L)
+
+
+@dataclass
+class _Options:
+    """The optional inputs of one particle_step call, checked (tensors on pos's device)."""
+
+    radius: float | torch.Tensor  # a float or float32 [N]
+    max_speed: float | torch.Tensor | None = None  # None, a float or float32 [N]
+    active: torch.Tensor | None = None  # bool [E, N]
+    landmarks: torch.Tensor | None = None  # float32 [E, M, 2]
+    landmark_radius: float | torch.Tensor | None = None  # a float or float32 [M]
 
 
 def _f32(x: float) -> float:
@@ -69,6 +92,11 @@ def _f32(x: float) -> float:
         return struct.unpack("f", struct.pack("f", x))[0]
     except OverflowError:
         return math.copysign(math.inf, x)
+
+
+def _fmt(x: float) -> str:
+    """A number as the C++ kernels print it (``%.9g``)."""
+    return f"{x:.9g}"
 
 
 def _real(fn: str, name: str, value: object) -> float:
@@ -130,6 +158,7 @@ def _step_constants(
         b=_f32(h / _f32(m)),
         lim=_f32(L32 - r32),
         substeps=s,
+        half_extent=L32,
     )
 
 
@@ -143,23 +172,46 @@ def _knn_radius2(fn: str, k: int, n: int, radius: float) -> float:
     return _f32(r32 * r32)
 
 
-def _check_state(
-    fn: str, name: str, t: object, like: torch.Tensor | None, contiguous: bool
+def _check_tensor(
+    fn: str,
+    name: str,
+    t: object,
+    dtype: torch.dtype,
+    layout: str,
+    shape: tuple[int, ...] | None,
+    like: torch.Tensor | None,
+    contiguous: bool,
 ) -> torch.Tensor:
-    """Check one float32 ``[E, N, 2]`` tensor (shaped and placed like ``like`` when given)."""
-    expected = _STATE if like is None else f"{_STATE} = {list(like.shape)} (like pos)"
-    what = f"{fn}: {name} must be a float32 tensor of shape {expected}"
+    """Check a tensor's type, shape (``None``: ``[*, *, 2]``), dtype, device and layout."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    article = "an" if dtype_name[0] in "aeiou" else "a"
+    expected = layout if shape is None else f"{layout} = {list(shape)}"
+    if shape is not None and layout.endswith("(like pos)"):
+        expected = f"{layout.removesuffix(' (like pos)')} = {list(shape)} (like pos)"
+    what = f"{fn}: {name} must be {article} {dtype_name} tensor of shape {expected}"
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{what}, got {type(t).__name__}")
-    if t.ndim != 3 or t.shape[2] != 2 or (like is not None and t.shape != like.shape):
+    bad_shape = t.ndim != 3 or t.shape[2] != 2 if shape is None else tuple(t.shape) != shape
+    if bad_shape:
         raise ValueError(f"{what}, got shape {list(t.shape)}")
-    if t.dtype != torch.float32:
+    if t.dtype != dtype:
         raise ValueError(f"{what}, got dtype {t.dtype}")
     if like is not None and t.device != like.device:
         raise ValueError(f"{what} on pos's device {like.device}, got device {t.device}")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{what} and contiguous, got a non-contiguous tensor")
     return t
+
+
+def _check_state(
+    fn: str, name: str, t: object, like: torch.Tensor | None, contiguous: bool
+) -> torch.Tensor:
+    """Check one float32 ``[E, N, 2]`` tensor (shaped and placed like ``like`` when given)."""
+    if like is None:
+        return _check_tensor(fn, name, t, torch.float32, _STATE, None, None, contiguous)
+    layout = f"{_STATE} (like pos)"
+    shape = tuple(like.shape)
+    return _check_tensor(fn, name, t, torch.float32, layout, shape, like, contiguous)
 
 
 def _check_disjoint(fn: str, tensors: dict[str, torch.Tensor]) -> None:
@@ -175,15 +227,111 @@ def _check_disjoint(fn: str, tensors: dict[str, torch.Tensor]) -> None:
                 raise ValueError(f"{fn}: {a} and {b} must not share memory ({a} is written)")
 
 
-def _use_native(fn: str, backend: str, tensors: tuple[torch.Tensor, ...]) -> bool:
+def _per_item(
+    fn: str, name: str, value: object, layout: str, count: int, pos: torch.Tensor
+) -> float | torch.Tensor:
+    """A real number, or a float32 tensor of shape ``[count]`` on pos's device."""
+    if isinstance(value, torch.Tensor):
+        return _check_tensor(fn, name, value, torch.float32, layout, (count,), pos, False)
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(
+            f"{fn}: {name} must be a real number or a float32 tensor of shape {layout}, got "
+            f"{type(value).__name__}"
+        )
+    return float(value)
+
+
+def _first_bad(values: torch.Tensor, ok: torch.Tensor) -> tuple[int, float] | None:
+    """``(index, value)`` of the first entry where ``ok`` is false, or None."""
+    bad = (~ok).nonzero()
+    if bad.numel() == 0:
+        return None
+    i = int(bad[0, 0])
+    return i, float(values[i])
+
+
+def _largest_radius(fn: str, radius: float | torch.Tensor) -> float:
+    """Check a radius tensor's values (the kernel's rule and message); return the largest radius.
+
+    A scalar is returned as is (``_step_constants`` checks it).
+    """
+    if isinstance(radius, float):
+        return radius
+    if radius.numel() == 0:
+        return _F32_TINY
+    bad = _first_bad(radius, torch.isfinite(radius) & (radius > 0))
+    if bad is not None:
+        raise ValueError(f"{fn}: radius[{bad[0]}] must be a finite number > 0, got {_fmt(bad[1])}")
+    return float(radius.max())
+
+
+def _check_options(fn: str, opts: _Options) -> None:
+    """Check the values of max_speed and landmark_radius (the kernel's rules and messages)."""
+    speed = opts.max_speed
+    if isinstance(speed, float) and not speed > 0:
+        raise ValueError(f"{fn}: max_speed must be > 0 (inf allowed), got {speed!r}")
+    if isinstance(speed, torch.Tensor) and speed.numel() > 0:
+        bad = _first_bad(speed, speed > 0)
+        if bad is not None:
+            raise ValueError(
+                f"{fn}: max_speed[{bad[0]}] must be > 0 (inf allowed), got {_fmt(bad[1])}"
+            )
+    lr = opts.landmark_radius
+    if isinstance(lr, float) and not (math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"{fn}: landmark_radius must be a finite number >= 0, got {lr!r}")
+    if isinstance(lr, torch.Tensor) and lr.numel() > 0:
+        bad = _first_bad(lr, torch.isfinite(lr) & (lr >= 0))
+        if bad is not None:
+            raise ValueError(
+                f"{fn}: landmark_radius[{bad[0]}] must be a finite number >= 0, got {_fmt(bad[1])}"
+            )
+
+
+def _gather_options(
+    fn: str,
+    pos: torch.Tensor,
+    radius: object,
+    max_speed: object,
+    active: object,
+    landmarks: object,
+    landmark_radius: object,
+) -> _Options:
+    """Check types, shapes, dtypes and devices of the optional inputs."""
+    e, n = pos.shape[0], pos.shape[1]
+    opts = _Options(radius=_per_item(fn, "radius", radius, "[N]", n, pos))
+    if max_speed is not None:
+        opts.max_speed = _per_item(fn, "max_speed", max_speed, "[N]", n, pos)
+    if active is not None:
+        opts.active = _check_tensor(fn, "active", active, torch.bool, "[E, N]", (e, n), pos, False)
+    if landmarks is not None:
+        lm = _check_tensor(fn, "landmarks", landmarks, torch.float32, "[E, M, 2]", None, pos, False)
+        if lm.shape[0] != e:
+            raise ValueError(
+                f"{fn}: landmarks must be a float32 tensor of shape [E, M, 2] with E = {e} "
+                f"(like pos), got shape {list(lm.shape)}"
+            )
+        if landmark_radius is None:
+            raise ValueError(
+                f"{fn}: landmarks need landmark_radius (a number or a float32 array of shape [M])"
+            )
+        opts.landmarks = lm
+        opts.landmark_radius = _per_item(
+            fn, "landmark_radius", landmark_radius, "[M]", lm.shape[1], pos
+        )
+    elif landmark_radius is not None:
+        raise ValueError(f"{fn}: landmark_radius was given without landmarks")
+    return opts
+
+
+def _use_native(fn: str, backend: str, tensors: tuple[torch.Tensor | None, ...]) -> bool:
     if backend not in _BACKENDS:
         raise ValueError(f"{fn}: backend must be one of {_BACKENDS}, got {backend!r}")
     if backend == "torch":
         return False
-    on_cpu = all(t.device.type == "cpu" for t in tensors)
+    on_cpu = all(t.device.type == "cpu" for t in tensors if t is not None)
     if backend == "native":
         if not on_cpu:
-            devices = sorted({str(t.device) for t in tensors})
+            devices = sorted({str(t.device) for t in tensors if t is not None})
             raise ValueError(f"{fn}: backend='native' needs CPU tensors, got devices {devices}")
         load_extension()  # raises ExtensionError saying how to rebuild
         return True
@@ -199,14 +347,6 @@ def _use_native(fn: str, backend: str, tensors: tuple[torch.Tensor, ...]) -> boo
     return _native_status[0]
 
 
-def _pair_geometry(pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``dx, dy, d2`` of ``pos_i - pos_j``, each ``[E, N, N]`` (i along dim 1, j along dim 2)."""
-    x, y = pos[..., 0], pos[..., 1]
-    dx = x[:, :, None] - x[:, None, :]
-    dy = y[:, :, None] - y[:, None, :]
-    return dx, dy, dx * dx + dy * dy
-
-
 def _sqrt(x: torch.Tensor) -> torch.Tensor:
     """Correctly rounded float32 square root, as C++'s ``std::sqrt``.
 
@@ -219,42 +359,100 @@ def _sqrt(x: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(x)
 
 
+def _as_tensor(value: float | torch.Tensor, count: int, like: torch.Tensor) -> torch.Tensor:
+    """A float32 ``[count]`` tensor (a float is rounded to float32 and repeated)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.full((count,), _f32(value), dtype=torch.float32, device=like.device)
+
+
+def _contact_terms(
+    dx: torch.Tensor,
+    dy: torch.Tensor,
+    d2: torch.Tensor,
+    reach: torch.Tensor,
+    touching: torch.Tensor,
+    k: float,
+    fallback_x: torch.Tensor | float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dense contact terms ``(fx, fy)``: ``k (reach - d) n`` where touching, else 0."""
+    d = _sqrt(d2)
+    kp = torch.where(touching, k * (reach - d), 0.0)
+    far = touching & (d > 1e-6)  # elsewhere the normal is the finite fallback: kp * n = 0
+    nx = torch.where(far, dx / d, fallback_x)
+    ny = torch.where(far, dy / d, 0.0)
+    return kp * nx, kp * ny
+
+
 def _step_torch(
-    pos: torch.Tensor, vel: torch.Tensor, force: torch.Tensor, c: _Constants
+    pos: torch.Tensor, vel: torch.Tensor, force: torch.Tensor, c: _Constants, opts: _Options
 ) -> torch.Tensor:
-    n = pos.shape[1]
-    others = ~torch.eye(n, dtype=torch.bool, device=pos.device)  # [N, N]: j != i
-    i_before_j = torch.ones(n, n, dtype=torch.bool, device=pos.device).triu(1)
+    n, dev = pos.shape[1], pos.device
+    r = _as_tensor(opts.radius, n, pos)  # [N]
+    reach = r[:, None] + r[None, :]  # [N, N] float32: r_i + r_j
+    reach2 = reach * reach
+    lim = (c.half_extent - r)[None, :, None]  # [1, N, 1] float32: L - r_i
+    pair_ok = ~torch.eye(n, dtype=torch.bool, device=dev)  # [N, N]: j != i
+    act = opts.active
+    if act is not None:
+        pair_ok = pair_ok & act[:, :, None] & act[:, None, :]  # [E, N, N]
+    i_before_j = torch.ones(n, n, dtype=torch.bool, device=dev).triu(1)
     fallback_nx = torch.where(i_before_j, 1.0, -1.0).to(pos.dtype)  # normal at d <= 1e-6
+    lm = opts.landmarks
+    if lm is not None:
+        lr = _as_tensor(opts.landmark_radius, lm.shape[1], pos)  # [M]
+        l_reach = r[:, None] + lr[None, :]  # [N, M]
+        l_reach2 = l_reach * l_reach
+    speed = None if opts.max_speed is None else _as_tensor(opts.max_speed, n, pos)[None, :]
     x, v = pos, vel
     for _ in range(c.substeps):
-        dx, dy, d2 = _pair_geometry(x)
-        d = _sqrt(d2)
-        touching = (d2 < c.contact2) & others  # [E, N, N]
-        kp = torch.where(touching, c.k * (c.two_r - d), 0.0)
-        far = touching & (d > 1e-6)  # elsewhere the normal is the finite fallback: kp * n = 0
-        nx = torch.where(far, dx / d, fallback_nx)
-        ny = torch.where(far, dy / d, 0.0)
-        # The dense pair forces f_ij, [E, N, N] per component, summed over j.
-        total = force + torch.stack(((kp * nx).sum(dim=2), (kp * ny).sum(dim=2)), dim=-1)
-        v = v * c.a + total * c.b
-        x = x + v * c.h
-        over, under = x > c.lim, x < -c.lim
-        x = torch.where(over, c.lim, torch.where(under, -c.lim, x))
-        v = torch.where(over | under, 0.0, v)
+        px, py = x[..., 0], x[..., 1]
+        dx = px[:, :, None] - px[:, None, :]  # [E, N, N]: p_i - p_j
+        dy = py[:, :, None] - py[:, None, :]
+        d2 = dx * dx + dy * dy
+        fx, fy = _contact_terms(dx, dy, d2, reach, (d2 < reach2) & pair_ok, c.k, fallback_nx)
+        if lm is not None:
+            ldx = px[:, :, None] - lm[:, None, :, 0]  # [E, N, M]: p_i - l_m
+            ldy = py[:, :, None] - lm[:, None, :, 1]
+            ld2 = ldx * ldx + ldy * ldy
+            touch = ld2 < l_reach2
+            if act is not None:
+                touch = touch & act[:, :, None]
+            lfx, lfy = _contact_terms(ldx, ldy, ld2, l_reach, touch, c.k, 1.0)
+            fx, fy = torch.cat([fx, lfx], dim=2), torch.cat([fy, lfy], dim=2)
+        # One dense row per agent: agents ascending, then landmarks ascending.
+        total = force + torch.stack((fx.sum(dim=2), fy.sum(dim=2)), dim=-1)
+        nv = v * c.a + total * c.b
+        if speed is not None:
+            s2 = nv[..., 0] * nv[..., 0] + nv[..., 1] * nv[..., 1]
+            over = s2 > speed * speed
+            nv = torch.where(over[..., None], nv * (speed / _sqrt(s2))[..., None], nv)
+        nxt = x + nv * c.h
+        over, under = nxt > lim, nxt < -lim
+        nxt = torch.where(over, lim, torch.where(under, -lim, nxt))
+        nv = torch.where(over | under, 0.0, nv)
+        if act is not None:
+            nxt = torch.where(act[..., None], nxt, x)
+            nv = torch.where(act[..., None], nv, v)
+        x, v = nxt, nv
     pos.copy_(x)
     vel.copy_(v)
-    _, _, d2 = _pair_geometry(pos)
-    return ((d2 < c.contact2) & others).sum(dim=-1, dtype=torch.int32)
+    px, py = pos[..., 0], pos[..., 1]
+    dx = px[:, :, None] - px[:, None, :]
+    dy = py[:, :, None] - py[:, None, :]
+    return ((dx * dx + dy * dy < reach2) & pair_ok).sum(dim=-1, dtype=torch.int32)
 
 
-def _knn_torch(pos: torch.Tensor, k: int, radius2: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _knn_torch(
+    pos: torch.Tensor, k: int, radius2: float, active: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     e, n = pos.shape[0], pos.shape[1]
     rel_all = pos[:, None, :, :] - pos[:, :, None, :]  # [E, N(i), N(j), 2]: pos_j - pos_i
     rx, ry = rel_all[..., 0], rel_all[..., 1]
     d2 = rx * rx + ry * ry  # [E, N, N]
-    others = ~torch.eye(n, dtype=torch.bool, device=pos.device)
-    valid = (d2 <= radius2) & others
+    valid = (d2 <= radius2) & ~torch.eye(n, dtype=torch.bool, device=pos.device)
+    if active is not None:
+        valid = valid & active[:, :, None] & active[:, None, :]
     # NaN sorts after +inf: a qualifying neighbour at d2 = inf still beats every invalid one.
     key = torch.where(valid, d2, math.nan)
     order = torch.sort(key, dim=-1, stable=True).indices[..., :k]  # [E, N, k]
@@ -265,44 +463,82 @@ def _knn_torch(pos: torch.Tensor, k: int, radius2: float) -> tuple[torch.Tensor,
     return rel.contiguous(), idx.contiguous()
 
 
+def _prepare_step(
+    fn: str,
+    pos: torch.Tensor,
+    vel: torch.Tensor,
+    force: torch.Tensor,
+    params: dict[str, object],
+    opts_in: dict[str, object],
+    contiguous: bool,
+) -> tuple[_Constants, _Options]:
+    _check_state(fn, "pos", pos, None, contiguous=contiguous)
+    _check_state(fn, "vel", vel, pos, contiguous=contiguous)
+    _check_state(fn, "force", force, pos, contiguous=contiguous)
+    opts = _gather_options(fn, pos, **opts_in)
+    # The kernel's order: radius entries, the scalar parameters (against the largest radius),
+    # then the other optional inputs.
+    c = _step_constants(_largest_radius(fn, opts.radius), **params)  # type: ignore[arg-type]
+    _check_options(fn, opts)
+    return c, opts
+
+
 def particle_step(
     pos: torch.Tensor,
     vel: torch.Tensor,
     force: torch.Tensor,
     *,
-    radius: float,
+    radius: PerAgent,
     mass: float,
     drag: float,
     dt: float,
     substeps: int,
     stiffness: float,
     half_extent: float,
+    max_speed: PerAgent | None = None,
+    active: torch.Tensor | None = None,
+    landmarks: torch.Tensor | None = None,
+    landmark_radius: PerAgent | None = None,
     backend: Backend = "auto",
 ) -> torch.Tensor:
     """Advance ``E`` particle worlds by one step; ``pos`` and ``vel`` are updated in place.
 
-    Per substep ``h = dt / substeps``, with the positions at the start of the substep:
-    ``F_i = force_i + sum_j f_ij`` where a touching pair (``d_ij < 2r``) pushes with
-    ``f_ij = stiffness * (2r - d_ij) * (pos_i - pos_j) / d_ij``; then
-    ``vel = vel * (1 - drag) + F * (h / mass)``, ``pos = pos + vel * h``, and each coordinate is
-    clamped to ``[-(L - r), L - r]`` with its velocity zeroed where it was clamped.
+    Per substep ``h = dt / substeps``, with the positions at the start of the substep, for every
+    active agent ``i``: ``F_i = force_i + S_i`` where ``S_i`` is the running float32 sum, from 0,
+    of the contact terms of its partners, other active agents ``j`` ascending then landmarks
+    ``m`` ascending. A partner touches when ``d < r_i + r_j`` (``r_i + R_m`` for a landmark) and
+    pushes with ``stiffness * (r_i + r_j - d) * (p_i - p_j) / d`` (coincident centres,
+    ``d <= 1e-6``: along ``(+1, 0)`` for the smaller agent index and against a landmark,
+    ``(-1, 0)`` for the larger). Then ``vel = vel * (1 - drag) + F * (h / mass)``; where
+    ``|vel| > max_speed_i``, ``vel *= max_speed_i / |vel|``; ``pos = pos + vel * h``; each
+    coordinate is clamped to ``[-(L - r_i), L - r_i]`` with its velocity zeroed where clamped.
+    Inactive agents keep ``pos`` and ``vel``, exert and feel no force, count no contacts.
+    Landmarks never move. The C++ kernel finds touching pairs through a uniform grid per
+    environment (O(N)); the result does not depend on it (see the module docstring).
     Not differentiable (runs without autograd).
 
     Args:
         pos: ``[E, N, 2]`` float32, contiguous; agent centres, updated in place.
         vel: ``[E, N, 2]`` float32, contiguous; velocities, updated in place.
         force: ``[E, N, 2]`` float32, contiguous; action forces (already scaled and clipped).
-        radius: agent radius ``r > 0``.
+        radius: agent radius ``> 0``: a number, or float32 ``[N]`` per agent.
         mass: agent mass ``> 0``.
         drag: velocity damping per substep, in ``[0, 1)``.
         dt: time per step ``> 0``.
         substeps: integration substeps, an int ``>= 1``.
         stiffness: contact spring constant ``>= 0``.
-        half_extent: the box is ``[-L, L]^2``, ``L > r``.
+        half_extent: the box is ``[-L, L]^2``, ``L > r`` (every ``r_i``) in float32.
+        max_speed: speed limit ``> 0`` (``inf`` allowed): a number or float32 ``[N]``; ``None``
+            (default) for none.
+        active: ``[E, N]`` bool; ``None`` (default): every agent is active.
+        landmarks: ``[E, M, 2]`` float32 centres of static circles; ``None`` (default): none.
+        landmark_radius: landmark radius ``>= 0``, a number or float32 ``[M]``; required with
+            ``landmarks``.
         backend: see :data:`Backend`.
 
     Returns:
-        ``[E, N]`` int32: per agent, the number of others closer than ``2r`` after the step.
+        ``[E, N]`` int32: per agent, the number of other active agents closer than ``r_i + r_j``
+        after the step (0 for inactive agents; landmarks are not counted).
 
     Raises:
         TypeError: a tensor or parameter of the wrong type.
@@ -310,27 +546,44 @@ def particle_step(
         ExtensionError: ``backend="native"`` without a loadable extension.
     """
     fn = "particle_step"
-    c = _step_constants(radius, mass, drag, dt, substeps, stiffness, half_extent)
-    _check_state(fn, "pos", pos, None, contiguous=True)
-    _check_state(fn, "vel", vel, pos, contiguous=True)
-    _check_state(fn, "force", force, pos, contiguous=True)
+    params = dict(mass=mass, drag=drag, dt=dt, substeps=substeps, stiffness=stiffness)
+    params["half_extent"] = half_extent
+    opts_in = dict(
+        radius=radius,
+        max_speed=max_speed,
+        active=active,
+        landmarks=landmarks,
+        landmark_radius=landmark_radius,
+    )
+    c, opts = _prepare_step(fn, pos, vel, force, params, opts_in, contiguous=True)
     _check_disjoint(fn, {"pos": pos, "vel": vel, "force": force})
-    if not _use_native(fn, backend, (pos, vel, force)):
+    tensors = (pos, vel, force, *(t for t in opts_in.values() if isinstance(t, torch.Tensor)))
+    if not _use_native(fn, backend, tensors):
         with torch.no_grad():
-            return _step_torch(pos, vel, force, c)
+            return _step_torch(pos, vel, force, c, opts)
     contacts = torch.empty(pos.shape[:2], dtype=torch.int32)
+
+    def arg(value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            return value.detach().contiguous().numpy()
+        return value
+
     load_extension().particle_step(
         pos.detach().numpy(),
         vel.detach().numpy(),
         force.detach().numpy(),
         contacts.numpy(),
-        radius=float(radius),
+        radius=arg(opts.radius),
         mass=float(mass),
         drag=float(drag),
         dt=float(dt),
         substeps=int(substeps),
         stiffness=float(stiffness),
         half_extent=float(half_extent),
+        max_speed=arg(opts.max_speed),
+        active=arg(opts.active),
+        landmarks=arg(opts.landmarks),
+        landmark_radius=arg(opts.landmark_radius),
     )
     return contacts
 
@@ -340,40 +593,73 @@ def particle_step_torch(
     vel: torch.Tensor,
     force: torch.Tensor,
     *,
-    radius: float,
+    radius: PerAgent,
     mass: float,
     drag: float,
     dt: float,
     substeps: int,
     stiffness: float,
     half_extent: float,
+    max_speed: PerAgent | None = None,
+    active: torch.Tensor | None = None,
+    landmarks: torch.Tensor | None = None,
+    landmark_radius: PerAgent | None = None,
 ) -> torch.Tensor:
     """The torch twin of :func:`particle_step` (any device, tensors need not be contiguous).
 
     Same arguments (``pos``, ``vel``, ``force``: ``[E, N, 2]`` float32 on one device) and result
-    (``[E, N]`` int32 contacts, on that device); pair forces are a dense ``[E, N, N, 2]`` tensor.
+    (``[E, N]`` int32 contacts, on that device); pair forces are dense ``[E, N, N]`` tensors
+    (``[E, N, N + M]`` with landmarks), so memory grows with ``N^2``.
     """
     fn = "particle_step"
-    c = _step_constants(radius, mass, drag, dt, substeps, stiffness, half_extent)
-    _check_state(fn, "pos", pos, None, contiguous=False)
-    _check_state(fn, "vel", vel, pos, contiguous=False)
-    _check_state(fn, "force", force, pos, contiguous=False)
+    params = dict(mass=mass, drag=drag, dt=dt, substeps=substeps, stiffness=stiffness)
+    params["half_extent"] = half_extent
+    opts_in = dict(
+        radius=radius,
+        max_speed=max_speed,
+        active=active,
+        landmarks=landmarks,
+        landmark_radius=landmark_radius,
+    )
+    c, opts = _prepare_step(fn, pos, vel, force, params, opts_in, contiguous=False)
     with torch.no_grad():
-        return _step_torch(pos, vel, force, c)
+        return _step_torch(pos, vel, force, c, opts)
+
+
+def _prepare_knn(
+    fn: str, pos: object, k: object, radius: object, active: object, contiguous: bool
+) -> tuple[int, float, torch.Tensor | None]:
+    pos_t = _check_state(fn, "pos", pos, None, contiguous=contiguous)
+    k_int = _int(fn, "k", k)
+    radius2 = _knn_radius2(fn, k_int, pos_t.shape[1], _real(fn, "radius", radius))
+    act = None
+    if active is not None:
+        shape = (pos_t.shape[0], pos_t.shape[1])
+        act = _check_tensor(fn, "active", active, torch.bool, "[E, N]", shape, pos_t, False)
+    return k_int, radius2, act
 
 
 def knn(
-    pos: torch.Tensor, k: int, *, radius: float = math.inf, backend: Backend = "auto"
+    pos: torch.Tensor,
+    k: int,
+    *,
+    radius: float = math.inf,
+    active: torch.Tensor | None = None,
+    backend: Backend = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest other agents of every agent, within ``radius``.
 
     Neighbours are ordered by squared distance (float32 ``rx * rx + ry * ry``), ties by the
-    smaller index; only those with ``d2 <= radius**2`` qualify.
+    smaller index; only active agents with ``d2 <= float32(radius)**2`` qualify. The C++ kernel
+    searches a uniform grid in growing rings of cells (O(N k) per environment, also with an
+    infinite radius) and returns exactly what the brute force returns.
 
     Args:
         pos: ``[E, N, 2]`` float32, contiguous; agent centres.
         k: neighbours per agent, ``0 <= k <= N - 1``.
         radius: the search radius, ``> 0`` (``math.inf``: no limit).
+        active: ``[E, N]`` bool; inactive agents are nobody's neighbour and get empty rows.
+            ``None`` (default): every agent is active.
         backend: see :data:`Backend`.
 
     Returns:
@@ -387,30 +673,36 @@ def knn(
         ExtensionError: ``backend="native"`` without a loadable extension.
     """
     fn = "knn"
-    _check_state(fn, "pos", pos, None, contiguous=True)
-    k_int = _int(fn, "k", k)
-    radius2 = _knn_radius2(fn, k_int, pos.shape[1], _real(fn, "radius", radius))
+    k_int, radius2, act = _prepare_knn(fn, pos, k, radius, active, contiguous=True)
     e, n = pos.shape[0], pos.shape[1]
-    if not _use_native(fn, backend, (pos,)):
+    if not _use_native(fn, backend, (pos, act)):
         with torch.no_grad():
-            return _knn_torch(pos, k_int, radius2)
+            return _knn_torch(pos, k_int, radius2, act)
     rel = torch.empty((e, n, k_int, 2), dtype=torch.float32)
     idx = torch.empty((e, n, k_int), dtype=torch.int64)
-    load_extension().knn(pos.detach().numpy(), k_int, float(radius), rel.numpy(), idx.numpy())
+    load_extension().knn(
+        pos.detach().numpy(),
+        k_int,
+        float(radius),
+        rel.numpy(),
+        idx.numpy(),
+        active=None if act is None else act.contiguous().numpy(),
+    )
     return rel, idx
 
 
 def knn_torch(
-    pos: torch.Tensor, k: int, *, radius: float = math.inf
+    pos: torch.Tensor,
+    k: int,
+    *,
+    radius: float = math.inf,
+    active: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The torch twin of :func:`knn` (any device; ``pos`` ``[E, N, 2]`` float32).
 
     Returns ``rel`` ``[E, N, k, 2]`` float32 and ``idx`` ``[E, N, k]`` int64 on ``pos``'s device,
     from a dense ``[E, N, N]`` squared-distance tensor and a stable sort.
     """
-    fn = "knn"
-    _check_state(fn, "pos", pos, None, contiguous=False)
-    k_int = _int(fn, "k", k)
-    radius2 = _knn_radius2(fn, k_int, pos.shape[1], _real(fn, "radius", radius))
+    k_int, radius2, act = _prepare_knn("knn", pos, k, radius, active, contiguous=False)
     with torch.no_grad():
-        return _knn_torch(pos, k_int, radius2)
+        return _knn_torch(pos, k_int, radius2, act)

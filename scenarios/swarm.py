@@ -1,0 +1,364 @@
+"""``swarm``: flocking with local observations, built to scale to 10,000 agents in one env.
+
+N holonomic agents share a square world whose side grows with ``sqrt(N)`` (constant density).
+Each agent senses only its ``k`` nearest neighbours within ``sensing_radius``, found by the
+O(N) grid kernel of :mod:`marlkit.native.particles`, and is rewarded for the three rules of
+Reynolds' boids measured on those neighbours, plus cruising at a target speed:
+
+* **cohesion**: the distance to the centroid of its visible neighbours (an agent that sees
+  nobody gets the largest penalty);
+* **alignment**: the difference between its velocity and their mean velocity;
+* **separation**: the number of agents it touches (soft contacts push them apart);
+* **speed**: ``| |v| - target_speed |``, so that standing still is not a solution.
+
+Physics (C++ kernel on CPU, the same maths in torch elsewhere): forces from actions, drag, a
+speed limit, substepped semi-implicit Euler, soft agent-agent contacts and square world bounds.
+Nothing terminates; episodes are truncated after ``max_steps`` steps.
+
+Keys (group ``"agents"`` by default; any group map works)::
+
+    (group, "observation")  [E, n, 4 + 5k]  own velocity (2), own position / L (2), then for the
+                                            k nearest neighbours within the sensing radius:
+                                            relative positions / sensing_radius (2k), relative
+                                            velocities (2k), 1 where the slot holds one (k)
+    (group, "action")       [E, n, 2] in [-1, 1] (continuous force), or [E, n] in {0..4}
+                                            (no-op, -x, +x, -y, +y)
+    ("next", group, "reward") [E, n, 1]     minus the weighted cohesion, alignment, speed and
+                                            separation terms
+    "state"                 [E, 4N]         every agent's position and velocity
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from marlkit.data.composite import Composite
+from marlkit.data.group_map import GroupMapLike, make_group_map
+from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
+from marlkit.data.specs import Bounded, Categorical, Unbounded
+from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.native.particles import knn, particle_step
+from marlkit.native.render import Circles, render_frame
+from marlkit.scenarios.navigation import DISCRETE_DIRECTIONS, _resolve_backend
+
+__all__ = ["SwarmEnv"]
+
+Backend = Literal["auto", "native", "torch"]
+
+
+def _positive(name: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    v = float(value)
+    ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if not ok:
+        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {v}")
+    return v
+
+
+def _heading_colors(vel: np.ndarray) -> np.ndarray:
+    """An RGB colour per agent from its heading (hue), grey when it barely moves: ``[n, 3]``."""
+    angle = np.arctan2(vel[:, 1], vel[:, 0])  # [-pi, pi]
+    hue = (angle / (2 * np.pi)) % 1.0
+    k = (np.array([5.0, 3.0, 1.0])[None, :] + hue[:, None] * 6.0) % 6.0
+    rgb = 1.0 - np.clip(np.minimum(k, 4.0 - k), 0.0, 1.0)  # HSV to RGB at S = V = 1
+    rgb = 0.15 + 0.7 * rgb  # away from white and black
+    slow = np.hypot(vel[:, 0], vel[:, 1]) < 1e-3
+    rgb[slow] = 0.5
+    return np.rint(rgb * 255).astype(np.int64)
+
+
+class SwarmEnv(EnvBase):
+    """A flock of ``n_agents`` in each of ``num_envs`` worlds.
+
+    Args:
+        num_envs: worlds stepped together (the env batch ``B = [num_envs]``).
+        n_agents: agents per world (10,000 in one world steps in milliseconds on the CPU).
+        continuous_actions: 2-D force in ``[-1, 1]`` (True) or 5 discrete moves (False).
+        device: where the state lives; the C++ kernels serve cpu, torch serves the rest (its
+            dense pair tensors need ``O(n_agents^2)`` memory per world).
+        seed: seed for resets and random actions (``None``: nondeterministic).
+        k_nearest: neighbours in each observation (capped at ``n_agents - 1``).
+        sensing_radius: how far an agent sees its neighbours.
+        density: agents per unit area, which sets the default world size.
+        world_size: half-width ``L`` of the square world ``[-L, L]^2``; default
+            ``max(1, sqrt(n_agents / density) / 2)``.
+        agent_radius, mass, drag, dt, substeps, contact_stiffness, max_force: physics.
+        max_speed: the agents' speed limit.
+        target_speed: the cruising speed the speed term rewards.
+        cohesion_weight, alignment_weight, separation_weight, speed_weight: reward weights.
+        max_steps: steps before an episode is truncated (``None``: never).
+        group_map: ``"agents"``, ``"per_agent"`` or an explicit map over ``agent_0..``.
+        backend: ``"auto"`` (C++ on cpu when built, else torch), ``"native"`` or ``"torch"``.
+        validate_actions: check actions in ``step`` (see :class:`~marlkit.envs.EnvBase`).
+        render_size: side in pixels of the frames :meth:`render` returns.
+
+    Example:
+        >>> import marlkit
+        >>> env = marlkit.make("swarm", num_envs=2, n_agents=50, k_nearest=6, seed=0)
+        >>> env.reset()["agents", "observation"].shape
+        torch.Size([2, 50, 34])
+    """
+
+    render_modes = ("rgb_array",)
+
+    def __init__(
+        self,
+        num_envs: int = 8,
+        n_agents: int = 64,
+        *,
+        continuous_actions: bool = True,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        k_nearest: int = 6,
+        sensing_radius: float = 1.0,
+        density: float = 4.0,
+        world_size: float | None = None,
+        agent_radius: float = 0.05,
+        mass: float = 1.0,
+        drag: float = 0.25,
+        dt: float = 0.1,
+        substeps: int = 2,
+        contact_stiffness: float = 100.0,
+        max_force: float = 1.0,
+        max_speed: float = 1.0,
+        target_speed: float = 0.5,
+        cohesion_weight: float = 1.0,
+        alignment_weight: float = 1.0,
+        separation_weight: float = 1.0,
+        speed_weight: float = 0.5,
+        max_steps: int | None = 200,
+        group_map: GroupMapLike = "agents",
+        backend: Backend = "auto",
+        validate_actions: bool = True,
+        render_size: int = 256,
+    ):
+        for name, value in (("num_envs", num_envs), ("n_agents", n_agents)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(k_nearest, bool) or not isinstance(k_nearest, int) or k_nearest < 0:
+            raise ValueError(f"k_nearest must be an int >= 0, got {k_nearest!r}")
+        if max_steps is not None and (
+            isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+        ):
+            raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
+        super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
+        self.num_envs, self.n_agents = num_envs, n_agents
+        self.continuous_actions = continuous_actions
+        self.k = min(k_nearest, n_agents - 1)
+        self.sensing_radius = _positive("sensing_radius", sensing_radius)
+        default_size = max(1.0, 0.5 * math.sqrt(n_agents / _positive("density", density)))
+        self.half_extent = _positive(
+            "world_size", world_size if world_size is not None else default_size
+        )
+        radius = _positive("agent_radius", agent_radius)
+        if self.half_extent <= radius:
+            raise ValueError(f"world_size {self.half_extent} must exceed agent_radius {radius}")
+        self.physics = {
+            "radius": radius,
+            "mass": float(mass),
+            "drag": float(drag),
+            "dt": float(dt),
+            "substeps": int(substeps),
+            "stiffness": float(contact_stiffness),
+            "half_extent": self.half_extent,
+            "max_speed": _positive("max_speed", max_speed),
+        }
+        self.max_force = _positive("max_force", max_force, allow_zero=True)
+        self.target_speed = _positive("target_speed", target_speed, allow_zero=True)
+        self.weights = {
+            name: _positive(f"{name}_weight", value, allow_zero=True)
+            for name, value in (
+                ("cohesion", cohesion_weight),
+                ("alignment", alignment_weight),
+                ("separation", separation_weight),
+                ("speed", speed_weight),
+            )
+        }
+        self.max_steps = max_steps
+        self.backend = _resolve_backend(backend, self.device)
+        self.render_size = int(render_size)
+
+        names = [f"agent_{i}" for i in range(n_agents)]
+        self.group_map = make_group_map(names, group_map)
+        index = {name: i for i, name in enumerate(names)}
+        self._group_index = {
+            g: torch.tensor([index[a] for a in agents], device=self.device)
+            for g, agents in self.group_map.items()
+        }
+        self._single_group = list(self.group_map.values()) == [names]
+        self._directions = torch.tensor(DISCRETE_DIRECTIONS, device=self.device) * self.max_force
+
+        self._build_specs()
+        e, n = num_envs, n_agents
+        self._pos = torch.zeros(e, n, 2, device=self.device)
+        self._vel = torch.zeros(e, n, 2, device=self.device)
+        self._steps = torch.zeros(e, dtype=torch.int64, device=self.device)
+        self._gen = torch.Generator(device=self.device)
+        self._gen.seed()
+        if seed is not None:
+            self.set_seed(seed)
+
+    # ------------------------------------------------------------------ specs
+    @property
+    def observation_dim(self) -> int:
+        return 4 + 5 * self.k
+
+    def _build_specs(self) -> None:
+        b, dev = self.batch_size, self.device
+        sizes = {g: len(a) for g, a in self.group_map.items()}
+        obs, act = Composite(shape=b, device=dev), Composite(shape=b, device=dev)
+        for g, n in sizes.items():
+            obs[g] = Composite(
+                {OBSERVATION: Unbounded((*b, n, self.observation_dim), device=dev)},
+                shape=(*b, n),
+                device=dev,
+            )
+            leaf = (
+                Bounded(-1.0, 1.0, (*b, n, 2), device=dev)
+                if self.continuous_actions
+                else Categorical(len(DISCRETE_DIRECTIONS), (*b, n), device=dev)
+            )
+            act[g] = Composite({ACTION: leaf}, shape=(*b, n), device=dev)
+        self.observation_spec = obs
+        self.action_spec = act
+        self.state_spec = Composite(
+            {STATE: Unbounded((*b, 4 * self.n_agents), device=dev)}, shape=b, device=dev
+        )
+        self.reward_spec = make_reward_spec(b, sizes, device=dev)
+        self.done_spec = make_done_spec(b, sizes, device=dev)
+
+    # ------------------------------------------------------------------ hooks
+    def _set_seed(self, seed: int) -> None:
+        # Offset so that resets and the base class's random actions draw different streams.
+        self._gen.manual_seed(seed + 2_000_003)
+
+    def _spawn(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Uniform positions in the world and velocities of random heading at half the target
+        speed: ``[count, N, 2]`` each."""
+        span = self.half_extent - self.physics["radius"]
+        u = torch.rand(count, self.n_agents, 3, generator=self._gen, device=self.device)
+        pos = (u[..., :2] * 2.0 - 1.0) * span
+        angle = u[..., 2] * (2.0 * math.pi)
+        vel = torch.stack((angle.cos(), angle.sin()), dim=-1) * (0.5 * self.target_speed)
+        return pos, vel
+
+    def _reset(
+        self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
+    ) -> TensorDictBase:
+        if env_mask is None:
+            self._pos, self._vel = self._spawn(self.num_envs)
+            self._steps.zero_()
+        else:
+            idx = env_mask.nonzero().squeeze(-1)
+            self._pos[idx], self._vel[idx] = self._spawn(idx.numel())
+            self._steps[idx] = 0
+        obs, _ = self._observe(None)
+        return self._output(obs, reward=None)
+
+    def _force(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """Per-agent force ``[E, N, 2]`` from the groups' actions."""
+        parts = []
+        for g in self.group_map:
+            action = tensordict.get((g, ACTION))
+            if self.continuous_actions:
+                parts.append(action.to(torch.float32) * self.max_force)
+            else:
+                parts.append(self._directions[action.long()])
+        if self._single_group:
+            return parts[0].contiguous()
+        force = torch.empty(self.num_envs, self.n_agents, 2, device=self.device)
+        for g, part in zip(self.group_map, parts):
+            force[:, self._group_index[g]] = part
+        return force
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        force = self._force(tensordict)
+        contacts = particle_step(self._pos, self._vel, force, backend=self.backend, **self.physics)
+        self._steps += 1
+        obs, reward = self._observe(contacts)
+        return self._output(obs, reward=reward)
+
+    # ------------------------------------------------------------------ outputs
+    def _observe(self, contacts: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Observations ``[E, N, 4 + 5k]``; given the contacts ``[E, N]``, rewards ``[E, N]``."""
+        e, n, k = self.num_envs, self.n_agents, self.k
+        pos, vel = self._pos, self._vel
+        speed = torch.linalg.vector_norm(vel, dim=-1)  # [E, N]
+        parts = [vel, pos / self.half_extent]
+        cohesion = torch.ones(e, n, device=self.device)  # nobody in sight: the largest penalty
+        alignment = torch.zeros(e, n, device=self.device)
+        if k > 0:
+            rel, idx = knn(pos, k, radius=self.sensing_radius, backend=self.backend)
+            found = idx >= 0  # [E, N, k]
+            flat = idx.clamp(min=0).view(e, n * k, 1).expand(e, n * k, 2)
+            rel_vel = torch.gather(vel, 1, flat).view(e, n, k, 2) - vel[:, :, None, :]
+            rel_vel = torch.where(found[..., None], rel_vel, 0.0)
+            parts += [
+                (rel / self.sensing_radius).reshape(e, n, 2 * k),
+                rel_vel.reshape(e, n, 2 * k),
+                found.to(torch.float32),
+            ]
+            if contacts is not None:
+                count = found.sum(-1, keepdim=True)  # [E, N, 1]
+                seen = count[..., 0] > 0
+                mean = 1.0 / count.clamp(min=1)
+                centroid = torch.linalg.vector_norm(rel.sum(2) * mean, dim=-1)
+                cohesion = torch.where(seen, centroid / self.sensing_radius, 1.0)
+                alignment = torch.linalg.vector_norm(rel_vel.sum(2) * mean, dim=-1)
+                alignment = alignment / (2.0 * self.physics["max_speed"])
+        obs = torch.cat(parts, dim=-1)
+        if contacts is None:
+            return obs, None
+        w = self.weights
+        cost = (
+            w["cohesion"] * cohesion
+            + w["alignment"] * alignment
+            + w["speed"] * (speed - self.target_speed).abs() / self.physics["max_speed"]
+            + w["separation"] * contacts.to(torch.float32)
+        )
+        return obs, -cost
+
+    def _output(self, obs: torch.Tensor, reward: torch.Tensor | None) -> TensorDictBase:
+        e = self.num_envs
+        truncated = (
+            self._steps >= self.max_steps
+            if self.max_steps is not None
+            else torch.zeros(e, dtype=torch.bool, device=self.device)
+        )
+        groups = {}
+        for g, idx in self._group_index.items():
+            n = idx.numel()
+            entries = {OBSERVATION: obs if self._single_group else obs[:, idx]}
+            if reward is not None:
+                r = reward if self._single_group else reward[:, idx]
+                entries[REWARD] = r.unsqueeze(-1)
+                entries[TERMINATED] = torch.zeros(e, n, 1, dtype=torch.bool, device=self.device)
+                entries[TRUNCATED] = truncated.view(e, 1, 1).expand(e, n, 1).clone()
+            groups[g] = TensorDict(entries, batch_size=(e, n), device=self.device)
+        state = torch.cat([self._pos, self._vel], dim=-1).reshape(e, -1)
+        return TensorDict({**groups, STATE: state}, batch_size=(e,), device=self.device)
+
+    def _render(self, env_index: int) -> object:
+        """Agents as discs coloured by heading (the native renderer); a disc smaller than a pixel
+        still shows as one pixel."""
+        pos = self._pos[env_index].cpu().numpy()
+        colors = _heading_colors(self._vel[env_index].cpu().numpy())
+        layer = Circles(pos, self.physics["radius"], colors, name="agents")
+        return render_frame([layer], half_extent=self.half_extent, size=self.render_size)
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def positions(self) -> torch.Tensor:
+        """Agent positions ``[E, N, 2]`` (a copy)."""
+        return self._pos.clone()
+
+    @property
+    def velocities(self) -> torch.Tensor:
+        """Agent velocities ``[E, N, 2]`` (a copy)."""
+        return self._vel.clone()
