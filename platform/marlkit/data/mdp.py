@@ -62,23 +62,43 @@ def step_mdp(
     if exclude_done:
         drop_next += done_keys if done_keys is not None else _leaves_named(nxt, DONE_KEYS)
     # A new structure sharing the tensors: the result never aliases a sub-TensorDict of the
-    # transition, so writing into it (or the update below) cannot change ``tensordict``.
-    nxt = nxt.clone(False)
+    # transition, so writing into it cannot change ``tensordict``.
+    out = nxt.clone(False)
     if drop_next:
-        nxt.exclude(*drop_next, inplace=True)
+        out.exclude(*drop_next, inplace=True)
     if not keep_other:
-        return nxt
-    drop_root: list[NestedKey] = [NEXT]
-    if exclude_action:
-        drop_root += (
-            action_keys if action_keys is not None else _leaves_named(tensordict, (ACTION,))
-        )
-    if exclude_reward:
-        drop_root += (
-            reward_keys if reward_keys is not None else _leaves_named(tensordict, (REWARD,))
-        )
-    if exclude_done:
-        drop_root += done_keys if done_keys is not None else _leaves_named(tensordict, DONE_KEYS)
-    out = tensordict.exclude(*drop_root).clone(False)
-    out.update(nxt)
+        return out
+    skip: set[tuple[str, ...]] = {(NEXT,)}
+    for wanted, keys, names in (
+        (exclude_action, action_keys, (ACTION,)),
+        (exclude_reward, reward_keys, (REWARD,)),
+        (exclude_done, done_keys, DONE_KEYS),
+    ):
+        if wanted:
+            found = keys if keys is not None else _leaves_named(tensordict, names)
+            skip.update((k,) if isinstance(k, str) else tuple(k) for k in found)
+    _carry(tensordict, out, skip, ())
     return out
+
+
+def _carry(
+    src: TensorDictBase, dst: TensorDictBase, skip: set[tuple[str, ...]], prefix: tuple[str, ...]
+) -> None:
+    """Copy into ``dst`` every entry of ``src`` that ``dst`` lacks, except ``skip`` (recursive)."""
+    present = set(dst.keys())
+    for key, value in src.items():
+        path = (*prefix, key)
+        if path in skip:
+            continue
+        is_td = isinstance(value, TensorDictBase)
+        if key not in present:
+            # Sub-TensorDicts get their own structure, so ``dst`` never aliases ``src``.
+            dst.set(key, value.clone(False) if is_td else value)
+            if is_td and any(p[: len(path)] == path for p in skip):
+                dst.get(key).exclude(
+                    *[p[len(path) :] for p in skip if p[: len(path)] == path], inplace=True
+                )
+        elif is_td:
+            sub = dst.get(key)
+            if isinstance(sub, TensorDictBase):
+                _carry(value, sub, skip, path)

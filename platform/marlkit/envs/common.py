@@ -312,47 +312,59 @@ class EnvBase(abc.ABC):
         where = (~allowed).nonzero()[0].tolist()
         return f"action {index[tuple(where)].item()} at index {where} is masked out by {mask_key!r}"
 
+    def _done_plan(self) -> tuple[list[NestedKey], list[str]]:
+        """Group prefixes holding done flags, and the root done keys the spec declares."""
+
+        def build() -> tuple[list[NestedKey], list[str]]:
+            groups: list[NestedKey] = [
+                prefix[0] if len(prefix) == 1 else prefix
+                for prefix, _ in self._done_levels()
+                if prefix
+            ]
+            root = [k for k in (TERMINATED, TRUNCATED, DONE) if k in self.done_spec]
+            return groups, root
+
+        return self._cached("done_plan", build)
+
     def _complete_done(self, next_td: TensorDictBase) -> None:
         """Fill group ``done`` from terminated|truncated and the root from any over groups."""
-        present = set(next_td.keys(True, True))
-        for prefix, _shape in self._done_levels():
-            done_key = (*prefix, DONE) if prefix else DONE
-            if done_key in present:
-                continue
-            if prefix:
-                parts = [
-                    next_td.get((*prefix, k))
-                    for k in (TERMINATED, TRUNCATED)
-                    if (*prefix, k) in present
-                ]
-                if not parts:
-                    raise KeyError(
-                        f"_step() returned neither {done_key!r} nor terminated/truncated at "
-                        f"{prefix!r}"
-                    )
-                done = parts[0] if len(parts) == 1 else parts[0] | parts[1]
-                next_td.set(done_key, done)
-                present.add(done_key)
-        for key in (TERMINATED, TRUNCATED, DONE):
-            if key in present or key not in self.done_spec:
+        groups, root_keys = self._done_plan()
+        subs = [next_td.get(prefix) for prefix in groups]
+        for prefix, sub in zip(groups, subs):
+            if sub.get(DONE, None) is not None:
                 continue
             parts = [
-                next_td.get((*prefix, key)).reshape(*self.batch_size, -1).any(-1, keepdim=True)
-                for prefix, _ in self._done_levels()
-                if prefix and (*prefix, key) in present
+                p for p in (sub.get(TERMINATED, None), sub.get(TRUNCATED, None)) if p is not None
             ]
+            if not parts:
+                raise KeyError(
+                    f"_step() returned neither done nor terminated/truncated under {prefix!r}"
+                )
+            sub.set(DONE, parts[0] if len(parts) == 1 else parts[0] | parts[1])
+        batch = self.batch_size
+        for key in root_keys:
+            if next_td.get(key, None) is not None:
+                continue
+            if key == DONE:
+                parts = [next_td.get(k, None) for k in (TERMINATED, TRUNCATED)]
+                parts = [p for p in parts if p is not None]
+            else:
+                parts = [
+                    value.reshape(*batch, -1).any(-1, keepdim=True)
+                    for value in (sub.get(key, None) for sub in subs)
+                    if value is not None
+                ]
             if not parts and key == DONE:
-                parts = [next_td.get(k) for k in (TERMINATED, TRUNCATED) if k in present]
+                parts = [sub.get(DONE).reshape(*batch, -1).any(-1, keepdim=True) for sub in subs]
                 if not parts:
                     raise KeyError("_step() returned no done flag at the root nor in any group")
-            if parts:
+            if not parts:
+                value = torch.zeros((*batch, 1), dtype=torch.bool, device=self.device)
+            else:
                 value = parts[0]
                 for part in parts[1:]:
                     value = value | part
-            else:
-                value = torch.zeros((*self.batch_size, 1), dtype=torch.bool, device=self.device)
             next_td.set(key, value)
-            present.add(key)
 
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Apply the actions in ``tensordict`` and write the result under ``"next"``.
@@ -405,8 +417,16 @@ class EnvBase(abc.ABC):
         self._check_open()
         if tensordict is None:
             tensordict = TensorDict(batch_size=self.batch_size, device=self.device)
-        actions = self.action_spec.zero()
-        for key, spec, mask_key in self._action_items():
+        items = self._action_items()
+        for key, _, _ in items:
+            parent = key[:-1] if isinstance(key, tuple) else ()
+            if parent and not isinstance(
+                tensordict.get(parent[0] if len(parent) == 1 else parent, None), TensorDictBase
+            ):
+                # Missing group sub-TensorDicts: build them with their batch dims once.
+                tensordict.update(self.action_spec.zero())
+                break
+        for key, spec, mask_key in items:
             mask = tensordict.get(mask_key, None) if mask_key is not None else None
             if mask is not None and isinstance(spec, Categorical):
                 value = spec.rand(generator=self._rng, mask=mask)
@@ -415,8 +435,7 @@ class EnvBase(abc.ABC):
                 value = masked.rand(generator=self._rng)
             else:
                 value = spec.rand(generator=self._rng)
-            actions.set(key, value)
-        tensordict.update(actions)
+            tensordict.set(key, value)
         return tensordict
 
     # ------------------------------------------------------------------ rollout

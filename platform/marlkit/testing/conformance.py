@@ -144,8 +144,7 @@ def _check_partial_reset(env: EnvBase, failures: list[str]) -> None:
 def _bad_values(spec: TensorSpec) -> list[tuple[str, torch.Tensor]]:
     good = spec.zero()
     # A wrong trailing shape: the batch dims must stay, or the TensorDict itself refuses it.
-    wider = good.unsqueeze(-1) if good.ndim < 3 else torch.cat([good, good[..., :1]], -1)
-    bad = [("a wrong shape", wider)]
+    bad = [("a wrong shape", good.unsqueeze(-1))]
     if good.is_floating_point():
         bad.append(("NaN", torch.full_like(good, float("nan"))))
     if isinstance(spec, Bounded):
