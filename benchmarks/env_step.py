@@ -13,75 +13,46 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
-import time
-import warnings
-from collections.abc import Callable
 
 import torch
 
-import marlkit
-
-
-def _time(step: Callable[[], None], min_seconds: float, min_steps: int, warmup: int) -> dict:
-    for _ in range(warmup):
-        step()
-    steps, start = 0, time.perf_counter()
-    while steps < min_steps or time.perf_counter() - start < min_seconds:
-        step()
-        steps += 1
-    seconds = time.perf_counter() - start
-    return {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds}
+from marlkit.bench import CellSpec, make_stepper, time_steps
+from marlkit.native import extension_available
 
 
 def bench_native(envs: int, agents: int, args: argparse.Namespace) -> dict:
-    env = marlkit.make("navigation", num_envs=envs, n_agents=agents, seed=0, backend=args.backend)
-    env.validate_actions = False
-    state = {"td": env.reset()}
-    gen = torch.Generator().manual_seed(0)
-
-    def step() -> None:
-        td = state["td"]
-        td.set(("agents", "action"), torch.rand(envs, agents, 2, generator=gen) * 2 - 1)
-        state["td"] = env._step_mdp(env.step(td))
-
-    out = _time(step, args.min_seconds, args.min_steps, args.warmup)
-    out["backend"] = env.backend
-    env.close()
+    backend = args.backend
+    if backend == "auto":
+        backend = "native" if extension_available() else "torch"
+    stepper = make_stepper(CellSpec(backend, "navigation", envs, agents))
+    try:
+        out = time_steps(
+            stepper.step,
+            min_seconds=args.min_seconds,
+            min_steps=args.min_steps,
+            warmup=args.warmup,
+        )
+    finally:
+        stepper.close()
+    out["backend"] = stepper.info["kernel"]
     return out
 
 
 def bench_vmas(envs: int, agents: int, args: argparse.Namespace) -> dict:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import vmas
-
-        # VMAS spawns with a minimum spacing in [-1, 1]^2 by default, which never finishes for
-        # 64 agents: grow its spawning area with sqrt(agents), as the native world grows.
-        spawn = max(1.0, 0.5 * math.sqrt(agents))
-        env = vmas.make_env(
-            "navigation",
-            num_envs=envs,
-            device="cpu",
-            continuous_actions=True,
-            n_agents=agents,
-            seed=0,
-            world_spawning_x=spawn,
-            world_spawning_y=spawn,
-        )
-    env.reset()
-    gen = torch.Generator().manual_seed(0)
-
-    def step() -> None:
-        actions = [torch.rand(envs, 2, generator=gen) * 2 - 1 for _ in range(agents)]
-        env.step(actions)
-
+    # marlkit.bench grows VMAS's spawning area with sqrt(agents): its default [-1, 1]^2 spawning
+    # with a minimum spacing never finishes for 64 agents.
+    stepper = make_stepper(CellSpec("vmas", "navigation", envs, agents))
     # VMAS costs grow with agents squared: fewer steps where one step takes long.
-    out = _time(step, args.min_seconds, max(2, args.min_steps // 10), max(1, args.warmup // 5))
-    out["world_spawning"] = spawn
+    out = time_steps(
+        stepper.step,
+        min_seconds=args.min_seconds,
+        min_steps=max(2, args.min_steps // 10),
+        warmup=max(1, args.warmup // 5),
+    )
+    out["world_spawning"] = stepper.info["world_spawning"]
     return out
 
 

@@ -1,4 +1,4 @@
-"""The ``marlkit`` command: ``list``, ``run`` and ``demo``.
+"""The ``marlkit`` command: ``list``, ``run``, ``demo`` and ``record``.
 
 ``marlkit run navigation --agents 4 --envs 32 --steps 200`` steps a random policy with a progress
 bar and prints env-steps/s, agent-steps/s and the mean episode reward of each group.
@@ -20,9 +20,11 @@ import torch
 from tqdm import tqdm
 
 import marlkit
+from marlkit.bench._cli import add_bench_parser  # --- section: bench
 from marlkit.data.keys import DONE, EPISODE_REWARD, NEXT
 from marlkit.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
 from marlkit.envs.registry import UnknownEnvError, registered, registered_adapters
+from marlkit.record._cli import add_record_parser, demo_video
 
 __all__ = ["RunSummary", "main", "run_random"]
 
@@ -146,7 +148,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"num_envs": args.envs, "n_agents": args.agents}
+    kwargs: dict[str, Any] = {"num_envs": args.envs}
+    if args.agents is not None:  # not every env takes n_agents (gymnasium/..., mujoco/...)
+        kwargs["n_agents"] = args.agents
     if args.discrete:
         kwargs["continuous_actions"] = False
     if args.device:
@@ -190,7 +194,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     )
     print(summary.table())
     path = _write_summary(summary, out)
-    print(f"demo outputs in {out}/ ({path.name})")
+    # --- section: record (the demo video)
+    try:
+        video = demo_video(out / "rollout.mp4", steps=args.steps, progress=not args.no_progress)
+    except ImportError as err:  # the video extra is missing: the summary still stands
+        print(f"no video: {err}", file=sys.stderr)
+        print(f"demo outputs in {out}/ ({path.name})")
+        return 0
+    print(f"summary: {path}")
+    print(f"video:   {video.path} ({video.frames} frames, 4 envs tiled)")
+    # --- end section: record
+    print(f"demo outputs in {out}/ ({path.name}, {video.path.name})")
     return 0
 
 
@@ -207,7 +221,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p_run = sub.add_parser("run", help="step a random policy and report throughput and rewards")
     p_run.add_argument("env", help="registered env name (see `marlkit list`)")
-    p_run.add_argument("--agents", type=int, default=4, help="agents per env (default 4)")
+    p_run.add_argument(
+        "--agents", type=int, default=None, help="agents per env (n_agents; the env's default)"
+    )
     p_run.add_argument("--envs", type=int, default=32, help="envs in the batch (default 32)")
     p_run.add_argument("--steps", type=int, default=200, help="steps to run (default 200)")
     p_run.add_argument(
@@ -225,6 +241,8 @@ def _parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--steps", type=int, default=200)
     p_demo.add_argument("--no-progress", action="store_true")
     p_demo.set_defaults(func=_cmd_demo)
+    add_record_parser(sub)  # --- section: record
+    add_bench_parser(sub)  # --- section: bench
     return parser
 
 

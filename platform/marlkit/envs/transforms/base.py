@@ -42,6 +42,17 @@ class EnvSpecs:
 class Transform:
     """Base class: override what the transform changes; the defaults pass data through."""
 
+    #: The env the transform is attached to (set by :meth:`set_parent`), ``None`` before.
+    parent: EnvBase | None = None
+
+    def set_parent(self, env: EnvBase) -> None:
+        """Called by ``TransformedEnv`` when the transform is attached to ``env`` (after its
+        inner env is set), for transforms that need the env itself (e.g. to render it)."""
+        self.parent = env
+
+    def close(self) -> None:
+        """Release what the transform holds (files, processes); called when its env closes."""
+
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         """Update (in place or anew) and return the specs; called when the env is built."""
         return specs
@@ -77,6 +88,22 @@ class Compose(Transform):
             if not isinstance(t, Transform):
                 raise TypeError(f"Compose takes Transforms, got {type(t).__name__}")
         self.transforms: list[Transform] = list(transforms)
+
+    def set_parent(self, env: EnvBase) -> None:
+        super().set_parent(env)
+        for t in self.transforms:
+            t.set_parent(env)
+
+    def close(self) -> None:
+        # Close every transform even if one fails; the first error is raised afterwards.
+        errors = []
+        for t in self.transforms:
+            try:
+                t.close()
+            except Exception as err:  # re-raised below, after the others are closed
+                errors.append(err)
+        if errors:
+            raise errors[0]
 
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         for t in self.transforms:
@@ -169,6 +196,7 @@ class TransformedEnv(EnvBase):
             transform = Compose(transform)
         self.transform: Compose = transform
         self._refresh_specs()
+        transform.set_parent(self)
 
     def _refresh_specs(self) -> None:
         base = self.base_env
@@ -187,6 +215,7 @@ class TransformedEnv(EnvBase):
         """Add a transform at the end and recompute the specs; returns ``self``."""
         self.transform.append(transform)
         self._refresh_specs()
+        transform.set_parent(self)
         return self
 
     def _check_open(self) -> None:
@@ -211,7 +240,10 @@ class TransformedEnv(EnvBase):
         self.base_env.set_seed(seed)
 
     def _close(self) -> None:
-        self.base_env.close()
+        try:
+            self.transform.close()
+        finally:
+            self.base_env.close()
 
     @property  # type: ignore[override]
     def render_modes(self) -> tuple[str, ...]:

@@ -1,0 +1,30 @@
+"""Scaling: agent-steps/s as agents per env grow, native ``navigation`` vs raw VMAS ``navigation``.
+
+The issue's sweep: agents per env in {4, 16, 64, 256, 1024, 4096} with envs x agents ~= 65,536,
+or a fixed number of envs (``--envs``). A thin front of ``marlkit bench scaling`` (every option
+of it works here); prints one JSON object on stdout, the table and a progress bar on stderr, and
+writes ``scaling.json`` and ``scaling.png`` under ``--out`` (default benchmarks/results/scaling).
+
+    python benchmarks/scaling.py                                  # envs x agents ~= 65,536
+    python benchmarks/scaling.py --envs 16 --out benchmarks/results/scaling-16-envs
+    python benchmarks/scaling.py --backends native,torch,vmas --agents 4,64 --cell-budget 30
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from marlkit.cli import main as marlkit_main
+
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "results" / "scaling"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    # Defaults first: a later --out on the command line wins.
+    return marlkit_main(["bench", "scaling", "--json", "--out", str(DEFAULT_OUT), *args])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

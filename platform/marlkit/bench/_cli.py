@@ -1,0 +1,186 @@
+"""``marlkit bench scaling``: the scaling benchmark as a command.
+
+``marlkit bench scaling [--scenario navigation] [--agents 4,16,64,...] [--envs N |
+--total-agents N] [--backends native,vmas] [--out DIR]`` shows a progress bar over cells (stderr),
+prints a table and writes ``DIR/scaling.json`` and ``DIR/scaling.png``. With ``--json`` the
+JSON goes to stdout instead of the table (which then goes to stderr), as ``benchmarks/`` scripts
+print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import Any
+
+from marlkit.bench.cells import BACKENDS, SCENARIOS
+from marlkit.bench.scaling import (
+    DEFAULT_AGENTS,
+    DEFAULT_TOTAL_AGENTS,
+    ScalingConfig,
+    run_scaling,
+)
+
+__all__ = ["add_bench_parser", "cmd_scaling", "parse_agents", "parse_backends"]
+
+DEFAULT_OUT = "runs/scaling"
+
+
+def parse_agents(text: str) -> tuple[int, ...]:
+    """``"4,16,64"`` -> ``(4, 16, 64)``; every value an int >= 1 (argparse's ``type``)."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma list of ints >= 1 (e.g. 4,16,64), got {text!r}"
+            ) from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(
+                f"agents per env must be >= 1, got {value} in {text!r}"
+            )
+        values.append(value)
+    return tuple(values)
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    """``"native,vmas"`` -> ``("native", "vmas")``, each one of :data:`BACKENDS`."""
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown backend(s) {unknown or [text]}; choose from {', '.join(BACKENDS)}"
+        )
+    return names
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``bench`` (with its ``scaling`` sub-command) to the ``marlkit`` sub-parsers."""
+    p_bench = sub.add_parser("bench", help="benchmarks (`marlkit bench scaling`)")
+    bench_sub = p_bench.add_subparsers(dest="benchmark", required=True, metavar="{scaling}")
+    p = bench_sub.add_parser(
+        "scaling",
+        help="agent-steps/s as agents per env grow: native vs VMAS, JSON + PNG plot",
+        description=(
+            "Agent-steps/s for each agents-per-env value and backend, with envs x agents ~= "
+            "--total-agents (default) or a fixed --envs. Cells over --cell-budget seconds are "
+            "skipped with the reason. Writes OUT/scaling.json and OUT/scaling.png."
+        ),
+    )
+    p.add_argument("--scenario", default="navigation", choices=sorted(SCENARIOS))
+    p.add_argument(
+        "--agents",
+        dest="agent_counts",
+        type=parse_agents,
+        default=DEFAULT_AGENTS,
+        metavar="LIST",
+        help=f"agents per env, comma list (default {','.join(map(str, DEFAULT_AGENTS))})",
+    )
+    sizing = p.add_mutually_exclusive_group()
+    sizing.add_argument(
+        "--envs", dest="fixed_envs", type=_positive(int), metavar="N", help="fixed envs per cell"
+    )
+    sizing.add_argument(
+        "--total-agents",
+        type=_positive(int),
+        metavar="N",
+        help=f"envs = total / agents per cell (default {DEFAULT_TOTAL_AGENTS:,})",
+    )
+    p.add_argument(
+        "--backends",
+        type=parse_backends,
+        default=("native", "vmas"),
+        metavar="LIST",
+        help=f"comma list of {', '.join(BACKENDS)} (default native,vmas)",
+    )
+    p.add_argument(
+        "--out", default=DEFAULT_OUT, metavar="DIR", help=f"output folder (default {DEFAULT_OUT})"
+    )
+    p.add_argument(
+        "--min-seconds", type=float, default=2.0, metavar="S", help="timed seconds (default 2)"
+    )
+    p.add_argument(
+        "--min-steps", type=_positive(int), default=3, metavar="N", help="timed steps (default 3)"
+    )
+    p.add_argument(
+        "--warmup",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="untimed steps, the probe step included (default 1)",
+    )
+    p.add_argument(
+        "--cell-budget",
+        type=_positive(float),
+        default=60.0,
+        metavar="S",
+        help="seconds per cell; cells estimated over it are skipped (default 60)",
+    )
+    p.add_argument(
+        "--startup-allowance",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds a cell subprocess may take to start, on top of the budget (default 30)",
+    )
+    p.add_argument(
+        "--isolate",
+        choices=("peers", "all", "none"),
+        default="peers",
+        help="cells run in a subprocess killed past the budget (default peers: all but native)",
+    )
+    p.add_argument(
+        "--threads", type=_positive(int), metavar="N", help="torch and native-kernel threads"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-plot", action="store_true", help="write the JSON only")
+    p.add_argument("--json", action="store_true", help="print the JSON (table to stderr)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=cmd_scaling)
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    """Run ``marlkit bench scaling``; returns the exit status."""
+    config = ScalingConfig(
+        scenario=args.scenario,
+        agents=args.agent_counts,
+        total_agents=args.total_agents,
+        envs=args.fixed_envs,
+        backends=args.backends,
+        min_seconds=args.min_seconds,
+        min_steps=args.min_steps,
+        warmup=args.warmup,
+        cell_budget_s=args.cell_budget,
+        threads=args.threads,
+        seed=args.seed,
+        isolate=args.isolate,
+        startup_allowance_s=args.startup_allowance,
+    )
+    report = run_scaling(config, progress=not args.no_progress)
+    paths = report.write(pathlib.Path(args.out), plot=not args.no_plot)
+    written = ", ".join(str(p) for p in paths.values())
+    if args.json:
+        print(report.table(), file=sys.stderr)
+        print(f"written: {written}", file=sys.stderr)
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.table())
+        print(f"written: {written}")
+    return 0

@@ -1,0 +1,318 @@
+"""``marlkit record``: film a rollout of any registered env into an MP4 or a GIF.
+
+``marlkit record ENV [--policy PATH|module:function] [--steps N] [--envs N --tile]
+[--env-arg key=value ...] [--seed S] [--fps F] --out rollout.mp4|rollout.gif``
+
+The command line (``marlkit.cli``) adds the subcommand with :func:`add_record_parser`; ``marlkit
+demo`` films its navigation run with :func:`demo_video`. Errors in what the user gave (an unknown
+env, an env that does not render, a bad policy, a bad suffix) exit with status 2 and one line
+that says what was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import os
+import pathlib
+import sys
+import warnings
+import zipfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tqdm import tqdm
+
+import marlkit
+from marlkit.data.keys import ACTION, OBSERVATION
+from marlkit.envs import EnvBase, StepCounter, TransformedEnv
+from marlkit.record.recorder import RecordResult, record_rollout
+from marlkit.record.video import open_video
+
+__all__ = ["add_record_parser", "demo_video", "load_policy", "parse_env_args", "run_record"]
+
+Policy = Callable[[TensorDictBase], TensorDictBase]
+_MAX_TILED_ENVS = 64
+_SCRIPT_SUFFIXES = {".pt", ".pth", ".ts"}
+_EXPORT_SUFFIX = ".pt2"
+
+
+class RecordError(ValueError):
+    """A bad ``marlkit record`` input; the CLI prints it and exits with status 2."""
+
+
+def parse_env_args(items: Sequence[str]) -> dict[str, Any]:
+    """Parse ``--env-arg`` items: ``["n_agents=3", "mode=fast"]`` -> ``{"n_agents": 3,
+    "mode": "fast"}``.
+
+    Values are Python literals when they parse as one (``3``, ``0.5``, ``True``, ``None``,
+    ``[1, 2]``), strings otherwise.
+    """
+    kwargs: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise RecordError(f"--env-arg takes key=value with a Python identifier, got {item!r}")
+        try:
+            value: Any = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        kwargs[key] = value
+    return kwargs
+
+
+class _ScriptedPolicy:
+    """A saved module applied to each group: ``(group, "action") = module(obs)``."""
+
+    def __init__(self, module: Callable[..., Any], groups: Sequence[str], source: str):
+        self.module = module
+        self.groups = list(groups)
+        self.source = source
+
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for group in self.groups:
+            obs = tensordict.get((group, OBSERVATION), None)
+            if not isinstance(obs, torch.Tensor):
+                raise RecordError(
+                    f"the saved policy {self.source} maps (group, 'observation') tensors "
+                    f"to actions, but group {group!r} has "
+                    f"{'no observation' if obs is None else 'a nested observation'}; "
+                    "use --policy module:function for such envs"
+                )
+            tensordict.set((group, ACTION), self.module(obs))
+        return tensordict
+
+
+def _load_saved(path: pathlib.Path, env: EnvBase) -> Policy:
+    exported = path.suffix.lower() == _EXPORT_SUFFIX
+    kind = "torch.export (.pt2)" if exported else "TorchScript"
+    if not zipfile.is_zipfile(path):  # both are zip archives; torch would log a long traceback
+        raise RecordError(f"--policy {str(path)!r} is not a {kind} file (not a zip archive)")
+    try:
+        if exported:
+            module = torch.export.load(str(path)).module()
+        else:
+            # TorchScript still loads fine; torch >= 2.10 only warns that it is deprecated.
+            with warnings.catch_warnings():
+                warnings.filterwarnings(
+                    "ignore", message=".*is deprecated", category=DeprecationWarning
+                )
+                module = torch.jit.load(str(path), map_location=env.device)
+                module.eval()
+    except (RuntimeError, ValueError, OSError, zipfile.BadZipFile) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RecordError(f"--policy {str(path)!r} is not a {kind} file ({first})") from None
+    return _ScriptedPolicy(module, env.groups, repr(str(path)))
+
+
+def _load_builder(spec: str, env: EnvBase) -> Policy:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise RecordError(f"--policy {spec!r}: expected module:function, e.g. mypkg.policies:build")
+    # Like `python -m`, find modules in the current folder too.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise RecordError(f"--policy {spec!r}: cannot import {module_name!r} ({err})") from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise RecordError(f"--policy {spec!r}: {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise RecordError(f"--policy {spec!r}: {attr!r} is not callable")
+    policy = target(env)
+    if not callable(policy):
+        raise RecordError(
+            f"--policy {spec!r}: {attr}(env) must return a callable TensorDict -> TensorDict "
+            f"policy, got {type(policy).__name__}"
+        )
+    return policy  # type: ignore[no-any-return]
+
+
+def load_policy(spec: str, env: EnvBase) -> Policy:
+    """The policy named by ``--policy``.
+
+    * a saved module, applied to each group's observation ``[*B, n, obs_dim]`` to give its
+      action (``[*B, n, act_dim]``, or ``[*B, n]`` class indices for categorical actions): a
+      ``torch.export`` program (``.pt2``, ``torch.export.save``; exported for the env's batch
+      shape) or a TorchScript file (any other suffix, ``torch.jit.load``);
+    * ``module:function``: ``function(env)`` returns a callable that reads the root TensorDict
+      and writes the actions into it (e.g. a ``TensorDictModule``). The module is imported from
+      ``sys.path`` and the current folder.
+
+    Raises:
+        RecordError: a missing file, a file that does not load, a module that does not import,
+            a missing or non-callable function (a ``ValueError``).
+    """
+    path = pathlib.Path(spec)
+    if path.is_file():
+        return _load_saved(path, env)
+    if path.suffix.lower() in {*_SCRIPT_SUFFIXES, _EXPORT_SUFFIX} or os.sep in spec:
+        raise RecordError(f"--policy {spec!r}: no such file")
+    if ":" in spec:
+        return _load_builder(spec, env)
+    raise RecordError(
+        f"--policy {spec!r} is neither an existing TorchScript file nor module:function"
+    )
+
+
+def _make_env(args: argparse.Namespace) -> EnvBase:
+    kwargs = parse_env_args(args.env_arg or [])
+    if args.envs is not None:
+        if "num_envs" in kwargs:
+            raise RecordError("give the number of envs once: --envs or --env-arg num_envs=...")
+        kwargs["num_envs"] = args.envs
+    env = marlkit.make(args.env, **kwargs)
+    if "rgb_array" not in env.render_modes and "render_mode" not in kwargs:
+        # Adapters of simulators that choose the render mode at construction (PettingZoo,
+        # Gymnasium) render only when asked: ask, and keep the first env if that is refused.
+        try:
+            rendering = marlkit.make(args.env, **kwargs, render_mode="rgb_array")
+        except (TypeError, ValueError, KeyError):
+            rendering = None
+        if rendering is not None and "rgb_array" in rendering.render_modes:
+            env.close()
+            env = rendering
+        elif rendering is not None:
+            rendering.close()
+    if args.seed is not None:
+        env.set_seed(args.seed)
+    if args.max_episode_steps is not None:
+        env = TransformedEnv(env, StepCounter(max_steps=args.max_episode_steps))
+    return env
+
+
+def _indices(args: argparse.Namespace, env: EnvBase) -> tuple[list[int], bool]:
+    n = env.batch_size.numel()
+    if not args.tile:
+        return [0], False
+    if n > _MAX_TILED_ENVS:
+        raise RecordError(
+            f"--tile shows every env of the batch, at most {_MAX_TILED_ENVS}; this one has {n} "
+            "(use --envs)"
+        )
+    return list(range(n)), True
+
+
+def run_record(args: argparse.Namespace) -> int:
+    """``marlkit record``: see the module docstring. Returns the exit status."""
+    out = pathlib.Path(args.out)
+    for name in ("steps", "envs", "max_episode_steps"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise RecordError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if not args.fps > 0:
+        raise RecordError(f"--fps must be > 0, got {args.fps}")
+    # An unknown suffix or a missing video extra fails before the env is made (no file yet).
+    open_video(out, fps=args.fps).close()
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    env = _make_env(args)
+    try:
+        policy = load_policy(args.policy, env) if args.policy else None
+        indices, tile = _indices(args, env)
+    except BaseException:
+        env.close()
+        raise
+    with tqdm(
+        total=args.steps,
+        desc=f"record {args.env}",
+        unit="step",
+        disable=args.no_progress,
+        file=sys.stderr,
+    ) as bar:
+        result = record_rollout(
+            env,
+            out,
+            steps=args.steps,
+            policy=policy,
+            env_indices=indices,
+            tile=tile,
+            fps=args.fps,
+            progress=bar.update,
+        )
+    print(_describe(result, len(indices)))
+    return 0
+
+
+def _describe(result: RecordResult, envs: int) -> str:
+    h, w = result.frame_size
+    shown = f"{envs} envs tiled" if envs > 1 else "env 0"
+    return (
+        f"video written to {result.path} ({result.frames} frames of {w}x{h}, {result.steps} "
+        f"steps, {shown})"
+    )
+
+
+def demo_video(
+    path: str | os.PathLike[str], *, steps: int = 200, progress: bool = False
+) -> RecordResult:
+    """The ``marlkit demo`` video: navigation with 4 agents, 4 envs tiled, random actions,
+    episodes of 100 steps, seed 0, 30 frames per second."""
+    torch.manual_seed(0)
+    base = marlkit.make("navigation", num_envs=4, n_agents=4, seed=0)
+    env = TransformedEnv(base, StepCounter(max_steps=100))
+    with tqdm(
+        total=steps, desc="demo video", unit="step", disable=not progress, file=sys.stderr
+    ) as bar:
+        return record_rollout(
+            env, path, steps=steps, env_indices="all", tile=True, progress=bar.update
+        )
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    try:
+        return run_record(args)
+    except (KeyError, ValueError, TypeError, ImportError, IndexError) as err:
+        message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+        print(f"marlkit record: error: {message}", file=sys.stderr)
+        out = pathlib.Path(args.out)
+        if out.is_file():  # the rollout failed midway: the frames before it are kept
+            print(
+                f"marlkit record: the frames recorded before the error are in {out}",
+                file=sys.stderr,
+            )
+        return 2
+
+
+def add_record_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add ``record`` to the ``marlkit`` subcommands (``sub`` from ``add_subparsers``)."""
+    p = sub.add_parser(
+        "record",
+        help="film a rollout into an MP4 (H.264) or a GIF",
+        description="Film a rollout of ENV (random actions unless --policy) into --out.",
+    )
+    p.add_argument("env", help="registered env name, e.g. navigation or vmas/navigation")
+    p.add_argument("--out", required=True, help="the video file: .mp4 (H.264) or .gif")
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="a saved module mapping each group's observation to its action (torch.export "
+        ".pt2 or TorchScript .pt), or module:function, called as function(env), returning a "
+        "TensorDict policy (default: random actions)",
+    )
+    p.add_argument("--steps", type=int, default=200, help="steps to film (default 200)")
+    p.add_argument("--envs", type=int, default=None, help="envs in the batch (num_envs)")
+    p.add_argument("--tile", action="store_true", help="show every env of the batch, tiled")
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="keyword argument for marlkit.make (repeatable; values parsed as Python literals)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the env and torch (default 0)")
+    p.add_argument("--fps", type=float, default=30.0, help="frames per second (default 30)")
+    p.add_argument(
+        "--max-episode-steps", type=int, default=None, help="truncate episodes at this length"
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=_cmd)
+    return p

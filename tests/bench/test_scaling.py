@@ -1,0 +1,353 @@
+"""The scaling harness (marlkit.bench) on tiny cells: Python API, `marlkit bench scaling`, scripts.
+
+Real simulators (native navigation, VMAS navigation) at a few agents; every measurement is one
+or two steps, so the figures mean nothing: the tests check the harness, not the speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import imageio.v3 as iio
+import pytest
+
+from marlkit.bench import (
+    CellResult,
+    CellSpec,
+    ScalingConfig,
+    ScalingReport,
+    TimingSettings,
+    measure_cell,
+    plot_scaling,
+    run_cell,
+    run_scaling,
+    time_steps,
+)
+from marlkit.bench._worker import main as worker_main
+from marlkit.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY = {"min_seconds": 0.0, "min_steps": 1}
+CELL_KEYS = {
+    "backend",
+    "scenario",
+    "envs",
+    "agents",
+    "status",
+    "reason",
+    "setup_s",
+    "first_step_s",
+    "steps",
+    "seconds",
+    "steps_per_s",
+    "env_steps_per_s",
+    "agent_steps_per_s",
+    "estimated_agent_steps_per_s",
+    "info",
+}
+TOP_KEYS = {
+    "benchmark",
+    "schema",
+    "scenario",
+    "mode",
+    "total_agents",
+    "envs",
+    "agents",
+    "backends",
+    "settings",
+    "environment",
+    "cells",
+    "ratios",
+    "targets",
+}
+
+
+def marlkit_cmd(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    exe = pathlib.Path(sys.executable).parent / "marlkit"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "marlkit.cli"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def check_schema(data: dict, *, backends: list[str], agents: list[int]) -> None:
+    assert set(data) == TOP_KEYS
+    assert data["benchmark"] == "scaling" and data["schema"] == 1
+    assert data["backends"] == backends and data["agents"] == agents
+    assert len(data["cells"]) == len(backends) * len(agents)
+    for cell in data["cells"]:
+        assert set(cell) == CELL_KEYS
+        if cell["status"] == "ok":
+            assert cell["reason"] is None and cell["steps"] >= 1
+            rate = cell["steps"] / cell["seconds"] * cell["envs"] * cell["agents"]
+            assert math.isclose(cell["agent_steps_per_s"], rate, rel_tol=1e-9)
+        else:
+            assert cell["reason"] and cell["agent_steps_per_s"] is None
+    env = data["environment"]
+    for key in ("date", "torch", "torch_threads", "native_threads", "cpus", "machine", "vmas"):
+        assert key in env
+    assert [r["agents"] for r in data["ratios"]] == agents
+    assert {t["id"] for t in data["targets"]} == {
+        "native_over_vmas_4",
+        "native_1024_over_native_16",
+        "native_over_vmas_1024",
+    }
+
+
+def check_png(path: pathlib.Path) -> None:
+    image = iio.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 400
+    assert image.std() > 10  # something was drawn
+
+
+# ------------------------------------------------------------------ the Python API
+def test_tiny_sweep_in_process(tmp_path: pathlib.Path) -> None:
+    config = ScalingConfig(
+        agents=(8, 4), total_agents=64, backends=("native", "vmas"), isolate="none", **TINY
+    )
+    report = run_scaling(config, progress=False)
+    assert [(c.backend, c.envs, c.agents, c.status) for c in report.cells] == [
+        ("native", 16, 4, "ok"),
+        ("vmas", 16, 4, "ok"),
+        ("native", 8, 8, "ok"),
+        ("vmas", 8, 8, "ok"),
+    ]
+    assert report.cell("vmas", 4).info["world_spawning"] == 1.0
+    assert report.cell("native", 4).info["kernel"] == "native"
+    data = report.to_dict()
+    check_schema(data, backends=["native", "vmas"], agents=[4, 8])
+    assert data["mode"] == "total_agents" and data["envs"] is None
+    native, vmas = report.cell("native", 4), report.cell("vmas", 4)
+    ratio = data["ratios"][0]["native_over_vmas"]
+    assert ratio == native.agent_steps_per_s / vmas.agent_steps_per_s
+    first, retention, at_1024 = data["targets"]
+    assert first["value"] == ratio and first["met"] == (ratio >= 10)
+    assert retention["met"] is None and "no native cell at 1024 agents" in retention["note"]
+    assert at_1024["value"] is None and at_1024["numerator"] == ["native", 1024]
+    table = report.table()
+    assert "native agent-steps/s" in table and "native/vmas" in table and "targets:" in table
+    paths = report.write(tmp_path)
+    assert json.loads(paths["json"].read_text()) == json.loads(json.dumps(data))
+    check_png(paths["png"])
+
+
+def test_fixed_envs_variant_and_torch_backend() -> None:
+    config = ScalingConfig(agents=(2, 3), envs=5, backends=("torch",), isolate="none", **TINY)
+    report = run_scaling(config, progress=False)
+    assert [(c.envs, c.agents, c.status) for c in report.cells] == [(5, 2, "ok"), (5, 3, "ok")]
+    assert report.cells[0].info["kernel"] == "torch"
+    data = report.to_dict()
+    assert data["mode"] == "fixed_envs" and data["envs"] == 5 and data["total_agents"] is None
+    assert data["ratios"] == [{"agents": 2, "envs": 5}, {"agents": 3, "envs": 5}]  # no native
+
+
+def test_budget_skips_a_vmas_cell_and_its_larger_cells() -> None:
+    config = ScalingConfig(
+        agents=(2, 4, 8),
+        total_agents=16,
+        backends=("native", "vmas"),
+        isolate="none",
+        cell_budget_s=1e-4,  # nothing fits, not even the construction
+        **TINY,
+    )
+    report = run_scaling(config, progress=False)
+    assert [c.status for c in report.cells] == ["skipped"] * 6  # the budget binds native too
+    vmas = [c for c in report.cells if c.backend == "vmas"]
+    assert vmas[0].reason.startswith("construction took") and "0.0001 s budget" in vmas[0].reason
+    assert vmas[0].setup_s > 1e-4
+    for c in vmas[1:]:
+        assert c.reason.startswith("not run: the 2-agent cell was already over the 0.0001 s budget")
+        assert c.setup_s is None
+    table = report.table()
+    assert "skipped [1]" in table and "skipped [2]" in table
+    assert "[2] vmas 8x2: construction took" in table
+    assert "[4] vmas 4x4: not run: the 2-agent cell" in table
+    assert "native >= 10x VMAS at 4 agents: not measured (native 4x4 skipped: not run" in table
+    assert all(r["native_over_vmas"] is None for r in report.ratios())
+
+
+def test_estimate_over_budget_skips_with_a_one_step_estimate(tmp_path: pathlib.Path) -> None:
+    spec = CellSpec("native", "navigation", envs=4, agents=3)
+    result = measure_cell(spec, TimingSettings(min_seconds=0.0, min_steps=10**9, budget_s=60.0))
+    assert result.status == "skipped"
+    assert result.reason.startswith("estimated ") and "exceeds the 60 s budget" in result.reason
+    assert result.first_step_s > 0 and result.steps == 0
+    assert result.estimated_agent_steps_per_s == pytest.approx(12 / result.first_step_s)
+    # A skipped cell with an estimate is drawn (hollow marker) without breaking the plot.
+    config = ScalingConfig(agents=(3,), envs=4, backends=("native",), isolate="none")
+    data = ScalingReport(config, {"date": "d"}, [result]).to_dict()
+    check_png(plot_scaling(data, tmp_path / "skipped.png"))
+
+
+def test_isolated_cell_is_killed_past_its_timeout() -> None:
+    spec = CellSpec("vmas", "navigation", envs=2, agents=2)
+    settings = TimingSettings(budget_s=0.05, **TINY)
+    result = run_cell(spec, settings, isolate=True, startup_allowance_s=0.0)
+    assert result.status == "skipped"
+    assert result.reason == "killed after 0.05 s before the env was constructed (process start-up)"
+
+
+def test_isolated_cell_over_budget_reports_its_reason() -> None:
+    spec = CellSpec("vmas", "navigation", envs=2, agents=2)
+    result = run_cell(spec, TimingSettings(budget_s=1e-4, **TINY), isolate=True)
+    assert result.status == "skipped" and result.reason.startswith("construction took")
+    assert result.info["world_spawning"] == 1.0  # came back from the worker
+
+
+def test_isolated_cell_error_is_a_failed_cell() -> None:
+    spec = CellSpec("native", "navigation", envs=2, agents=2)
+    result = run_cell(spec, TimingSettings(**TINY), isolate=True, threads=0)
+    assert result.status == "failed"
+    assert result.reason == "ValueError: threads must be an int >= 1 or None, got 0"
+
+
+def test_worker_reports_bad_input() -> None:
+    assert worker_main(["{not json"]) == 1
+    assert worker_main([]) == 1
+    bad = json.dumps({"spec": {"backend": "nope"}, "settings": {}, "threads": None})
+    assert worker_main([bad]) == 1
+
+
+def test_time_steps_respects_minimums_and_deadline() -> None:
+    calls = []
+    out = time_steps(lambda: calls.append(1), min_seconds=0.0, min_steps=5, warmup=2)
+    assert out["steps"] == 5 and len(calls) == 7
+    # Past the deadline, stops as soon as min_steps are done.
+    out = time_steps(lambda: None, min_seconds=10.0, min_steps=3, deadline=0.0)
+    assert out["steps"] == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"envs": 4, "total_agents": 64}, "give envs or total_agents, not both"),
+        ({"backends": ("native", "nope")}, r"unknown backends \['nope'\]"),
+        ({"backends": ()}, "backends must name at least one"),
+        ({"agents": (4, 0)}, "agents per env must be an int >= 1, got 0"),
+        ({"agents": ()}, "agents must name at least one"),
+        ({"envs": 0}, "envs must be an int >= 1, got 0"),
+        ({"scenario": "balance"}, "scenario must be one of"),
+        ({"isolate": "some"}, "isolate must be 'peers', 'all' or 'none'"),
+        ({"min_steps": 0}, "min_steps must be >= 1, got 0"),
+        ({"min_seconds": math.nan}, "min_seconds must be a finite number"),
+        ({"warmup": 0}, r"warmup must be an int >= 1 \(the probe step\)"),
+        ({"cell_budget_s": 0.0}, "budget_s must be > 0"),
+        ({"threads": 0}, "threads must be an int >= 1"),
+    ],
+)
+def test_bad_config_is_rejected(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ScalingConfig(**kwargs)
+
+
+def test_bad_cell_spec_and_result_fields() -> None:
+    with pytest.raises(ValueError, match="backend must be one of"):
+        CellSpec("jax", "navigation", 1, 1)
+    with pytest.raises(ValueError, match="agents must be an int >= 1, got True"):
+        CellSpec("native", "navigation", 1, True)
+    with pytest.raises(KeyError, match=r"unknown CellResult fields \['speed'\]"):
+        CellResult.from_dict({"backend": "native", "speed": 1})
+
+
+def test_default_config_is_the_issue_sweep() -> None:
+    config = ScalingConfig()
+    assert config.agents == (4, 16, 64, 256, 1024, 4096)
+    assert config.total_agents == 65_536 and config.mode == "total_agents"
+    assert [config.envs_for(a) for a in config.agents] == [16384, 4096, 1024, 256, 64, 16]
+    assert config.isolates("vmas") and not config.isolates("native")
+    assert ScalingConfig(total_agents=100, agents=(1000,)).envs_for(1000) == 1
+
+
+# ------------------------------------------------------------------ the command
+def test_bench_scaling_command(tmp_path: pathlib.Path) -> None:
+    out = marlkit_cmd(
+        "bench",
+        "scaling",
+        "--agents",
+        "4,8",
+        "--total-agents",
+        "64",
+        "--backends",
+        "native,vmas",
+        "--min-seconds",
+        "0",
+        "--min-steps",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "agents  envs  native agent-steps/s  vmas agent-steps/s  native/vmas" in out.stdout
+    assert "native >= 10x VMAS at 4 agents:" in out.stdout
+    assert "4/4" in out.stderr  # the progress bar over cells ran to the end
+    data = json.loads((tmp_path / "scaling.json").read_text())
+    check_schema(data, backends=["native", "vmas"], agents=[4, 8])
+    assert [c["status"] for c in data["cells"]] == ["ok"] * 4
+    assert data["settings"]["isolate"] == "peers"
+    check_png(tmp_path / "scaling.png")
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--agents", "0"], "argument --agents: agents per env must be >= 1, got 0 in '0'"),
+        (["--agents", "4,x"], "argument --agents: expected a comma list of ints"),
+        (["--backends", "nope"], "argument --backends: unknown backend(s) ['nope']"),
+        (["--envs", "4", "--total-agents", "64"], "argument --total-agents: not allowed with"),
+        (["--envs", "0"], "argument --envs: must be > 0, got 0"),
+        (["--scenario", "balance"], "argument --scenario: invalid choice: 'balance'"),
+    ],
+)
+def test_bad_arguments_exit_2(
+    argv: list[str], match: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "scaling", *argv])
+    assert exc.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_bad_timing_value_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "scaling", "--min-seconds", "-1", "--no-progress"]) == 2
+    assert "marlkit: error: min_seconds must be a finite number >= 0, got -1.0" in (
+        capsys.readouterr().err
+    )
+
+
+def test_bad_arguments_exit_2_from_the_real_command() -> None:
+    out = marlkit_cmd("bench", "scaling", "--agents", "0", "--backends", "native")
+    assert out.returncode == 2
+    assert "agents per env must be >= 1, got 0" in out.stderr
+
+
+# ------------------------------------------------------------------ the scripts
+def test_benchmark_script_prints_one_json_object(tmp_path: pathlib.Path) -> None:
+    script = ROOT / "benchmarks" / "scaling.py"
+    args = ["--agents", "2", "--total-agents", "8", "--backends", "native", "--min-seconds", "0"]
+    out = subprocess.run(
+        [sys.executable, str(script), *args, "--no-plot", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["cells"][0]["status"] == "ok" and data["cells"][0]["envs"] == 4
+    assert "native agent-steps/s" in out.stderr  # the table went to stderr
+    assert (tmp_path / "scaling.json").exists() and not (tmp_path / "scaling.png").exists()
+
+
+def test_env_step_benchmark_uses_the_shared_harness() -> None:
+    script = ROOT / "benchmarks" / "env_step.py"
+    args = ["--cells", "4x3", "--min-seconds", "0", "--min-steps", "2", "--warmup", "1"]
+    out = subprocess.run(
+        [sys.executable, str(script), *args, "--no-vmas"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["results"]
+    assert row["native"]["steps"] == 2 and row["native"]["backend"] == "native"
