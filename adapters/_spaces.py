@@ -3,13 +3,16 @@
 ``spec_from_space(space, batch_shape)`` maps:
 
 =====================  =======================================================
-``Box``                ``Bounded`` when every bound is finite, else ``Unbounded``
+``Box``                ``Bounded`` when every bound is finite, else ``Unbounded``;
+                       a bool Box gives bool ``Binary`` (``Categorical(2)`` if 0-d)
 ``Discrete(n, start)`` ``Categorical(n)`` (values shifted by ``start``)
 ``MultiDiscrete``      ``MultiCategorical(nvec)`` (values shifted by ``start``)
 ``MultiBinary(n)``     ``Binary(n)``
 ``Dict``               ``Composite`` with the same keys
 ``Tuple``              ``Composite`` with keys ``"0"``, ``"1"``, ...
 =====================  =======================================================
+
+Spaces of the legacy ``gym`` package (VMAS still uses it) map the same way, without Gymnasium.
 
 ``to_tensor(space, value, ...)`` turns a simulator value into a tensor (or a dict of tensors for
 Dict/Tuple) in spec terms; ``to_space(space, tensor)`` turns an action back into what the
@@ -35,6 +38,13 @@ def _spaces() -> Any:
     return import_optional("gymnasium", extra="gymnasium", purpose="space conversion").spaces
 
 
+def _spaces_of(space: Any) -> Any:
+    """The spaces module ``space`` belongs to: Gymnasium's, or the legacy ``gym``'s (VMAS)."""
+    if any(cls.__module__.split(".")[0] == "gym" for cls in type(space).__mro__):
+        return import_optional("gym", extra="vmas", purpose="legacy gym space conversion").spaces
+    return _spaces()
+
+
 def _torch_dtype(dtype: Any) -> torch.dtype:
     return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
 
@@ -50,11 +60,15 @@ def spec_from_space(
     Raises:
         TypeError: a space this function does not map (Text, Graph, Sequence, ...).
     """
-    spaces = _spaces()
+    spaces = _spaces_of(space)
     batch = tuple(int(b) for b in batch_shape)
     if isinstance(space, spaces.Box):
         shape = (*batch, *space.shape)
         dtype = _torch_dtype(space.dtype)
+        if dtype == torch.bool:  # e.g. board planes (go_v5): flags, which Bounded does not take
+            if not space.shape:
+                return Categorical(2, batch, torch.bool, device)
+            return Binary(int(space.shape[-1]), shape, torch.bool, device)
         low, high = np.asarray(space.low), np.asarray(space.high)
         if np.isfinite(low).all() and np.isfinite(high).all():
             return Bounded(
@@ -98,7 +112,7 @@ def to_tensor(
 
     Dict and Tuple spaces give nested dicts (Tuple keys ``"0"``, ``"1"``, ...).
     """
-    spaces = _spaces()
+    spaces = _spaces_of(space)
     if isinstance(space, spaces.Dict):
         if not isinstance(value, Mapping):
             raise TypeError(f"a Dict space value must be a mapping, got {type(value).__name__}")
@@ -125,7 +139,7 @@ def to_space(space: Any, value: torch.Tensor | Mapping[str, Any]) -> Any:
 
     Works on one action or a stack of them (leading dims kept).
     """
-    spaces = _spaces()
+    spaces = _spaces_of(space)
     if isinstance(space, spaces.Dict):
         return {k: to_space(s, value[str(k)]) for k, s in space.spaces.items()}  # type: ignore[index]
     if isinstance(space, spaces.Tuple):

@@ -1,0 +1,491 @@
+"""Gymnasium envs as marlkit envs: one agent in a group, or TorchRL-style plain keys.
+
+``marlkit.make("gymnasium/CartPole-v1")`` builds one env (batch ``B = []``);
+``marlkit.make("gymnasium/CartPole-v1", num_envs=8)`` builds a Gymnasium vector env (``sync`` or
+``async``) as a batch ``B = [8]``. :class:`GymnasiumEnv` wraps an env or vector env you made.
+
+Keys, with the default group ``"agents"`` (one agent, ``"agent_0"``)::
+
+    ("agents", "observation")    [*B, 1, *obs_shape]  (a nested TensorDict for Dict/Tuple spaces)
+    ("agents", "action")         [*B, 1, *act_shape]  ([*B, 1] for Discrete)
+    ("next", "agents", "reward") [*B, 1, 1] float32
+    ("next", "agents", "done" | "terminated" | "truncated")   [*B, 1, 1] bool
+    ("next", "done" | "terminated" | "truncated")             [*B, 1] bool
+
+With ``plain_keys=True`` (no group, ``group_map == {}``)::
+
+    "observation" [*B, *obs_shape], "action" [*B, *act_shape], ("next", "reward") [*B, 1],
+    ("next", "done" | "terminated" | "truncated") [*B, 1]
+
+Spaces map through :mod:`marlkit.adapters._spaces` (Box, Discrete, MultiDiscrete, MultiBinary,
+Dict, Tuple); observation dtypes are kept (float64 stays float64: ``DoubleToFloat`` casts).
+``terminated`` is the env's own, ``truncated`` comes from ``TimeLimit``. The ``info`` dicts are
+dropped.
+
+Vector envs: marlkit's contract is that ``step`` reports the true last observation of a finished
+episode and that the caller resets exactly the done envs (``"_reset"``). Vector envs made here use
+``autoreset_mode=DISABLED`` and reset through ``reset(options={"reset_mask": mask})``. A vector
+env you pass in may use ``DISABLED`` or ``SAME_STEP`` (the final observation is taken from
+``info["final_obs"]`` and the reset observation is kept for the next ``"_reset"``);
+``NEXT_STEP`` is refused, since its reset would cost every env a step.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from marlkit._utils import has_module, import_optional
+from marlkit.adapters._spaces import spec_from_space, to_space, to_tensor
+from marlkit.data.composite import Composite
+from marlkit.data.group_map import make_group_map
+from marlkit.data.keys import (
+    ACTION,
+    DEFAULT_GROUP,
+    DONE,
+    OBSERVATION,
+    REWARD,
+    TERMINATED,
+    TRUNCATED,
+    NestedKey,
+)
+from marlkit.data.specs import Unbounded
+from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.envs.registry import UnknownEnvError
+
+__all__ = ["AGENT_NAME", "GymnasiumEnv", "list_scenarios", "make_env"]
+
+#: The name of the one agent in the group.
+AGENT_NAME = "agent_0"
+
+Vectorization = Literal["sync", "async"]
+#: A tensor, or a (nested) dict of them for Dict/Tuple spaces.
+Tree = torch.Tensor | dict[str, "Tree"]
+
+# Registry entry points (module prefixes) and the module each needs beyond gymnasium.
+_EXTRA_MODULES = {
+    "gymnasium.envs.box2d": "Box2D",
+    "gymnasium.envs.mujoco": "mujoco",
+    "gymnasium.envs.phys2d": "jax",
+    "gymnasium.envs.tabular": "jax",
+}
+
+
+def _gym() -> Any:
+    return import_optional("gymnasium", extra="gymnasium", purpose="the gymnasium adapter")
+
+
+def _tree_map(fn: Callable[..., torch.Tensor], *trees: Tree) -> Tree:
+    """``fn`` leaf by leaf over (nested) dicts of tensors of the same structure."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: _tree_map(fn, *(t[k] for t in trees)) for k in first}  # type: ignore[index]
+    return fn(*trees)
+
+
+def _as_flags(value: Any, n: int, what: str) -> np.ndarray:
+    flags = np.asarray(value)
+    if flags.size != n:
+        raise ValueError(
+            f"the simulator returned {what} of shape {list(flags.shape)}, expected {n}"
+        )
+    return flags.reshape(n).astype(bool)
+
+
+def _autoreset_mode(env: Any) -> Any:
+    """The vector env's autoreset mode; refuse the modes marlkit cannot step exactly."""
+    modes = _gym().vector.AutoresetMode
+    raw = env.metadata.get("autoreset_mode")
+    if raw is None:
+        raise ValueError(
+            f"the vector env {env} declares no metadata['autoreset_mode'] (gymnasium then "
+            "assumes NEXT_STEP, which marlkit refuses); build it with autoreset_mode="
+            "AutoresetMode.DISABLED"
+        )
+    try:
+        mode = modes(raw)
+    except ValueError:
+        raise ValueError(f"unknown autoreset_mode {raw!r} in {env}'s metadata") from None
+    if mode == modes.NEXT_STEP:
+        raise ValueError(
+            "vector envs in AutoresetMode.NEXT_STEP are not supported: their reset happens at the "
+            "next step() and costs every env a step, so marlkit's partial resets cannot be exact. "
+            "Build the vector env with vector_kwargs={'autoreset_mode': AutoresetMode.DISABLED} "
+            "(or SAME_STEP), e.g. gymnasium.make_vec(id, num_envs, vectorization_mode='sync', "
+            "vector_kwargs=...), or use marlkit.make('gymnasium/<id>', num_envs=...)"
+        )
+    return mode
+
+
+class GymnasiumEnv(EnvBase):
+    """A Gymnasium env (batch ``[]``) or vector env (batch ``[num_envs]``) as a marlkit env.
+
+    Args:
+        env: a ``gymnasium.Env`` or a ``gymnasium.vector.VectorEnv`` (autoreset mode
+            ``DISABLED`` or ``SAME_STEP``). The marlkit env owns it: :meth:`close` closes it.
+        group: the group holding the one agent (``"agents"``); ignored with ``plain_keys``.
+        plain_keys: TorchRL's single-agent layout (root ``"observation"``, ``"action"``,
+            ``("next", "reward")`` ``[*B, 1]``), no group.
+        seed: seed of the first reset and of the action space (``None``: unseeded).
+        device: where the tensors live (the simulator runs on cpu).
+        validate_actions: check actions against ``action_spec`` before the simulator sees them.
+
+    Raises:
+        TypeError: ``env`` is neither a Gymnasium env nor a vector env, or has a space marlkit
+            does not map (Text, Graph, Sequence, ...).
+        ValueError: a vector env in ``NEXT_STEP`` autoreset mode, or a bad group name.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        *,
+        group: str = DEFAULT_GROUP,
+        plain_keys: bool = False,
+        seed: int | None = None,
+        device: str | torch.device = "cpu",
+        validate_actions: bool = True,
+    ):
+        gym = _gym()
+        if isinstance(env, gym.vector.VectorEnv):
+            self._mode = _autoreset_mode(env)
+            self._num = int(env.num_envs)
+            batch: tuple[int, ...] = (self._num,)
+            obs_space, act_space = env.single_observation_space, env.single_action_space
+        elif isinstance(env, gym.Env):
+            self._mode, self._num, batch = None, 1, ()
+            obs_space, act_space = env.observation_space, env.action_space
+        else:
+            raise TypeError(
+                f"GymnasiumEnv wraps a gymnasium.Env or gymnasium.vector.VectorEnv, got "
+                f"{type(env).__name__}"
+            )
+        super().__init__(batch_size=batch, device=device, validate_actions=validate_actions)
+        self._env = env
+        self._obs_space, self._act_space = obs_space, act_space
+        self.plain_keys = bool(plain_keys)
+        self.group = None if self.plain_keys else group
+        if self.group is not None:
+            self.group_map = make_group_map([AGENT_NAME], {self.group: [AGENT_NAME]})
+        self.render_modes = ("rgb_array",) if env.render_mode == "rgb_array" else ()
+        self._build_specs()
+        self._obs: Tree | None = None  # the observations marlkit last reported, [*B, (1), ...]
+        self._needs_reset = np.zeros(self._num, dtype=bool)
+        self._seeds: list[int | None] = [None] * self._num
+        self._pending_obs: Tree | None = None  # SAME_STEP: reset observations kept
+        self._same_step = (
+            self._mode is not None and self._mode == gym.vector.AutoresetMode.SAME_STEP
+        )
+        self._pending = np.zeros(self._num, dtype=bool)
+        if seed is not None:
+            self.set_seed(seed)
+
+    # ------------------------------------------------------------------ specs
+    def _key(self, name: str) -> NestedKey:
+        return name if self.group is None else (self.group, name)
+
+    def _build_specs(self) -> None:
+        b, dev = tuple(self.batch_size), self.device
+        lead = b if self.group is None else (*b, 1)
+        obs = spec_from_space(self._obs_space, lead, device=dev)
+        act = spec_from_space(self._act_space, lead, device=dev)
+        if self.group is None:
+            self.observation_spec = Composite({OBSERVATION: obs}, shape=b, device=dev)
+            self.action_spec = Composite({ACTION: act}, shape=b, device=dev)
+            self.reward_spec = Composite(
+                {REWARD: Unbounded((*b, 1), device=dev)}, shape=b, device=dev
+            )
+            self.done_spec = make_done_spec(b, {}, device=dev)
+            return
+        g = self.group
+        self.observation_spec = Composite(
+            {g: Composite({OBSERVATION: obs}, shape=lead, device=dev)}, shape=b, device=dev
+        )
+        self.action_spec = Composite(
+            {g: Composite({ACTION: act}, shape=lead, device=dev)}, shape=b, device=dev
+        )
+        self.reward_spec = make_reward_spec(b, {g: 1}, device=dev)
+        self.done_spec = make_done_spec(b, {g: 1}, device=dev)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def gym_env(self) -> Any:
+        """The wrapped ``gymnasium.Env`` or ``gymnasium.vector.VectorEnv``."""
+        return self._env
+
+    @property
+    def is_vector(self) -> bool:
+        return self._mode is not None
+
+    # ------------------------------------------------------------------ conversions
+    def _obs_value(self, raw: Any, batched: bool = True) -> Tree:
+        """Fresh tensors of a simulator observation in the layout: ``[*B, 1, ...]`` in a group,
+        ``[*B, ...]`` with plain keys (``B = []`` for one env of a vector env when not
+        ``batched``); a dict of them for Dict/Tuple spaces."""
+        lead = len(self.batch_size) if batched else 0
+        value = to_tensor(self._obs_space, raw)
+        if self.group is None:
+            return _tree_map(lambda t: t.to(self.device, copy=True), value)
+        return _tree_map(lambda t: t.to(self.device, copy=True).unsqueeze(lead), value)
+
+    def _td(self, obs: Tree, group: Mapping[str, Any], root: Mapping[str, Any]) -> TensorDict:
+        """The output TensorDict: ``obs`` and ``group`` entries at the observation's level,
+        ``root`` entries at the root."""
+        b = self.batch_size
+        if self.group is None:
+            return TensorDict({OBSERVATION: obs, **group, **root}, batch_size=b, device=self.device)
+        inner = TensorDict({OBSERVATION: obs, **group}, batch_size=(*b, 1), device=self.device)
+        return TensorDict({self.group: inner, **root}, batch_size=b, device=self.device)
+
+    def _where(self, mask: np.ndarray, new: Tree, old: Tree) -> Tree:
+        """``new`` for the envs in ``mask`` (``[N]`` bool), ``old`` for the others."""
+        cond = torch.from_numpy(mask).to(self.device)
+
+        def pick(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.where(cond.reshape(-1, *([1] * (a.ndim - 1))), a, b)
+
+        return _tree_map(pick, new, old)
+
+    # ------------------------------------------------------------------ hooks
+    def _set_seed(self, seed: int) -> None:
+        # Each env takes its seed at its next reset (a partial reset seeds only the envs it
+        # resets; the others keep theirs for later), as gymnasium's reset(seed=s) gives s + i.
+        self._seeds = [seed + i for i in range(self._num)]
+        self._env.action_space.seed(seed)
+
+    def _reset(
+        self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
+    ) -> TensorDictBase:
+        if env_mask is None or self._obs is None:
+            mask = np.ones(self._num, dtype=bool)  # the first reset resets every env
+        else:
+            mask = env_mask.detach().cpu().numpy().reshape(self._num).astype(bool)
+        if mask.any():
+            self._reset_envs(mask)
+        if self._obs is None:  # unreachable: the first reset resets every env
+            raise RuntimeError(f"{type(self).__name__}: the first reset gave no observation")
+        return self._td(_tree_map(torch.clone, self._obs), {}, {})
+
+    def _reset_envs(self, mask: np.ndarray) -> None:
+        seeds = self._seeds
+        # SAME_STEP envs already hold their reset observation, unless a new seed is pending.
+        cached = mask & self._pending & np.array([s is None for s in seeds])
+        real = mask & ~cached
+        if real.all():
+            seed: Any = None if all(s is None for s in seeds) else list(seeds)
+            if not self.is_vector:
+                seed = seeds[0]
+            raw, _ = self._env.reset(seed=seed)
+            self._obs = self._obs_value(raw)
+        else:
+            if real.any():
+                seed = [s if r else None for s, r in zip(seeds, real)]
+                raw, _ = self._env.reset(
+                    seed=None if all(s is None for s in seed) else seed,
+                    options={"reset_mask": real.copy()},
+                )
+                self._obs = self._where(real, self._obs_value(raw), self._obs)
+            if cached.any():
+                self._obs = self._where(cached, self._pending_obs, self._obs)
+        self._seeds = [None if r else s for s, r in zip(seeds, real)]
+        self._pending &= ~mask
+        self._needs_reset &= ~mask
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._obs is None:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before step()")
+        if self._needs_reset.any():
+            envs = np.flatnonzero(self._needs_reset).tolist()
+            raise RuntimeError(
+                f"{type(self).__name__}: env(s) {envs} finished their episode at the last step; "
+                "reset them (set '_reset', or use step_and_maybe_reset / rollout) before stepping "
+                "again"
+            )
+        action = tensordict.get(self._key(ACTION))
+        if self.group is not None:  # drop the agent dim: [*B, 1, ...] -> [*B, ...]
+            action = action[(slice(None),) * len(self.batch_size) + (0,)]
+        raw, reward, terminated, truncated, info = self._env.step(to_space(self._act_space, action))
+        terminated = _as_flags(terminated, self._num, "terminated")
+        truncated = _as_flags(truncated, self._num, "truncated")
+        done = terminated | truncated
+        obs = self._obs_value(raw)
+        if self._same_step and done.any():
+            obs = self._swap_final_obs(obs, info, done)
+        self._needs_reset = done.copy()  # `done` itself becomes the output tensor
+        self._obs = obs
+        out = _tree_map(torch.clone, obs)  # the cache and the output share no storage
+        # Fresh arrays (astype/| copy) become tensors without another copy: [*B, 1] bool.
+        flags = {TERMINATED: terminated, TRUNCATED: truncated, DONE: done}
+        root = {k: self._tensor(v, 1) for k, v in flags.items()}
+        reward = np.array(reward, dtype=np.float32)
+        if self.group is None:
+            return self._td(out, {REWARD: self._tensor(reward, 1), **root}, {})
+        group = {k: self._tensor(v.copy(), 2) for k, v in flags.items()}
+        return self._td(out, {REWARD: self._tensor(reward, 2), **group}, root)
+
+    def _tensor(self, array: np.ndarray, ones: int) -> torch.Tensor:
+        """A per-env NumPy array ``[N]`` as a tensor ``[*B, 1]`` (``ones=1``) or
+        ``[*B, 1, 1]`` (``ones=2``) on the env's device."""
+        return torch.from_numpy(array.reshape(*self.batch_size, *([1] * ones))).to(self.device)
+
+    def _swap_final_obs(self, obs: Tree, info: Mapping[str, Any], done: np.ndarray) -> Tree:
+        """SAME_STEP: report the final observations, keep the reset ones for ``_reset``."""
+        final = info.get("final_obs")
+        if final is None:
+            raise RuntimeError(
+                "a SAME_STEP vector env finished an episode without info['final_obs']; "
+                "marlkit cannot report its last observation"
+            )
+        pending = obs if self._pending_obs is None else self._pending_obs
+        self._pending_obs = self._where(done, obs, pending)
+        self._pending |= done
+        obs = _tree_map(torch.clone, obs)
+        for i in np.flatnonzero(done).tolist():
+
+            def put(leaf: torch.Tensor, value: torch.Tensor, i: int = i) -> torch.Tensor:
+                leaf[i] = value
+                return leaf
+
+            obs = _tree_map(put, obs, self._obs_value(final[i], batched=False))
+        return obs
+
+    def _render(self, env_index: int) -> np.ndarray:
+        if self._obs is None:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before render()")
+        if not self.is_vector:
+            frame = self._env.render()
+        else:
+            envs = getattr(self._env.unwrapped, "envs", None)  # SyncVectorEnv: render one env
+            if envs is not None:
+                frame = envs[env_index].render()
+            else:
+                frames = self._env.render()
+                frame = None if frames is None else frames[env_index]
+        if frame is None:
+            raise RuntimeError(
+                f"the gymnasium env returned no frame (render_mode={self._env.render_mode!r})"
+            )
+        return np.asarray(frame)
+
+    def _close(self) -> None:
+        self._env.close()
+
+
+def _prepare_headless_rendering() -> None:
+    """Off-screen rendering defaults, set only when unset: pygame without a window, and MuJoCo
+    through EGL where there is no display."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+def _check_id(gym: Any, scenario: str) -> None:
+    if ":" in scenario or scenario in gym.registry:  # "module:Env-v0" imports its module first
+        return
+    close = difflib.get_close_matches(scenario, list(gym.registry), n=5, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise UnknownEnvError(
+        f"gymnasium has no env {scenario!r}.{hint} `marlkit list --all` shows the ids"
+    )
+
+
+def make_env(
+    scenario: str,
+    *,
+    num_envs: int | None = None,
+    vectorization: Vectorization | None = "sync",
+    vector_kwargs: Mapping[str, Any] | None = None,
+    group: str = DEFAULT_GROUP,
+    plain_keys: bool = False,
+    seed: int | None = 0,
+    render_mode: str | None = None,
+    device: str | torch.device = "cpu",
+    validate_actions: bool = True,
+    **gym_kwargs: Any,
+) -> GymnasiumEnv:
+    """``marlkit.make("gymnasium/<id>", ...)``: a registered Gymnasium env as a marlkit env.
+
+    Args:
+        scenario: the Gymnasium id, e.g. ``"CartPole-v1"``.
+        num_envs: ``None`` for one env (batch ``[]``), else a vector env of that many
+            (batch ``[num_envs]``).
+        vectorization: ``"sync"`` (default; ``None`` means the same) or ``"async"`` (one process
+            per env).
+        vector_kwargs: extra arguments of the vector env (``shared_memory``, ``context``, ...);
+            ``autoreset_mode`` defaults to ``DISABLED``.
+        group, plain_keys, seed, device, validate_actions: see :class:`GymnasiumEnv`.
+        render_mode: ``"rgb_array"`` enables :meth:`~marlkit.envs.EnvBase.render`.
+        **gym_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, env arguments).
+
+    Raises:
+        UnknownEnvError: no such Gymnasium id (the message lists close matches).
+        ValueError: a bad ``num_envs`` or ``vectorization``.
+    """
+    gym = _gym()
+    if not isinstance(scenario, str) or not scenario:
+        raise ValueError(f"a gymnasium env id must be a non-empty str, got {scenario!r}")
+    _check_id(gym, scenario)
+    if render_mode is not None:  # passed only when given: some envs take no render_mode
+        gym_kwargs["render_mode"] = render_mode
+        if render_mode == "rgb_array":
+            _prepare_headless_rendering()
+    if num_envs is None:
+        env = gym.make(scenario, **gym_kwargs)
+    else:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be None or an int >= 1, got {num_envs!r}")
+        mode = "sync" if vectorization is None else vectorization
+        if mode not in ("sync", "async"):
+            raise ValueError(f"vectorization must be 'sync', 'async' or None, got {mode!r}")
+        kwargs = {"autoreset_mode": gym.vector.AutoresetMode.DISABLED, **(vector_kwargs or {})}
+        env = gym.make_vec(
+            scenario,
+            num_envs=num_envs,
+            vectorization_mode=mode,
+            vector_kwargs=kwargs,
+            **gym_kwargs,
+        )
+    try:
+        return GymnasiumEnv(
+            env,
+            group=group,
+            plain_keys=plain_keys,
+            seed=seed,
+            device=device,
+            validate_actions=validate_actions,
+        )
+    except BaseException:
+        env.close()
+        raise
+
+
+def _requirements(module: str) -> list[str]:
+    if module.split(".")[0] != "gymnasium":
+        return [module.split(".")[0]]
+    return [need for prefix, need in _EXTRA_MODULES.items() if module.startswith(prefix)]
+
+
+def list_scenarios() -> list[str]:
+    """Gymnasium's registered ids whose dependencies import (placeholders such as the retired
+    mujoco-py versions, which only raise, are left out)."""
+    registry = _gym().registry
+    ids = set()
+    for env_id, spec in registry.items():
+        entry = spec.entry_point
+        if isinstance(entry, str):
+            module = entry.partition(":")[0]
+        elif callable(entry):
+            module = getattr(entry, "__module__", "") or ""
+            if module == "gymnasium.envs":  # placeholders registered only to raise a hint
+                continue
+        else:
+            continue
+        if all(has_module(m) for m in _requirements(module)):
+            ids.add(env_id)
+    return sorted(ids)

@@ -1,0 +1,451 @@
+"""``marlkit.adapters.custom``: a user's own simulator as an env, through ``from_parallel``
+(per-agent dicts, the PettingZoo adapter's machinery) and ``from_batched`` (arrays per group).
+
+The toy simulators are real (small) simulators written here, not mocks: their agents move,
+leave the game, are masked; one can be told to misbehave (a wrong shape, a missing agent, NaN).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from marlkit.adapters.custom import (
+    BatchedEnv,
+    SimulatorOutputError,
+    from_batched,
+    from_parallel,
+    space_from_spec,
+)
+from marlkit.data import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
+from marlkit.data.specs import OneHot
+from marlkit.envs import InvalidActionError, check_env_specs
+from marlkit.testing import check_adapter
+
+NAMES = ["walker_0", "walker_1", "walker_2"]
+
+
+class Corridor:
+    """Walkers on a line of cells 0..L; action 0/1/2 moves left/stays/right. A walker that
+    reaches cell 0 scores 1 and leaves the game; the episode ends when all have left or after
+    ``horizon`` steps (truncation). ``info["action_mask"]`` forbids walking into the right wall.
+
+    ``bad`` makes one output wrong on the second step: ``"shape"``, ``"missing"``, ``"nan"``,
+    ``"nan_reward"``, ``"no_reward"``, ``"unknown"``, ``"not_dicts"``.
+    """
+
+    possible_agents = NAMES
+
+    def __init__(self, length: int = 4, horizon: int = 12, bad: str | None = None):
+        self.length, self.horizon, self.bad = length, horizon, bad
+        self.rng = np.random.default_rng()
+        self.agents: list[str] = []
+
+    def observation_space(self, agent: str) -> Any:
+        return spaces.Box(0, 100, (2,), np.float32)  # cell, clock
+
+    def action_space(self, agent: str) -> Any:
+        return spaces.Discrete(3)
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.pos = {a: int(self.rng.integers(1, self.length + 1)) for a in self.possible_agents}
+        self.agents, self.t = list(self.possible_agents), 0
+        return self._obs(self.agents), self._infos(self.agents)
+
+    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
+        return {a: np.array([self.pos[a], self.t], np.float32) for a in agents}
+
+    def _infos(self, agents: list[str]) -> dict[str, dict]:
+        return {a: {"action_mask": self._mask(a)} for a in agents}
+
+    def _mask(self, agent: str) -> np.ndarray:
+        return np.array([1, 1, self.pos[agent] < self.length])
+
+    def step(self, actions: dict[str, int]) -> Any:
+        assert set(actions) == set(self.agents), (actions, self.agents)  # the adapter's contract
+        for a, act in actions.items():
+            assert act != 2 or self.pos[a] < self.length, "illegal move reached the simulator"
+            self.pos[a] += int(act) - 1
+        self.t += 1
+        before = self.agents
+        arrived = {a: self.pos[a] == 0 for a in before}
+        truncated = dict.fromkeys(before, self.t >= self.horizon)
+        rewards = {a: float(arrived[a]) for a in before}
+        obs = self._obs(before)
+        self.agents = [a for a in before if not (arrived[a] or truncated[a])]
+        if self.t == 2 and self.bad:
+            obs, rewards = self._break(obs, rewards)
+            if self.bad == "not_dicts":
+                return [obs, rewards]
+        return obs, rewards, arrived, truncated, self._infos(list(obs))
+
+    def _break(self, obs: dict, rewards: dict) -> tuple[dict, dict]:
+        victim = NAMES[1]
+        if self.bad == "shape":
+            obs[victim] = np.zeros(3, np.float32)
+        elif self.bad == "missing":
+            self.agents = list(NAMES)  # everybody still in the game, but one observation lacks
+            obs.pop(victim)
+        elif self.bad == "nan":
+            obs[victim] = np.array([np.nan, 1.0], np.float32)
+        elif self.bad == "nan_reward":
+            rewards[victim] = float("nan")
+        elif self.bad == "no_reward":
+            rewards.pop(victim)
+        elif self.bad == "unknown":
+            self.agents = [*self.agents, "ghost"]
+        return obs, rewards
+
+
+def test_from_parallel_passes_the_conformance_kit():
+    env = from_parallel(Corridor, num_envs=3, seed=0)
+    assert env.batch_size == (3,)
+    assert env.group_map == {"agents": NAMES}
+    assert env.observation_spec["agents", "observation"] == Bounded(0.0, 100.0, (3, 3, 2))
+    assert env.observation_spec["agents", "action_mask"] == Binary(3, (3, 3, 3), dtype=torch.bool)
+    assert env.action_spec["agents", "action"] == Categorical(3, (3, 3))
+    check_adapter(env, steps=16)
+    check_env_specs(env, steps=16)
+
+
+def test_agents_that_leave_get_mask_false_zero_reward_and_done():
+    env = from_parallel(Corridor, num_envs=4, seed=1)
+    rollout = env.rollout(12, break_when_any_done=False)
+    nxt = rollout["next", "agents"]
+    mask, done, reward = nxt["mask"], nxt["done"][..., 0], nxt["reward"][..., 0]
+    obs = nxt["observation"]
+    left_early = False
+    for e in range(4):
+        for t in range(1, 12):
+            gone = ~rollout["agents", "mask"][e, t]  # absent before this step
+            if rollout["next", "done"][e, t - 1]:
+                continue  # the env was reset in between
+            assert done[e, t][gone].all() and (reward[e, t][gone] == 0).all()
+            assert (obs[e, t][gone] == 0).all() and not mask[e, t][gone].any()
+            root_over = bool(rollout["next", "done"][e, t])
+            left_early |= bool(gone.any()) and not root_over
+            assert root_over == bool((~mask[e, t]).all())  # over exactly when nobody is left
+    assert left_early, "no walker left before its episode ended; pick another seed"
+    # A walker's last transition carries its reward (1 on arrival) and its final observation.
+    arrivals = (reward == 1) & done
+    assert arrivals.any()
+    assert (obs[..., 0][arrivals] == 0).all()  # it stood on cell 0
+    terminated = nxt["terminated"][..., 0]
+    assert terminated[arrivals].all()
+
+
+def test_episode_end_by_truncation_sets_root_truncated():
+    env = from_parallel(lambda: Corridor(length=40, horizon=3), num_envs=2, seed=0)
+    rollout = env.rollout(3)
+    assert rollout["next", "truncated"][:, -1].all() and rollout["next", "done"][:, -1].all()
+    assert not rollout["next", "terminated"][:, -1].any()
+    assert not rollout["next", "done"][:, :-1].any()
+
+
+def test_info_action_masks_are_honoured_and_illegal_moves_refused():
+    env = from_parallel(lambda: Corridor(length=1), num_envs=2, seed=0)  # all start at the wall
+    td = env.reset()
+    assert not td["agents", "action_mask"][..., 2].any()
+    for _ in range(30):  # the random policy never walks into the wall (the simulator asserts)
+        _, td = env.step_and_maybe_reset(env.rand_action(td))
+    td = env.reset()
+    td["agents", "action"] = torch.full((2, 3), 2)
+    with pytest.raises(InvalidActionError, match="masked out"):
+        env.step(td)
+    env.validate_actions = False  # the adapter's own check still refuses it
+    with pytest.raises(InvalidActionError, match=r"action 2 of agent 'walker_0' \(env 0\)"):
+        env.step(td)
+    masked = from_parallel(lambda: Corridor(length=1), seed=0, illegal_actions="mask")
+    td = masked.reset()
+    td["agents", "action"] = torch.full((1, 3), 2)
+    out = masked.step(td)  # replaced by the first legal action: 0, walk left to the goal
+    assert (out["next", "agents", "reward"] == 1).all()
+
+
+def test_partial_reset_resets_only_the_selected_instances():
+    env = from_parallel(Corridor, num_envs=3, seed=0)
+    td = env.reset()
+    for _ in range(2):
+        _, td = env.step_and_maybe_reset(env.rand_action(td))
+    td["_reset"] = torch.tensor([[False], [True], [False]])
+    out = env.reset(td)
+    assert (out["agents", "observation"][1, :, 1] == 0).all()  # its clock restarted
+    for e in (0, 2):
+        assert torch.equal(out["agents", "observation"][e], td["agents", "observation"][e])
+
+
+def test_seeding_repeats_and_distinguishes():
+    def run(seed: int) -> torch.Tensor:
+        env = from_parallel(Corridor, num_envs=2, seed=seed)
+        return env.rollout(10, break_when_any_done=False)["next", "agents", "observation"]
+
+    assert torch.equal(run(3), run(3))
+    assert not torch.equal(run(3), run(4))
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ("shape", r"observation of agent 'walker_1' at key \('observation',\) has shape \[3\]"),
+        ("missing", r"no observation for agent 'walker_1', which is in the game"),
+        (
+            "nan",
+            r"observation of agent 'walker_1' at key \('agents', 'observation'\) is not "
+            r"finite: \[nan 1\.\]",
+        ),
+        ("nan_reward", r"reward of agent 'walker_1' at key \('agents', 'reward'\) is not finite"),
+        ("no_reward", r"no rewards entry for agent 'walker_1'"),
+        ("unknown", r"unknown agents \['ghost'\]"),
+        ("not_dicts", r"must return 5 dicts"),
+    ],
+)
+def test_bad_simulator_outputs_name_agent_key_and_value(bad: str, match: str):
+    env = from_parallel(lambda: Corridor(length=40, bad=bad), seed=0)
+    td = env.reset()
+    td = env.step(env.rand_action(td))["next"]
+    with pytest.raises(SimulatorOutputError, match=match):
+        env.step(env.rand_action(td))
+    assert issubclass(SimulatorOutputError, ValueError)
+
+
+def test_specs_instead_of_spaces_and_an_object_instead_of_a_factory():
+    class Bare(Corridor):  # no observation_space/action_space methods, no possible_agents
+        observation_space = None  # type: ignore[assignment]
+        action_space = None  # type: ignore[assignment]
+
+    sim = Bare()
+    env = from_parallel(
+        sim,
+        agents=NAMES,
+        observation_spaces=Bounded(0.0, 100.0, (2,)),
+        action_spaces={a: Categorical(3) for a in NAMES},
+        group_map="per_agent",
+        seed=0,
+    )
+    assert env.groups == NAMES and env.simulators == [sim]
+    assert env.observation_spec["walker_2", "observation"].shape == (1, 1, 2)
+    check_adapter(env)
+    with pytest.raises(ValueError, match="num_envs=2"):
+        from_parallel(Corridor(), num_envs=2)
+
+
+def test_construction_errors_name_what_is_wrong():
+    with pytest.raises(
+        KeyError, match=r"observation_spaces has no entry for agents \['walker_2'\]"
+    ):
+        from_parallel(Corridor, observation_spaces={a: Unbounded((2,)) for a in NAMES[:2]})
+    with pytest.raises(ValueError, match="have different observation spaces"):
+        from_parallel(
+            Corridor,
+            observation_spaces={a: Unbounded((i + 1,)) for i, a in enumerate(NAMES)},
+            group_map="agents",
+        )
+    with pytest.raises(ValueError, match="illegal_actions must be 'raise' or 'mask'"):
+        from_parallel(Corridor, illegal_actions="ignore")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="OneHot"):
+        from_parallel(Corridor, action_spaces=OneHot(3))
+    with pytest.raises(TypeError, match="must be a Gymnasium space or a marlkit spec"):
+        from_parallel(Corridor, observation_spaces="box")
+
+
+def test_heterogeneous_agents_default_to_groups_by_type():
+    class Mixed(Corridor):
+        possible_agents = ["scout_0", "scout_1", "tank_0"]
+
+        def action_space(self, agent: str) -> Any:
+            return spaces.Discrete(3 if agent.startswith("scout") else 2)
+
+        def _mask(self, agent: str) -> np.ndarray:
+            return super()._mask(agent)[: self.action_space(agent).n]
+
+    env = from_parallel(Mixed, seed=0)
+    assert env.group_map == {"scout": ["scout_0", "scout_1"], "tank": ["tank_0"]}
+    assert env.action_spec["tank", "action"] == Categorical(2, (1, 1))
+
+
+class Rich:
+    """Dict observations (a Box and a Discrete with ``start=1``) and MultiDiscrete actions."""
+
+    possible_agents = ["a_0", "a_1"]
+
+    def __init__(self):
+        self.agents: list[str] = []
+        self.received: list[dict] = []
+
+    def observation_space(self, agent: str) -> Any:
+        return spaces.Dict(
+            {"pos": spaces.Box(-1, 1, (2,), np.float32), "kind": spaces.Discrete(3, start=1)}
+        )
+
+    def action_space(self, agent: str) -> Any:
+        return spaces.MultiDiscrete([2, 3])
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        self.agents = list(self.possible_agents)
+        return self._obs(0), {}
+
+    def _obs(self, t: int) -> dict:
+        return {
+            a: {"pos": np.full(2, 0.1 * t, np.float32), "kind": 1 + (i + t) % 3}
+            for i, a in enumerate(self.agents)
+        }
+
+    def step(self, actions: dict) -> tuple:
+        self.received.append(actions)
+        flags = dict.fromkeys(self.agents, False)
+        return self._obs(1), dict.fromkeys(self.agents, 0.0), flags, flags, {}
+
+
+def test_dict_observations_and_multidiscrete_actions():
+    env = from_parallel(Rich, seed=0)
+    spec = env.observation_spec["agents", "observation"]
+    assert isinstance(spec, Composite) and set(spec.keys()) == {"pos", "kind"}
+    assert spec["kind"] == Categorical(3, (1, 2))
+    td = env.reset()
+    assert td["agents", "observation", "kind"].tolist() == [[0, 1]]  # start=1 removed
+    td["agents", "action"] = torch.tensor([[[1, 2], [0, 0]]])
+    out = env.step(td)["next"]
+    assert out["agents", "observation", "kind"].tolist() == [[1, 2]]
+    sent = env.simulators[0].received[-1]
+    assert sent["a_0"].tolist() == [1, 2] and sent["a_1"].tolist() == [0, 0]
+    check_adapter(env)
+
+
+def test_space_from_spec_round_trips_the_leaf_specs():
+    box = space_from_spec(Bounded(-1.0, 2.0, (3,)))
+    assert isinstance(box, spaces.Box) and box.shape == (3,) and box.high[0] == 2.0
+    assert space_from_spec(Unbounded((2,), dtype=torch.int32)).dtype == np.int32
+    assert space_from_spec(Categorical(4)) == spaces.Discrete(4)
+    assert space_from_spec(MultiCategorical([2, 3], (2,))) == spaces.MultiDiscrete([2, 3])
+    assert space_from_spec(Binary(5)) == spaces.MultiBinary(5)
+    nested = space_from_spec(Composite(pos=Unbounded((2,)), kind=Categorical(3)))
+    assert isinstance(nested, spaces.Dict) and set(nested.spaces) == {"pos", "kind"}
+
+
+# ---------------------------------------------------------------------- from_batched
+class Particles:
+    """``E`` worlds of ``n`` particles on a line, stepped together (NumPy). Actions in [-1, 1]
+    move them; reward ``-|x|``; a world terminates when all are within 0.1 of 0 and is
+    truncated after ``horizon`` steps. ``bad``: ``"shape"`` or ``"nan"`` on every step."""
+
+    def __init__(self, num_envs: int, n: int = 2, horizon: int = 5, bad: str | None = None):
+        self.e, self.n, self.horizon, self.bad = num_envs, n, horizon, bad
+        self.rng = np.random.default_rng()
+        self.x = np.zeros((num_envs, n, 1), np.float32)
+        self.t = np.zeros(num_envs, np.int64)
+
+    def reset(self, seed: int | None = None, env_mask: np.ndarray | None = None) -> dict:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        mask = np.ones(self.e, bool) if env_mask is None else env_mask
+        self.x[mask] = self.rng.uniform(-1, 1, (int(mask.sum()), self.n, 1))
+        self.t[mask] = 0
+        return {"particles": self.x.copy()}
+
+    def step(self, actions: dict) -> tuple:
+        self.x = self.x + 0.1 * actions["particles"]
+        self.t += 1
+        obs: Any = self.x.copy()
+        if self.bad == "shape":
+            obs = obs[:, :1]
+        elif self.bad == "nan":
+            obs[0, 1, 0] = np.nan
+        reward = -np.abs(self.x[..., 0])
+        terminated = {"particles": np.abs(self.x[..., 0]) < 0.1}
+        return {"particles": obs}, {"particles": reward}, terminated, self.t >= self.horizon, {}
+
+    def state(self) -> np.ndarray:
+        return self.x.reshape(self.e, -1)
+
+
+def _batched(bad: str | None = None, **kwargs: Any) -> BatchedEnv:
+    return from_batched(
+        Particles(3, bad=bad),
+        num_envs=3,
+        group_map={"particles": 2},
+        observation_spaces={"particles": Unbounded((1,))},
+        action_spaces={"particles": Bounded(-1.0, 1.0, (1,))},
+        state_space=Unbounded((2,)),
+        **kwargs,
+    )
+
+
+def test_from_batched_passes_the_conformance_kit():
+    env = _batched(seed=0)
+    assert env.group_map == {"particles": ["particles_0", "particles_1"]}
+    assert env.state_spec["state"].shape == (3, 2)
+    check_adapter(env, steps=12)
+    rollout = env.rollout(5)
+    assert rollout["next", "truncated"][:, -1].all()  # the horizon, per env as one array
+    assert torch.equal(
+        rollout["next", "state"], rollout["next", "particles", "observation"].reshape(3, 5, 2)
+    )
+
+
+def test_from_batched_torch_actions_and_gymnasium_spaces():
+    received = []
+
+    class Recording(Particles):
+        def step(self, actions: dict) -> tuple:
+            received.append(actions["particles"])
+            return super().step({"particles": actions["particles"].numpy()})
+
+    env = from_batched(
+        Recording(2),
+        num_envs=2,
+        group_map={"particles": ["p", "q"]},
+        observation_spaces={"particles": spaces.Box(-np.inf, np.inf, (1,), np.float32)},
+        action_spaces={"particles": spaces.Box(-1, 1, (1,), np.float32)},
+        array_type="torch",
+        seed=0,
+    )
+    env.rollout(2)
+    assert isinstance(received[0], torch.Tensor) and received[0].shape == (2, 2, 1)
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (
+            "shape",
+            r"\('particles', 'observation'\): the simulator returned shape \[3, 1, 1\], "
+            r"expected \[3, 2, 1\]",
+        ),
+        ("nan", r"non-finite value nan for agent 'particles_1' \(env 0\)"),
+    ],
+)
+def test_from_batched_bad_outputs(bad: str, match: str):
+    env = _batched(bad=bad, seed=0)
+    with pytest.raises(SimulatorOutputError, match=match):
+        env.rollout(2)
+
+
+def test_from_batched_argument_errors():
+    with pytest.raises(KeyError, match=r"action_spaces has no entry for groups \['particles'\]"):
+        from_batched(
+            Particles(1),
+            num_envs=1,
+            group_map={"particles": 2},
+            observation_spaces={"particles": Unbounded((1,))},
+            action_spaces={},
+        )
+    with pytest.raises(ValueError, match="num_envs must be an int >= 1"):
+        _batched_with(num_envs=0)
+    with pytest.raises(ValueError, match="array_type must be 'numpy' or 'torch'"):
+        _batched(array_type="jax")  # type: ignore[arg-type]
+
+
+def _batched_with(num_envs: int) -> BatchedEnv:
+    return from_batched(
+        Particles(1),
+        num_envs=num_envs,
+        group_map={"particles": 2},
+        observation_spaces={"particles": Unbounded((1,))},
+        action_spaces={"particles": Unbounded((1,))},
+    )
