@@ -14,8 +14,27 @@ STAMP := $(VENV)/.marlkit-installed
 # Headless rendering (MuJoCo through EGL) needs these Debian packages; installed when apt-get exists.
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
+# EGL through glvnd, with Mesa's software rasteriser (llvmpipe) where there is no GPU.
+GL_DEBS ?= libegl1 libgl1 libopengl0 libegl-mesa0 libgl1-mesa-dri
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install system-deps demo test test-fast lint bench clean
+
+# Idempotent and quiet: installs only the missing packages, with sudo unless root; a no-op
+# where dpkg/apt-get do not exist (not Debian); a failed install warns and goes on.
+system-deps:
+	@if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+	  missing=""; \
+	  for p in $(GL_DEBS); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	  done; \
+	  if [ -n "$$missing" ]; then \
+	    sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	    echo "installing$$missing (headless rendering)"; \
+	    { $$sudo apt-get update -qq && \
+	      DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || \
+	    echo "warning: could not install$$missing; MuJoCo rendering needs them (apt-get install$$missing)" >&2; \
+	  fi; \
+	fi
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +45,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/include/marlkit/*.h
 	$(PIP) install -q -e ".[dev]"
 	@touch $(STAMP)
 
-install: $(STAMP)
+install: system-deps $(STAMP)
 
 demo: install
 	$(VENV)/bin/marlkit demo --out runs

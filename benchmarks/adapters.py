@@ -33,12 +33,307 @@ def timed(step: Callable[[], Any], min_seconds: float, min_steps: int, warmup: i
 
 
 # --- section: vmas ---------------------------------------------------------------------------
+def bench_vmas(args: argparse.Namespace) -> dict:
+    """``vmas/navigation``, 1024 envs x 4 agents, validation off, against a raw VMAS loop.
+
+    Raw: ``vmas.make_env`` stepped with a list of per-agent action tensors (random, drawn like a
+    policy would), done envs reset with ``reset_at``. Adapter: ``step_and_maybe_reset`` on
+    random actions (section ``"step"``) and ``rollout`` in chunks of 8 steps (section
+    ``"rollout"``, paired with 8 raw steps). Each timed call runs the raw loop and the adapter
+    back to back (alternating which goes first) and records both, so that load from other
+    processes hits them alike; figures are medians over the pairs and ``ratio`` is raw time /
+    adapter time (target >= 0.9). ``time_in_vmas_fraction`` is the share of the adapter's time
+    spent inside VMAS's ``step`` (timed around that call): the ratio the adapter reaches against
+    a loop that costs nothing beyond VMAS, insensitive to load. Torch's thread count is left as
+    it is (``OMP_NUM_THREADS`` sets it).
+    """
+    import statistics
+
+    import vmas
+
+    import marlkit
+    from marlkit.data import step_mdp
+
+    num_envs, n_agents, chunk = 1024, 4, 8
+    env = marlkit.make(
+        "vmas/navigation", num_envs=num_envs, n_agents=n_agents, seed=0, validate_actions=False
+    )
+    raw = vmas.make_env(
+        "navigation", num_envs=num_envs, n_agents=n_agents, seed=0, terminated_truncated=True
+    )
+    raw.reset()
+    gen = torch.Generator().manual_seed(0)
+
+    def raw_step() -> None:
+        actions = list((torch.rand(n_agents, num_envs, 2, generator=gen) * 2 - 1).unbind(0))
+        _, _, terminated, truncated, _ = raw.step(actions)
+        done = terminated | truncated
+        if bool(done.any()):
+            for i in done.nonzero().flatten().tolist():
+                raw.reset_at(i)
+
+    def raw_chunk() -> None:
+        for _ in range(chunk):
+            raw_step()
+
+    state = {"step": env.reset(), "rollout": env.reset()}
+    in_vmas = [0.0]  # seconds the adapter spent inside VMAS's own step, timed around it
+    vmas_step = env.vmas_env.step
+
+    def vmas_step_timed(actions: list) -> Any:
+        start = time.perf_counter()
+        try:
+            return vmas_step(actions)
+        finally:
+            in_vmas[0] += time.perf_counter() - start
+
+    def adapter_step() -> None:
+        env.vmas_env.step = vmas_step_timed
+        _, state["step"] = env.step_and_maybe_reset(env.rand_action(state["step"]))
+        env.vmas_env.step = vmas_step
+
+    def adapter_rollout() -> None:
+        env.vmas_env.step = vmas_step_timed
+        out = env.rollout(
+            chunk, break_when_any_done=False, auto_reset=False, tensordict=state["rollout"]
+        )
+        env.vmas_env.step = vmas_step
+        state["rollout"] = step_mdp(
+            out[:, -1],
+            action_keys=env.action_keys,
+            reward_keys=env.reward_keys,
+            done_keys=env.done_keys,
+        )
+
+    def paired(a: Callable[[], Any], b: Callable[[], Any], out: list[tuple[float, float]]):
+        def call() -> None:
+            first_a = len(out) % 2 == 0
+            times = {}
+            for name, fn in (("a", a), ("b", b)) if first_a else (("b", b), ("a", a)):
+                start = time.perf_counter()
+                fn()
+                times[name] = time.perf_counter() - start
+            out.append((times["a"], times["b"]))
+
+        return call
+
+    report: dict[str, Any] = {
+        "scenario": "navigation",
+        "num_envs": num_envs,
+        "n_agents": n_agents,
+        "device": "cpu",
+        "rollout_chunk": chunk,
+        "target": 0.9,
+    }
+    for name, adapter, raw_fn, per_call in (
+        ("step", adapter_step, raw_step, 1),
+        ("rollout", adapter_rollout, raw_chunk, chunk),
+    ):
+        pairs: list[tuple[float, float]] = []
+        warmup = -(-args.warmup // per_call)  # ceil: calls whose pairs are dropped
+        calls = warmup + max(8, -(-args.min_steps // per_call))
+        in_vmas[0] = 0.0
+        total = timed(paired(raw_fn, adapter, pairs), args.min_seconds, calls, 0)
+        adapter_total = sum(p[1] for p in pairs)
+        del pairs[:warmup]
+        raw_s = statistics.median(p[0] for p in pairs) / per_call
+        adapter_s = statistics.median(p[1] for p in pairs) / per_call
+        report[name] = {
+            "pairs": len(pairs),
+            "seconds": total["seconds"],
+            "raw_steps_per_s": 1.0 / raw_s,
+            "adapter_steps_per_s": 1.0 / adapter_s,
+            "adapter_agent_steps_per_s": num_envs * n_agents / adapter_s,
+            "ratio": raw_s / adapter_s,
+            # Insensitive to load: the share of the adapter's time spent inside VMAS's step.
+            "time_in_vmas_fraction": in_vmas[0] / adapter_total,
+        }
+    return report
+
+
 # --- end section: vmas -----------------------------------------------------------------------
 
+
 # --- section: pettingzoo ---------------------------------------------------------------------
+def bench_pettingzoo(args: argparse.Namespace) -> dict:
+    """``pettingzoo/mpe2.simple_spread_v3`` (validation off) against a raw ``parallel_env`` loop.
+
+    Both loops draw actions with the same torch call, step one env (``num_envs=1``) and reset
+    when the episode ends (``max_cycles=25``); the adapter loop is a collector's
+    (``step_and_maybe_reset``). ``adapter`` does the raw loop's work; ``adapter_with_state`` also
+    returns ``env.state()`` (the default, for centralised critics; MPE computes it by observing
+    every agent again). Each timed call runs one raw step and one adapter step back to back
+    (alternating which goes first), so that load from other processes hits both alike; figures
+    are medians over the pairs and ``ratio`` is raw time / adapter time (target >= 0.7).
+    ``time_in_simulator_fraction`` is the share of the adapter's time spent inside PettingZoo's
+    ``step`` (timed around that call): the ratio against a loop that costs nothing beyond it.
+    """
+    import statistics
+
+    from mpe2 import simple_spread_v3
+
+    import marlkit
+
+    out: dict[str, Any] = {"scenario": "mpe2.simple_spread_v3", "max_cycles": 25}
+    for n in (3, 10):
+        raw = simple_spread_v3.parallel_env(N=n, max_cycles=25)
+        raw.reset(seed=0)
+        gen = torch.Generator().manual_seed(0)
+
+        def raw_step(raw: Any = raw, gen: torch.Generator = gen, n: int = n) -> None:
+            actions = torch.randint(0, 5, (n,), generator=gen).tolist()
+            raw.step(dict(zip(raw.agents, actions)))
+            if not raw.agents:
+                raw.reset()
+
+        entry: dict[str, Any] = {}
+        for name, with_state in (("adapter", False), ("adapter_with_state", True)):
+            env = marlkit.make(
+                "pettingzoo/mpe2.simple_spread_v3",
+                N=n,
+                max_cycles=25,
+                seed=0,
+                state=with_state,
+                validate_actions=False,
+            )
+            sim = env.simulators[0]
+            in_sim = [0.0]
+            sim.step = _timed_call(sim.step, in_sim)  # an instance attribute shadows the method
+            pairs: list[tuple[float, float]] = []
+            steps = timed(
+                _paired(raw_step, _pettingzoo_loop(env, gen), pairs),
+                args.min_seconds,
+                args.min_steps,
+                args.warmup,
+            )["steps"]
+            raw_times, env_times = zip(*pairs[-steps:])
+            entry[f"{name}_raw_steps_per_s"] = 1.0 / statistics.median(raw_times)
+            entry[f"{name}_steps_per_s"] = 1.0 / statistics.median(env_times)
+            entry[f"{name}_ratio"] = statistics.median(r / a for r, a in pairs[-steps:])
+            entry[f"{name}_time_in_simulator_fraction"] = in_sim[0] / sum(a for _, a in pairs)
+            entry[f"{name}_pairs"] = steps
+            env.close()
+        out[f"N={n}"] = entry
+        raw.close()
+    return out
+
+
+def _timed_call(fn: Callable[..., Any], total: list[float]) -> Callable[..., Any]:
+    def call(*a: Any, **kw: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            total[0] += time.perf_counter() - start
+
+    return call
+
+
+def _paired(
+    a: Callable[[], Any], b: Callable[[], Any], out: list[tuple[float, float]]
+) -> Callable[[], None]:
+    """One call of ``a`` and one of ``b``, in alternating order; appends their times."""
+
+    def call() -> None:
+        times = {}
+        order = ((a, 0), (b, 1)) if len(out) % 2 == 0 else ((b, 1), (a, 0))
+        for fn, slot in order:
+            start = time.perf_counter()
+            fn()
+            times[slot] = time.perf_counter() - start
+        out.append((times[0], times[1]))
+
+    return call
+
+
+def _pettingzoo_loop(env: Any, gen: torch.Generator) -> Callable[[], None]:
+    """A collector's loop over ``env``: actions drawn like the raw loop's, then
+    ``step_and_maybe_reset``."""
+    spec = env.action_spec["agents", "action"]
+    state = {"td": env.reset()}
+
+    def step() -> None:
+        td = state["td"]
+        td.set(("agents", "action"), torch.randint(0, spec.n, spec.shape, generator=gen))
+        _, state["td"] = env.step_and_maybe_reset(td)
+
+    return step
+
+
 # --- end section: pettingzoo -----------------------------------------------------------------
 
 # --- section: mujoco -------------------------------------------------------------------------
+
+
+def bench_mujoco(args: argparse.Namespace) -> dict:
+    """Multi-agent MuJoCo ``ant_2x4``, 64 envs: batched native stepping (a thread per core, each
+    running GIL-free ``mj_step`` over a slice of the batch) against a single-threaded Python
+    loop of ``mj_step`` over the same 64 ``MjData``, and the full marlkit ``env.step``.
+
+    The two physics measurements alternate in rounds (load on a shared machine hits both
+    alike); ``speedup`` is the median over rounds of loop time / batched time.
+    """
+    import numpy as np
+
+    import marlkit
+
+    num_envs, rounds = 64, 3
+    env = marlkit.make("mujoco/ant_2x4", num_envs=num_envs, seed=0)
+    sim, model = env._sim, env.model
+    mujoco = sim.mujoco  # the module the adapter imported (with MUJOCO_GL set)
+    frame_skip = env.options["frame_skip"]
+    ctrl = np.random.default_rng(0).uniform(-1.0, 1.0, (num_envs, model.nu))
+
+    def python_loop() -> None:  # what a one-env-at-a-time adapter does, same physics
+        for i, data in enumerate(sim.datas):
+            data.ctrl[:] = ctrl[i]
+            mujoco.mj_step(model, data, nstep=frame_skip)
+            mujoco.mj_rnePostConstraint(model, data)
+
+    def batched() -> None:
+        sim.step(ctrl)
+
+    td = env.rand_action(env.reset())
+
+    def env_step() -> None:
+        env.step(td)
+
+    def cpu_timed(step: Any) -> dict:  # CPU seconds per wall second: the cores it really got
+        for _ in range(args.warmup):
+            step()
+        cpu = time.process_time()
+        run = timed(step, args.min_seconds / 2, args.min_steps, 0)
+        run["cores_used"] = (time.process_time() - cpu) / run["seconds"]
+        return run
+
+    loop_runs, batched_runs, ratios = [], [], []
+    for _ in range(rounds):
+        loop_runs.append(cpu_timed(python_loop))
+        batched_runs.append(cpu_timed(batched))
+        ratios.append(batched_runs[-1]["steps_per_s"] / loop_runs[-1]["steps_per_s"])
+    full = timed(env_step, args.min_seconds / 2, args.min_steps, args.warmup)
+
+    def env_steps_per_s(runs: list[dict]) -> float:
+        return float(np.median([r["steps_per_s"] for r in runs])) * num_envs
+
+    env.close()
+    return {
+        "scenario": "mujoco/ant_2x4",
+        "num_envs": num_envs,
+        "frame_skip": frame_skip,
+        "threads": sim.num_threads,
+        "python_loop_env_steps_per_s": env_steps_per_s(loop_runs),
+        "batched_env_steps_per_s": env_steps_per_s(batched_runs),
+        "marlkit_env_steps_per_s": env_steps_per_s([full]),
+        "python_loop_cores_used": float(np.median([r["cores_used"] for r in loop_runs])),
+        "batched_cores_used": float(np.median([r["cores_used"] for r in batched_runs])),
+        "speedup_rounds": [round(r, 3) for r in ratios],
+        "speedup": float(np.median(ratios)),
+        "target_speedup": 1.5,
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
+
 # --- end section: mujoco ---------------------------------------------------------------------
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {}
