@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from marlkit.envs.registry import register
 from marlkit.scenarios.navigation import NavigationEnv
+from marlkit.scenarios.predator_prey import PredatorPreyEnv
 from marlkit.scenarios.swarm import SwarmEnv
 
-__all__ = ["NavigationEnv", "SwarmEnv"]
+__all__ = ["NavigationEnv", "PredatorPreyEnv", "SwarmEnv"]
 
 register(
     "navigation",
@@ -20,4 +21,9 @@ register(
     "swarm",
     SwarmEnv,
     description="a flock of up to 10,000 agents seeing their k nearest neighbours (native C++)",
+)
+register(
+    "predator_prey",
+    PredatorPreyEnv,
+    description="predators hunt faster prey: two groups with different specs (native C++)",
 )

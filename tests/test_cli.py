@@ -85,3 +85,12 @@ def test_run_random_from_python() -> None:
     summary = run_random("navigation", steps=10, progress=False, num_envs=2, n_agents=2)
     assert summary.agent_steps_per_s > 0
     assert set(summary.mean_episode_reward) == {"agents"}
+
+
+def test_run_passes_env_args(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "predator_prey", "--envs", "2", "--steps", "3", "--no-progress"]
+    assert main([*args, "--env-arg", "n_prey=4", "--env-arg", "n_predators=1"]) == 0
+    assert "{'predator': 1, 'prey': 4}" in capsys.readouterr().out
+    assert main([*args, "--env-arg", "num_envs=3"]) == 2
+    assert "--env-arg repeats ['num_envs']" in capsys.readouterr().err
+    assert main([*args, "--env-arg", "not a pair"]) == 2

@@ -24,7 +24,7 @@ from marlkit.bench._cli import add_bench_parser  # --- section: bench
 from marlkit.data.keys import DONE, EPISODE_REWARD, NEXT
 from marlkit.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
 from marlkit.envs.registry import UnknownEnvError, registered, registered_adapters
-from marlkit.record._cli import add_record_parser, demo_video
+from marlkit.record._cli import add_record_parser, demo_video, parse_env_args
 
 __all__ = ["RunSummary", "main", "run_random"]
 
@@ -155,6 +155,11 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["continuous_actions"] = False
     if args.device:
         kwargs["device"] = args.device
+    extra = parse_env_args(args.env_arg)
+    clash = sorted(set(extra) & set(kwargs))
+    if clash:
+        raise ValueError(f"--env-arg repeats {clash}, already set by their own flags")
+    kwargs.update(extra)
     return kwargs
 
 
@@ -230,6 +235,13 @@ def _parser() -> argparse.ArgumentParser:
         "--max-episode-steps", type=int, default=100, help="truncate episodes (default 100)"
     )
     p_run.add_argument("--seed", type=int, default=0)
+    p_run.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other constructor argument, e.g. --env-arg n_prey=4 (repeatable)",
+    )
     p_run.add_argument("--discrete", action="store_true", help="discrete actions")
     p_run.add_argument("--device", default=None, help="torch device (default the env's)")
     p_run.add_argument("--out", default=None, help="folder for summary.json")
