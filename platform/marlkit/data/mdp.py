@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from marlkit.data.keys import ACTION, DONE_KEYS, NEXT, REWARD, NestedKey
 
 __all__ = ["step_mdp"]
+
+# tensordict's unchecked constructor (private, present in the supported versions); the checked
+# one is the fallback.
+_NEW_UNSAFE = getattr(TensorDict, "_new_unsafe", None)
 
 
 def _leaves_named(td: TensorDictBase, names: Sequence[str]) -> list[NestedKey]:
@@ -56,18 +61,15 @@ def step_mdp(
             "step_mdp needs a transition with a 'next' entry; call env.step(td) first "
             f"(keys present: {list(tensordict.keys())})"
         )
-    drop_next: list[NestedKey] = []
+    drop_next: set[tuple[str, ...]] = set()
     if exclude_reward:
-        drop_next += reward_keys if reward_keys is not None else _leaves_named(nxt, (REWARD,))
+        found = reward_keys if reward_keys is not None else _leaves_named(nxt, (REWARD,))
+        drop_next.update(_paths(found))
     if exclude_done:
-        drop_next += done_keys if done_keys is not None else _leaves_named(nxt, DONE_KEYS)
-    # A new structure sharing the tensors: the result never aliases a sub-TensorDict of the
-    # transition, so writing into it cannot change ``tensordict``.
-    out = nxt.clone(False)
-    if drop_next:
-        out.exclude(*drop_next, inplace=True)
+        found = done_keys if done_keys is not None else _leaves_named(nxt, DONE_KEYS)
+        drop_next.update(_paths(found))
     if not keep_other:
-        return out
+        return _merge(nxt, None, drop_next, set(), ())
     skip: set[tuple[str, ...]] = {(NEXT,)}
     for wanted, keys, names in (
         (exclude_action, action_keys, (ACTION,)),
@@ -75,30 +77,50 @@ def step_mdp(
         (exclude_done, done_keys, DONE_KEYS),
     ):
         if wanted:
-            found = keys if keys is not None else _leaves_named(tensordict, names)
-            skip.update((k,) if isinstance(k, str) else tuple(k) for k in found)
-    _carry(tensordict, out, skip, ())
-    return out
+            skip.update(_paths(keys if keys is not None else _leaves_named(tensordict, names)))
+    return _merge(nxt, tensordict, drop_next, skip, ())
 
 
-def _carry(
-    src: TensorDictBase, dst: TensorDictBase, skip: set[tuple[str, ...]], prefix: tuple[str, ...]
-) -> None:
-    """Copy into ``dst`` every entry of ``src`` that ``dst`` lacks, except ``skip`` (recursive)."""
-    present = set(dst.keys())
-    for key, value in src.items():
-        path = (*prefix, key)
-        if path in skip:
-            continue
-        is_td = isinstance(value, TensorDictBase)
-        if key not in present:
-            # Sub-TensorDicts get their own structure, so ``dst`` never aliases ``src``.
-            dst.set(key, value.clone(False) if is_td else value)
-            if is_td and any(p[: len(path)] == path for p in skip):
-                dst.get(key).exclude(
-                    *[p[len(path) :] for p in skip if p[: len(path)] == path], inplace=True
+def _paths(keys: Sequence[NestedKey]) -> list[tuple[str, ...]]:
+    return [(k,) if isinstance(k, str) else tuple(k) for k in keys]
+
+
+def _new_td(entries: dict[str, Any], like: TensorDictBase) -> TensorDictBase:
+    # Every entry already has ``like``'s batch dims: skip the checks when tensordict allows it.
+    if _NEW_UNSAFE is not None:
+        return _NEW_UNSAFE(entries, batch_size=like.batch_size, device=like.device)
+    return TensorDict(entries, batch_size=like.batch_size, device=like.device)
+
+
+def _merge(
+    nxt: TensorDictBase | None,
+    root: TensorDictBase | None,
+    drop: set[tuple[str, ...]],
+    skip: set[tuple[str, ...]],
+    prefix: tuple[str, ...],
+) -> TensorDictBase:
+    """A new TensorDict (new containers at every level, shared tensors): ``nxt``'s entries
+    except ``drop``, then ``root``'s entries that ``nxt`` lacks except ``skip``."""
+    entries: dict[str, Any] = {}
+    if nxt is not None:
+        for key, value in nxt.items():
+            path = (*prefix, key)
+            if path in drop:
+                continue
+            if isinstance(value, TensorDictBase):
+                sub = root.get(key, None) if root is not None else None
+                value = _merge(
+                    value, sub if isinstance(sub, TensorDictBase) else None, drop, skip, path
                 )
-        elif is_td:
-            sub = dst.get(key)
-            if isinstance(sub, TensorDictBase):
-                _carry(value, sub, skip, path)
+            entries[key] = value
+    if root is not None:
+        for key, value in root.items():
+            path = (*prefix, key)
+            if key in entries or path in skip:
+                continue
+            if isinstance(value, TensorDictBase):
+                value = _merge(None, value, drop, skip, path)
+            entries[key] = value
+    like = nxt if nxt is not None else root
+    assert like is not None  # one of them is always given
+    return _new_td(entries, like)
