@@ -332,3 +332,20 @@ def test_rendering_headless():
     assert board.render().shape == (120, 120, 3)
     with pytest.raises(NotImplementedError, match="does not render"):
         spread().render()
+
+
+def test_inside_parallel_env_with_partial_resets() -> None:
+    """A batch of PettingZoo instances spread over worker processes: the conformance kit's
+    partial-reset, seeding and done checks hold across the process boundary."""
+    from marlkit.envs import ParallelEnv
+    from marlkit.testing import check_adapter
+
+    kwargs = {"name": "pettingzoo/mpe2.simple_spread_v3", "N": 3, "num_envs": 2, "max_cycles": 4}
+    env = ParallelEnv(2, marlkit.make, kwargs)
+    try:
+        assert env.batch_size == (2, 2)
+        check_adapter(env)
+        out = env.rollout(9, break_when_any_done=False)  # episodes of 4 steps: resets inside
+        assert out["next", "done"].sum() == 2 * 2 * 2
+    finally:
+        env.close()

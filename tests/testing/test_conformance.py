@@ -1,0 +1,120 @@
+"""The conformance kit over the whole registry, a test that the registry and the files agree,
+and the kit catching envs that break the contract."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+import marlkit
+from marlkit.data import Composite, Unbounded
+from marlkit.envs import EnvBase, make_done_spec, make_reward_spec, registered, registered_adapters
+from marlkit.testing import AdapterCheckError, check_adapter
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# Small constructions of every native scenario; a new scenario must be added here.
+SMALL = {
+    "navigation": {"num_envs": 3, "n_agents": 3},
+    "swarm": {"num_envs": 2, "n_agents": 16},
+    "predator_prey": {"num_envs": 3, "n_predators": 2, "n_prey": 2},
+}
+
+
+def test_registry_and_scenario_files_agree() -> None:
+    files = {p.stem for p in (ROOT / "scenarios").glob("*.py") if not p.stem.startswith("_")}
+    modules = {entry.source.rsplit(".", 1)[-1] for entry in registered().values()}
+    assert files == modules, "every scenarios/*.py registers an env, and nothing else does"
+    assert set(SMALL) == set(registered()), "add the new scenario to SMALL"
+
+
+def test_registry_and_adapter_files_agree() -> None:
+    files = {p.stem for p in (ROOT / "adapters").glob("*.py") if not p.stem.startswith("_")} - {
+        "custom"
+    }  # custom holds the helpers for user simulators, not a family
+    assert files == set(registered_adapters())
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("continuous", [True, False])
+def test_every_native_scenario_conforms(name: str, continuous: bool) -> None:
+    env = marlkit.make(name, seed=0, continuous_actions=continuous, **SMALL[name])
+    check_adapter(env)
+
+
+class _Toy(EnvBase):
+    """A tiny env whose faults can be switched on, to see the kit catch each."""
+
+    render_modes = ("rgb_array",)
+
+    def __init__(self, *, wrong_shape=False, nan=False, accept_anything=False, bad_frame=False):
+        super().__init__(batch_size=(2,))
+        self.faults = {"wrong_shape": wrong_shape, "nan": nan, "bad_frame": bad_frame}
+        self.group_map = {"agents": ["a", "b"]}
+        self.observation_spec = Composite(
+            agents=Composite(observation=Unbounded((2, 2, 3)), shape=(2, 2)), shape=(2,)
+        )
+        self.action_spec = Composite(
+            agents=Composite(action=Unbounded((2, 2, 1)), shape=(2, 2)), shape=(2,)
+        )
+        self.reward_spec = make_reward_spec((2,), {"agents": 2})
+        self.done_spec = make_done_spec((2,), {"agents": 2})
+        self.validate_actions = not accept_anything
+        self._state = torch.zeros(2, 2, 3)
+        self._gen = torch.Generator().manual_seed(0)
+
+    def _obs(self) -> TensorDict:
+        obs = self._state.clone()
+        if self.faults["wrong_shape"]:
+            obs = torch.zeros(2, 2, 4)
+        if self.faults["nan"]:
+            obs[1, 0, 2] = float("nan")
+        return TensorDict({"agents": TensorDict({"observation": obs}, (2, 2))}, (2,))
+
+    def _reset(self, tensordict, env_mask):  # type: ignore[no-untyped-def]
+        fresh = torch.rand(2, 2, 3, generator=self._gen)
+        self._state = (
+            fresh if env_mask is None else torch.where(env_mask[:, None, None], fresh, self._state)
+        )
+        return self._obs()
+
+    def _step(self, tensordict):  # type: ignore[no-untyped-def]
+        self._state = self._state + tensordict["agents", "action"].nan_to_num()
+        out = self._obs()
+        zeros = torch.zeros(2, 2, 1, dtype=torch.bool)
+        out["agents"].update(
+            {"reward": torch.zeros(2, 2, 1), "terminated": zeros, "truncated": zeros}
+        )
+        return out
+
+    def _set_seed(self, seed: int) -> None:
+        self._gen.manual_seed(seed)
+
+    def _render(self, env_index: int):  # type: ignore[no-untyped-def]
+        if self.faults["bad_frame"]:
+            return torch.zeros(4, 4)
+        return torch.zeros(8, 8, 3, dtype=torch.uint8)
+
+
+def test_a_correct_toy_env_passes() -> None:
+    check_adapter(_Toy())
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        (
+            "wrong_shape",
+            r"\('agents', 'observation'\): shape \[2, 2, 4\] != spec shape \[2, 2, 3\]",
+        ),
+        ("nan", r"non-finite value nan at index \[1, 0, 2\]"),
+        ("accept_anything", "validate_actions is off"),
+        ("bad_frame", r"render\(\) raised ValueError"),
+    ],
+)
+def test_the_kit_names_what_is_wrong(fault: str, message: str) -> None:
+    with pytest.raises(AdapterCheckError, match=message):
+        check_adapter(_Toy(**{fault: True}))
