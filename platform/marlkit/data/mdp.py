@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 
 from marlkit.data.keys import ACTION, DONE_KEYS, NEXT, REWARD, NestedKey
 
-__all__ = ["step_mdp"]
+__all__ = ["step_mdp", "step_mdp_fn"]
 
 # tensordict's unchecked constructor (private, present in the supported versions); the checked
 # one is the fallback.
@@ -79,6 +79,25 @@ def step_mdp(
         if wanted:
             skip.update(_paths(keys if keys is not None else _leaves_named(tensordict, names)))
     return _merge(nxt, tensordict, drop_next, skip, ())
+
+
+def step_mdp_fn(
+    *,
+    action_keys: Sequence[NestedKey],
+    reward_keys: Sequence[NestedKey],
+) -> Callable[[TensorDictBase], TensorDictBase]:
+    """``step_mdp`` with its defaults (keep other entries, drop actions and rewards) for fixed
+    key lists, resolved once: what an env calls every step."""
+    drop = set(_paths(reward_keys))
+    skip = {(NEXT,), *drop, *_paths(action_keys)}
+
+    def fn(tensordict: TensorDictBase) -> TensorDictBase:
+        nxt = tensordict.get(NEXT, None)
+        if nxt is None:
+            return step_mdp(tensordict)  # raises the explanatory KeyError
+        return _merge(nxt, tensordict, drop, skip, ())
+
+    return fn
 
 
 def _paths(keys: Sequence[NestedKey]) -> list[tuple[str, ...]]:

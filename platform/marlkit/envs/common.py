@@ -36,7 +36,7 @@ from marlkit.data.keys import (
     TRUNCATED,
     NestedKey,
 )
-from marlkit.data.mdp import step_mdp
+from marlkit.data.mdp import step_mdp_fn
 from marlkit.data.specs import Categorical, OneHot, TensorSpec, format_shape
 from marlkit.envs._spec_utils import done_levels, reshape_env_mask
 
@@ -382,12 +382,11 @@ class EnvBase(abc.ABC):
         return tensordict
 
     def _step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return step_mdp(
-            tensordict,
-            action_keys=self.action_keys,
-            reward_keys=self.reward_keys,
-            done_keys=self.done_keys,
+        fn = self._cached(
+            "step_mdp",
+            lambda: step_mdp_fn(action_keys=self.action_keys, reward_keys=self.reward_keys),
         )
+        return fn(tensordict)
 
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase
