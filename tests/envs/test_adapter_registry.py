@@ -95,3 +95,46 @@ def test_a_broken_scenario_lister_does_not_break_list(caplog: pytest.LogCaptureF
     register_adapter("brokenlist", _navigation_family, scenarios=lister)
     assert registered_adapters()["brokenlist"].list_scenarios() == []
     assert any("lister exploded" in r.getMessage() for r in caplog.records)
+
+
+def test_third_party_entry_point_is_discovered(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A package that declares the entry-point group ``marlkit.adapters`` (a real dist-info on
+    the path, as pip would install it) shows up in a fresh interpreter, lazily."""
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "thirdparty_sim.py").write_text(
+        textwrap.dedent(
+            """
+            import marlkit
+
+            def make(scenario, **kwargs):
+                return marlkit.make("navigation", num_envs=2, n_agents=2, **kwargs)
+
+            def register():
+                marlkit.register_adapter(
+                    "thirdparty", make, description="from an entry point",
+                    scenarios=lambda: ["only"],
+                )
+            """
+        )
+    )
+    dist = tmp_path / "thirdparty_sim-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-sim\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[marlkit.adapters]\nthirdparty = thirdparty_sim:register\n"
+    )
+    code = (
+        "import sys, marlkit\n"
+        "assert 'thirdparty_sim' not in sys.modules\n"  # nothing loaded before first use
+        "env = marlkit.make('thirdparty/only')\n"
+        "print(type(env).__name__, 'thirdparty/' in marlkit.list_envs())\n"
+    )
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "NavigationEnv True"
