@@ -19,42 +19,19 @@ An env terminates when every agent is on its goal.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from marlkit.data.composite import Composite
-from marlkit.data.group_map import GroupMapLike, make_group_map
-from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
-from marlkit.data.specs import Bounded, Categorical, Unbounded
-from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
-from marlkit.native import extension_available, load_extension
+from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, group_color, lighten, render_frame
+from marlkit.scenarios._homogeneous import DISCRETE_DIRECTIONS, Backend, HomogeneousScenario
 
 __all__ = ["DISCRETE_DIRECTIONS", "NavigationEnv"]
 
-#: Unit force of each discrete action: no-op, -x, +x, -y, +y (VMAS's order).
-DISCRETE_DIRECTIONS = ((0.0, 0.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0))
 
-Backend = Literal["auto", "native", "torch"]
-
-
-def _resolve_backend(backend: Backend, device: torch.device) -> Literal["native", "torch"]:
-    if backend == "torch":
-        return "torch"
-    if backend == "native":
-        if device.type != "cpu":
-            raise ValueError(f"backend='native' runs on cpu only, the env is on {device}")
-        load_extension()  # raises ExtensionError with the rebuild command
-        return "native"
-    if backend != "auto":
-        raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}")
-    return "native" if device.type == "cpu" and extension_available() else "torch"
-
-
-class NavigationEnv(EnvBase):
+class NavigationEnv(HomogeneousScenario):
     """N agents, N goals, one batch of ``num_envs`` worlds.
 
     Args:
@@ -76,8 +53,6 @@ class NavigationEnv(EnvBase):
         validate_actions: check actions in ``step`` (see :class:`~marlkit.envs.EnvBase`).
         render_size: side in pixels of the frames :meth:`render` returns.
     """
-
-    render_modes = ("rgb_array",)
 
     def __init__(
         self,
@@ -105,15 +80,18 @@ class NavigationEnv(EnvBase):
         validate_actions: bool = True,
         render_size: int = 256,
     ):
-        for name, value in (("num_envs", num_envs), ("n_agents", n_agents)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if isinstance(k_nearest, bool) or not isinstance(k_nearest, int) or k_nearest < 0:
-            raise ValueError(f"k_nearest must be an int >= 0, got {k_nearest!r}")
-        super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
-        self.num_envs, self.n_agents = num_envs, n_agents
-        self.continuous_actions = continuous_actions
-        self.k = min(k_nearest, n_agents - 1)
+        super().__init__(
+            num_envs=num_envs,
+            n_agents=n_agents,
+            k_nearest=k_nearest,
+            continuous_actions=continuous_actions,
+            max_force=max_force,
+            group_map=group_map,
+            device=device,
+            backend=backend,
+            validate_actions=validate_actions,
+            render_size=render_size,
+        )
         self.half_extent = (
             float(world_size) if world_size is not None else max(1.0, 0.25 * math.sqrt(n_agents))
         )
@@ -130,25 +108,12 @@ class NavigationEnv(EnvBase):
             raise ValueError(
                 f"world_size {self.half_extent} must exceed agent_radius {agent_radius}"
             )
-        self.max_force = float(max_force)
         self.goal_radius = float(goal_radius if goal_radius is not None else agent_radius)
         self.shaping_factor = float(shaping_factor)
         self.collision_penalty = float(collision_penalty)
         self.final_reward = float(final_reward)
-        self.backend = _resolve_backend(backend, self.device)
-        self.render_size = int(render_size)
 
-        names = [f"agent_{i}" for i in range(n_agents)]
-        self.group_map = make_group_map(names, group_map)
-        index = {name: i for i, name in enumerate(names)}
-        self._group_index = {
-            g: torch.tensor([index[a] for a in agents], device=self.device)
-            for g, agents in self.group_map.items()
-        }
-        self._single_group = list(self.group_map.values()) == [names]
-        self._directions = torch.tensor(DISCRETE_DIRECTIONS, device=self.device) * self.max_force
-
-        self._build_specs()
+        self._build_specs(self.observation_dim, 6 * n_agents)
         e, n = num_envs, n_agents
         self._pos = torch.zeros(e, n, 2, device=self.device)
         self._vel = torch.zeros(e, n, 2, device=self.device)
@@ -163,30 +128,6 @@ class NavigationEnv(EnvBase):
     @property
     def observation_dim(self) -> int:
         return 6 + 2 * self.k
-
-    def _build_specs(self) -> None:
-        b, dev = self.batch_size, self.device
-        sizes = {g: len(a) for g, a in self.group_map.items()}
-        obs, act = Composite(shape=b, device=dev), Composite(shape=b, device=dev)
-        for g, n in sizes.items():
-            obs[g] = Composite(
-                {OBSERVATION: Unbounded((*b, n, self.observation_dim), device=dev)},
-                shape=(*b, n),
-                device=dev,
-            )
-            leaf = (
-                Bounded(-1.0, 1.0, (*b, n, 2), device=dev)
-                if self.continuous_actions
-                else Categorical(len(DISCRETE_DIRECTIONS), (*b, n), device=dev)
-            )
-            act[g] = Composite({ACTION: leaf}, shape=(*b, n), device=dev)
-        self.observation_spec = obs
-        self.action_spec = act
-        self.state_spec = Composite(
-            {STATE: Unbounded((*b, 6 * self.n_agents), device=dev)}, shape=b, device=dev
-        )
-        self.reward_spec = make_reward_spec(b, sizes, device=dev)
-        self.done_spec = make_done_spec(b, sizes, device=dev)
 
     # ------------------------------------------------------------------ hooks
     def _set_seed(self, seed: int) -> None:
@@ -213,22 +154,6 @@ class NavigationEnv(EnvBase):
         self._dist = torch.linalg.vector_norm(self._goal - self._pos, dim=-1)
         return self._output(reward=None, arrived_all=None)
 
-    def _force(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """Per-agent force ``[E, N, 2]`` from the groups' actions."""
-        parts = []
-        for g in self.group_map:
-            action = tensordict.get((g, ACTION))
-            if self.continuous_actions:
-                parts.append(action.to(torch.float32) * self.max_force)
-            else:
-                parts.append(self._directions[action.long()])
-        if self._single_group:
-            return parts[0].contiguous()
-        force = torch.empty(self.num_envs, self.n_agents, 2, device=self.device)
-        for g, part in zip(self.group_map, parts):
-            force[:, self._group_index[g]] = part
-        return force
-
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         force = self._force(tensordict)
         contacts = particle_step(self._pos, self._vel, force, backend=self.backend, **self.physics)
@@ -252,20 +177,8 @@ class NavigationEnv(EnvBase):
     def _output(
         self, reward: torch.Tensor | None, arrived_all: torch.Tensor | None
     ) -> TensorDictBase:
-        e = self.num_envs
-        obs = self._observations()
-        groups = {}
-        for g, idx in self._group_index.items():
-            n = idx.numel()
-            entries = {OBSERVATION: obs if self._single_group else obs[:, idx]}
-            if reward is not None and arrived_all is not None:
-                r = reward if self._single_group else reward[:, idx]
-                entries[REWARD] = r.unsqueeze(-1)
-                entries[TERMINATED] = arrived_all.view(e, 1, 1).expand(e, n, 1).clone()
-                entries[TRUNCATED] = torch.zeros(e, n, 1, dtype=torch.bool, device=self.device)
-            groups[g] = TensorDict(entries, batch_size=(e, n), device=self.device)
-        state = torch.cat([self._pos, self._vel, self._goal], dim=-1).reshape(e, -1)
-        return TensorDict({**groups, STATE: state}, batch_size=(e,), device=self.device)
+        state = torch.cat([self._pos, self._vel, self._goal], dim=-1).reshape(self.num_envs, -1)
+        return self._outputs(self._observations(), state, reward, terminated=arrived_all)
 
     def _render(self, env_index: int) -> object:
         """Goals as rings, agents as discs, coloured by group (the native renderer)."""

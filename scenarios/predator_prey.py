@@ -74,7 +74,7 @@ from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import GROUP_COLORS, LANDMARK_COLOR, Circles, lighten, render_frame
-from marlkit.scenarios.navigation import DISCRETE_DIRECTIONS, _resolve_backend
+from marlkit.scenarios._homogeneous import DISCRETE_DIRECTIONS, resolve_backend
 
 __all__ = [
     "PREDATOR_COLOR",
@@ -289,7 +289,7 @@ class PredatorPreyEnv(EnvBase):
                 ("shaping_factor", shaping_factor),
             )
         }
-        self.backend = _resolve_backend(backend, self.device)
+        self.backend = resolve_backend(backend, self.device)
         self.render_size = _count("render_size", render_size, 1)
         self._build_groups(group_map)
         self._build_specs()

@@ -31,24 +31,17 @@ Keys (group ``"agents"`` by default; any group map works)::
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from marlkit.data.composite import Composite
-from marlkit.data.group_map import GroupMapLike, make_group_map
-from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
-from marlkit.data.specs import Bounded, Categorical, Unbounded
-from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, render_frame
-from marlkit.scenarios.navigation import DISCRETE_DIRECTIONS, _resolve_backend
+from marlkit.scenarios._homogeneous import Backend, HomogeneousScenario
 
 __all__ = ["SwarmEnv"]
-
-Backend = Literal["auto", "native", "torch"]
 
 
 def _positive(name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -73,7 +66,7 @@ def _heading_colors(vel: np.ndarray) -> np.ndarray:
     return np.rint(rgb * 255).astype(np.int64)
 
 
-class SwarmEnv(EnvBase):
+class SwarmEnv(HomogeneousScenario):
     """A flock of ``n_agents`` in each of ``num_envs`` worlds.
 
     Args:
@@ -104,8 +97,6 @@ class SwarmEnv(EnvBase):
         >>> env.reset()["agents", "observation"].shape
         torch.Size([2, 50, 34])
     """
-
-    render_modes = ("rgb_array",)
 
     def __init__(
         self,
@@ -138,19 +129,22 @@ class SwarmEnv(EnvBase):
         validate_actions: bool = True,
         render_size: int = 256,
     ):
-        for name, value in (("num_envs", num_envs), ("n_agents", n_agents)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if isinstance(k_nearest, bool) or not isinstance(k_nearest, int) or k_nearest < 0:
-            raise ValueError(f"k_nearest must be an int >= 0, got {k_nearest!r}")
         if max_steps is not None and (
             isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
         ):
             raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
-        super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
-        self.num_envs, self.n_agents = num_envs, n_agents
-        self.continuous_actions = continuous_actions
-        self.k = min(k_nearest, n_agents - 1)
+        super().__init__(
+            num_envs=num_envs,
+            n_agents=n_agents,
+            k_nearest=k_nearest,
+            continuous_actions=continuous_actions,
+            max_force=_positive("max_force", max_force, allow_zero=True),
+            group_map=group_map,
+            device=device,
+            backend=backend,
+            validate_actions=validate_actions,
+            render_size=render_size,
+        )
         self.sensing_radius = _positive("sensing_radius", sensing_radius)
         default_size = max(1.0, 0.5 * math.sqrt(n_agents / _positive("density", density)))
         self.half_extent = _positive(
@@ -169,7 +163,6 @@ class SwarmEnv(EnvBase):
             "half_extent": self.half_extent,
             "max_speed": _positive("max_speed", max_speed),
         }
-        self.max_force = _positive("max_force", max_force, allow_zero=True)
         self.target_speed = _positive("target_speed", target_speed, allow_zero=True)
         self.weights = {
             name: _positive(f"{name}_weight", value, allow_zero=True)
@@ -181,20 +174,8 @@ class SwarmEnv(EnvBase):
             )
         }
         self.max_steps = max_steps
-        self.backend = _resolve_backend(backend, self.device)
-        self.render_size = int(render_size)
 
-        names = [f"agent_{i}" for i in range(n_agents)]
-        self.group_map = make_group_map(names, group_map)
-        index = {name: i for i, name in enumerate(names)}
-        self._group_index = {
-            g: torch.tensor([index[a] for a in agents], device=self.device)
-            for g, agents in self.group_map.items()
-        }
-        self._single_group = list(self.group_map.values()) == [names]
-        self._directions = torch.tensor(DISCRETE_DIRECTIONS, device=self.device) * self.max_force
-
-        self._build_specs()
+        self._build_specs(self.observation_dim, 4 * n_agents)
         e, n = num_envs, n_agents
         self._pos = torch.zeros(e, n, 2, device=self.device)
         self._vel = torch.zeros(e, n, 2, device=self.device)
@@ -208,30 +189,6 @@ class SwarmEnv(EnvBase):
     @property
     def observation_dim(self) -> int:
         return 4 + 5 * self.k
-
-    def _build_specs(self) -> None:
-        b, dev = self.batch_size, self.device
-        sizes = {g: len(a) for g, a in self.group_map.items()}
-        obs, act = Composite(shape=b, device=dev), Composite(shape=b, device=dev)
-        for g, n in sizes.items():
-            obs[g] = Composite(
-                {OBSERVATION: Unbounded((*b, n, self.observation_dim), device=dev)},
-                shape=(*b, n),
-                device=dev,
-            )
-            leaf = (
-                Bounded(-1.0, 1.0, (*b, n, 2), device=dev)
-                if self.continuous_actions
-                else Categorical(len(DISCRETE_DIRECTIONS), (*b, n), device=dev)
-            )
-            act[g] = Composite({ACTION: leaf}, shape=(*b, n), device=dev)
-        self.observation_spec = obs
-        self.action_spec = act
-        self.state_spec = Composite(
-            {STATE: Unbounded((*b, 4 * self.n_agents), device=dev)}, shape=b, device=dev
-        )
-        self.reward_spec = make_reward_spec(b, sizes, device=dev)
-        self.done_spec = make_done_spec(b, sizes, device=dev)
 
     # ------------------------------------------------------------------ hooks
     def _set_seed(self, seed: int) -> None:
@@ -260,22 +217,6 @@ class SwarmEnv(EnvBase):
             self._steps[idx] = 0
         obs, _ = self._observe(None)
         return self._output(obs, reward=None)
-
-    def _force(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """Per-agent force ``[E, N, 2]`` from the groups' actions."""
-        parts = []
-        for g in self.group_map:
-            action = tensordict.get((g, ACTION))
-            if self.continuous_actions:
-                parts.append(action.to(torch.float32) * self.max_force)
-            else:
-                parts.append(self._directions[action.long()])
-        if self._single_group:
-            return parts[0].contiguous()
-        force = torch.empty(self.num_envs, self.n_agents, 2, device=self.device)
-        for g, part in zip(self.group_map, parts):
-            force[:, self._group_index[g]] = part
-        return force
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         force = self._force(tensordict)
@@ -325,24 +266,9 @@ class SwarmEnv(EnvBase):
         return obs, -cost
 
     def _output(self, obs: torch.Tensor, reward: torch.Tensor | None) -> TensorDictBase:
-        e = self.num_envs
-        truncated = (
-            self._steps >= self.max_steps
-            if self.max_steps is not None
-            else torch.zeros(e, dtype=torch.bool, device=self.device)
-        )
-        groups = {}
-        for g, idx in self._group_index.items():
-            n = idx.numel()
-            entries = {OBSERVATION: obs if self._single_group else obs[:, idx]}
-            if reward is not None:
-                r = reward if self._single_group else reward[:, idx]
-                entries[REWARD] = r.unsqueeze(-1)
-                entries[TERMINATED] = torch.zeros(e, n, 1, dtype=torch.bool, device=self.device)
-                entries[TRUNCATED] = truncated.view(e, 1, 1).expand(e, n, 1).clone()
-            groups[g] = TensorDict(entries, batch_size=(e, n), device=self.device)
-        state = torch.cat([self._pos, self._vel], dim=-1).reshape(e, -1)
-        return TensorDict({**groups, STATE: state}, batch_size=(e,), device=self.device)
+        truncated = self._steps >= self.max_steps if self.max_steps is not None else None
+        state = torch.cat([self._pos, self._vel], dim=-1).reshape(self.num_envs, -1)
+        return self._outputs(obs, state, reward, truncated=truncated)
 
     def _render(self, env_index: int) -> object:
         """Agents as discs coloured by heading (the native renderer); a disc smaller than a pixel

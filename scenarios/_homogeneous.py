@@ -1,0 +1,172 @@
+"""What the native scenarios with one kind of agent share (navigation, swarm).
+
+Agents are named ``agent_0 .. agent_{N-1}`` and may be split by any group map; every group has
+the same observation and action specs; actions are a 2-D force in ``[-1, 1]`` or one of five
+discrete moves; physics runs on the C++ kernels on cpu and on their torch twin elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from marlkit.data.composite import Composite
+from marlkit.data.group_map import GroupMapLike, make_group_map
+from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
+from marlkit.data.specs import Bounded, Categorical, Unbounded
+from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.native import extension_available, load_extension
+
+__all__ = [
+    "DISCRETE_DIRECTIONS",
+    "Backend",
+    "HomogeneousScenario",
+    "check_count",
+    "resolve_backend",
+]
+
+#: Unit force of each discrete action: no-op, -x, +x, -y, +y (VMAS's order).
+DISCRETE_DIRECTIONS = ((0.0, 0.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0))
+
+Backend = Literal["auto", "native", "torch"]
+
+
+def resolve_backend(backend: Backend, device: torch.device) -> Literal["native", "torch"]:
+    """``"auto"`` -> C++ kernels on cpu when built, else the torch twin; ``"native"`` insists."""
+    if backend == "torch":
+        return "torch"
+    if backend == "native":
+        if device.type != "cpu":
+            raise ValueError(f"backend='native' runs on cpu only, the env is on {device}")
+        load_extension()  # raises ExtensionError with the rebuild command
+        return "native"
+    if backend != "auto":
+        raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}")
+    return "native" if device.type == "cpu" and extension_available() else "torch"
+
+
+def check_count(name: str, value: object, low: int) -> int:
+    """``value`` as an int ``>= low``, or a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return value
+
+
+class HomogeneousScenario(EnvBase):
+    """Base of navigation and swarm: agents, groups, action specs and forces, group outputs.
+
+    Subclasses call :meth:`_build_specs` once their observation and state sizes are known, use
+    :meth:`_force` in ``_step`` and :meth:`_outputs` to assemble what reset and step return.
+    """
+
+    render_modes = ("rgb_array",)
+
+    def __init__(
+        self,
+        *,
+        num_envs: int,
+        n_agents: int,
+        k_nearest: int,
+        continuous_actions: bool,
+        max_force: float,
+        group_map: GroupMapLike,
+        device: str | torch.device,
+        backend: Backend,
+        validate_actions: bool,
+        render_size: int,
+    ):
+        check_count("num_envs", num_envs, 1)
+        check_count("n_agents", n_agents, 1)
+        check_count("k_nearest", k_nearest, 0)
+        super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
+        self.num_envs, self.n_agents = num_envs, n_agents
+        self.k = min(k_nearest, n_agents - 1)
+        self.continuous_actions = continuous_actions
+        self.max_force = float(max_force)
+        self.backend = resolve_backend(backend, self.device)
+        self.render_size = int(render_size)
+        names = [f"agent_{i}" for i in range(n_agents)]
+        self.group_map = make_group_map(names, group_map)
+        index = {name: i for i, name in enumerate(names)}
+        self._group_index = {
+            g: torch.tensor([index[a] for a in agents], device=self.device)
+            for g, agents in self.group_map.items()
+        }
+        self._single_group = list(self.group_map.values()) == [names]
+        self._directions = torch.tensor(DISCRETE_DIRECTIONS, device=self.device) * self.max_force
+
+    def _build_specs(self, observation_dim: int, state_dim: int) -> None:
+        """Per group: ``observation`` ``[E, n, observation_dim]`` and the action; root state
+        ``[E, state_dim]``; rewards and done flags of the standard layout."""
+        b, dev = self.batch_size, self.device
+        sizes = {g: len(a) for g, a in self.group_map.items()}
+        obs, act = Composite(shape=b, device=dev), Composite(shape=b, device=dev)
+        for g, n in sizes.items():
+            obs[g] = Composite(
+                {OBSERVATION: Unbounded((*b, n, observation_dim), device=dev)},
+                shape=(*b, n),
+                device=dev,
+            )
+            leaf = (
+                Bounded(-1.0, 1.0, (*b, n, 2), device=dev)
+                if self.continuous_actions
+                else Categorical(len(DISCRETE_DIRECTIONS), (*b, n), device=dev)
+            )
+            act[g] = Composite({ACTION: leaf}, shape=(*b, n), device=dev)
+        self.observation_spec = obs
+        self.action_spec = act
+        self.state_spec = Composite(
+            {STATE: Unbounded((*b, state_dim), device=dev)}, shape=b, device=dev
+        )
+        self.reward_spec = make_reward_spec(b, sizes, device=dev)
+        self.done_spec = make_done_spec(b, sizes, device=dev)
+
+    def _force(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """Per-agent force ``[E, N, 2]`` from the groups' actions."""
+        parts = []
+        for g in self.group_map:
+            action = tensordict.get((g, ACTION))
+            if self.continuous_actions:
+                parts.append(action.to(torch.float32) * self.max_force)
+            else:
+                parts.append(self._directions[action.long()])
+        if self._single_group:
+            return parts[0].contiguous()
+        force = torch.empty(self.num_envs, self.n_agents, 2, device=self.device)
+        for g, part in zip(self.group_map, parts):
+            force[:, self._group_index[g]] = part
+        return force
+
+    def _outputs(
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        reward: torch.Tensor | None = None,
+        terminated: torch.Tensor | None = None,
+        truncated: torch.Tensor | None = None,
+    ) -> TensorDictBase:
+        """The root TensorDict of a reset (``reward`` None) or a step.
+
+        Args:
+            obs: ``[E, N, obs_dim]`` for every agent.
+            state: ``[E, state_dim]``.
+            reward: ``[E, N]`` (steps only).
+            terminated, truncated: ``[E]`` bool, env-level (steps only; default all False).
+        """
+        e = self.num_envs
+        groups = {}
+        for g, idx in self._group_index.items():
+            n = idx.numel()
+            entries = {OBSERVATION: obs if self._single_group else obs[:, idx]}
+            if reward is not None:
+                entries[REWARD] = (reward if self._single_group else reward[:, idx]).unsqueeze(-1)
+                for key, flag in ((TERMINATED, terminated), (TRUNCATED, truncated)):
+                    entries[key] = (
+                        flag.view(e, 1, 1).expand(e, n, 1).clone()
+                        if flag is not None
+                        else torch.zeros(e, n, 1, dtype=torch.bool, device=self.device)
+                    )
+            groups[g] = TensorDict(entries, batch_size=(e, n), device=self.device)
+        return TensorDict({**groups, STATE: state}, batch_size=(e,), device=self.device)
