@@ -739,10 +739,10 @@ def test_extension_classes_check_their_arrays(name: str, np_dtype: type):
     tree = cls(100)
     assert tree.capacity == len(tree) == 100
     itemsize = np.dtype(np_dtype).itemsize
-    per_block = 64 // itemsize  # leaves per cache-line block
-    blocks = -(-100 // per_block)
-    tree_nodes = 2 * (1 << (blocks - 1).bit_length())
-    assert tree.nbytes == (blocks * per_block + tree_nodes) * itemsize
+    # 16-leaf blocks under a 16-ary tree: 7 blocks (112 leaves), their totals padded to 16,
+    # and one root level (its 16 running sums for sum trees, its total padded to 16).
+    root_level = (16 if name.startswith("Sum") else 0) + 16
+    assert tree.nbytes == (7 * 16 + 16 + root_level) * itemsize
     assert repr(tree) == f"{name}(capacity=100)"
     idx = np.array([1, 2], dtype=np.int64)
     with pytest.raises(TypeError, match=rf"{name}.update: values must be a numpy array of dtype "):
