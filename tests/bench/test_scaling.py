@@ -351,3 +351,20 @@ def test_env_step_benchmark_uses_the_shared_harness() -> None:
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)["results"]
     assert row["native"]["steps"] == 2 and row["native"]["backend"] == "native"
+
+
+@pytest.mark.slow
+def test_adapters_benchmark_prints_every_section() -> None:
+    script = ROOT / "benchmarks" / "adapters.py"
+    args = ["--min-seconds", "0", "--min-steps", "2", "--warmup", "1", "--mujoco-rounds", "2"]
+    out = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["vmas"]["step"]["ratio"] > 0 and data["vmas"]["rollout"]["ratio"] > 0
+    for n in ("N=3", "N=10"):
+        assert data["pettingzoo"][n]["adapter_ratio"] > 0
+    mujoco = data["mujoco"]
+    assert len(mujoco["speedup_rounds"]) == 2 and mujoco["speedup"] > 0
+    assert mujoco["num_envs"] == 64 and mujoco["target_speedup"] == 1.5
