@@ -489,8 +489,8 @@ class SumSegmentTree(_SegmentTree):
     """Sum tree over ``capacity`` priorities, for sampling in proportion to priority.
 
     Args:
-        capacity: number of leaves, ``1 <= capacity <= 10**8``. The native tree holds 1.125 to
-            1.5 values per leaf (445 MiB in float32 at ``10**8``).
+        capacity: number of leaves, ``1 <= capacity <= 10**8``. The native tree holds about
+            1.13 values per leaf (453 MB in float32 at ``10**8``).
         dtype: ``torch.float32`` or ``torch.float64``.
         backend: ``"native"`` (C++, CPU), ``"torch"`` (flat tensor + cumsum/searchsorted, any
             device) or ``"auto"`` (native on CPU when the extension loads, else torch).
@@ -524,7 +524,7 @@ class SumSegmentTree(_SegmentTree):
         Raises:
             ValueError: a negative, NaN or infinite mass, or a total of 0 with ``B > 0``.
 
-        Prefix sums are the tree's own (native: subtree sums; torch: ``cumsum``), so with
+        Prefix sums are the tree's own (native: node and block sums; torch: ``cumsum``), so with
         float32 the two backends can differ for masses within rounding of a boundary.
         """
         native = self._native
@@ -539,8 +539,8 @@ class MinSegmentTree(_SegmentTree):
     """Min tree over ``capacity`` priorities, for the smallest priority (importance weights).
 
     Args:
-        capacity: number of leaves, ``1 <= capacity <= 10**8``. The native tree holds 1.125 to
-            1.5 values per leaf.
+        capacity: number of leaves, ``1 <= capacity <= 10**8``. The native tree holds about
+            1.07 values per leaf.
         dtype: ``torch.float32`` or ``torch.float64``.
         backend: ``"native"`` (C++, CPU), ``"torch"`` (flat tensor, any device) or ``"auto"``.
         device: where returned tensors live (and the storage of the torch twin).
