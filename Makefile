@@ -55,13 +55,16 @@ LINT_PATHS := $(wildcard platform adapters scenarios tests benchmarks sota-imple
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	@# import-linter cannot follow the mapped editable hook: check a static copy of the
-	@# installed layout (platform/marlkit with adapters/ and scenarios/ mapped inside it).
-	rm -rf build/lint-src && mkdir -p build/lint-src
-	cp -r platform/marlkit build/lint-src/marlkit
-	cp -r adapters build/lint-src/marlkit/adapters
-	cp -r scenarios build/lint-src/marlkit/scenarios
-	cd build/lint-src && ../../$(VENV)/bin/lint-imports --no-cache ../../pyproject.toml
+	@# import-linter cannot follow the import hook of the lenient editable install in .venv
+	@# (package-dir maps adapters/ and scenarios/ into marlkit). A strict editable install,
+	@# kept out of .venv (--target) and without the extension, builds setuptools' link tree
+	@# of the installed layout (build/__editable__.marlkit-*/marlkit, symlinks to the
+	@# sources), and the contracts are checked on it.
+	rm -rf build/lint-site build/__editable__.marlkit-* && mkdir -p build
+	MARLKIT_NO_EXTENSION=1 $(PIP) install -q --no-deps --no-build-isolation \
+	  --config-settings editable_mode=strict --target build/lint-site -e . 2>build/lint-install.log \
+	  || { cat build/lint-install.log >&2; exit 1; }
+	cd build/__editable__.marlkit-*/ && ../../$(VENV)/bin/lint-imports --no-cache ../../pyproject.toml
 
 test: lint
 	$(PY) -m pytest -x -q -p no:cacheprovider

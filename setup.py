@@ -3,11 +3,15 @@
 The extension links no libtorch: arrays cross as NumPy buffers (zero-copy from contiguous CPU
 tensors). A hash of the C++ sources is compiled in, so that the Python side can tell a stale
 build from a fresh one and say how to rebuild.
+
+``MARLKIT_NO_EXTENSION=1`` skips the extension: ``make lint`` uses it for the strict editable
+install its static tools read, which needs the package layout, not the compiled kernels.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
 import sys
 
@@ -46,5 +50,8 @@ ext_modules = [
         define_macros=[("MARLKIT_SOURCE_HASH", f'"{_source_hash()}"')],
     )
 ]
+
+if os.environ.get("MARLKIT_NO_EXTENSION") == "1":
+    ext_modules = []
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": build_ext})

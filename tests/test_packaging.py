@@ -118,3 +118,45 @@ def test_set_num_threads_validates() -> None:
     assert get_num_threads() == 1
     set_num_threads(0)
     assert get_num_threads() >= 1
+
+
+def _installed_layout(dest: pathlib.Path) -> pathlib.Path:
+    """A copy of the installed package layout (adapters/ and scenarios/ mapped into marlkit),
+    as the strict editable install of ``make lint`` links it."""
+    shutil.copytree(ROOT / "platform" / "marlkit", dest / "marlkit")
+    shutil.copytree(ROOT / "adapters", dest / "marlkit" / "adapters")
+    shutil.copytree(ROOT / "scenarios", dest / "marlkit" / "scenarios")
+    return dest
+
+
+@pytest.mark.slow
+def test_import_contracts_catch_an_upward_import(tmp_path: pathlib.Path) -> None:
+    lint_imports = pathlib.Path(sys.executable).parent / "lint-imports"
+    layout = _installed_layout(tmp_path)
+
+    def lint() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(lint_imports), "--no-cache", str(ROOT / "pyproject.toml")],
+            cwd=layout,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    clean = lint()
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    # The data layer importing the environments (a layer above it) breaks both the layers...
+    upward = layout / "marlkit" / "data" / "_upward.py"
+    upward.write_text("import marlkit.envs\n")
+    broken = lint()
+    assert broken.returncode != 0
+    assert "core layers: nothing below imports what is above it BROKEN" in broken.stdout
+    assert "marlkit.data._upward -> marlkit.envs" in broken.stdout
+    # ...and a scenario importing the command line breaks the forbidden contract.
+    upward.unlink()
+    (layout / "marlkit" / "scenarios" / "_cli_user.py").write_text("import marlkit.cli\n")
+    forbidden = lint()
+    assert forbidden.returncode != 0
+    assert "the core never imports the command line or the benchmark harness BROKEN" in (
+        forbidden.stdout
+    )
