@@ -38,11 +38,23 @@ def _spaces() -> Any:
     return import_optional("gymnasium", extra="gymnasium", purpose="space conversion").spaces
 
 
+# Space class -> its spaces module: conversions run every step, the lookup once per class.
+_SPACES_OF: dict[type, Any] = {}
+
+
 def _spaces_of(space: Any) -> Any:
     """The spaces module ``space`` belongs to: Gymnasium's, or the legacy ``gym``'s (VMAS)."""
-    if any(cls.__module__.split(".")[0] == "gym" for cls in type(space).__mro__):
-        return import_optional("gym", extra="vmas", purpose="legacy gym space conversion").spaces
-    return _spaces()
+    cls = type(space)
+    module = _SPACES_OF.get(cls)
+    if module is None:
+        if any(c.__module__.split(".")[0] == "gym" for c in cls.__mro__):
+            module = import_optional(
+                "gym", extra="vmas", purpose="legacy gym space conversion"
+            ).spaces
+        else:
+            module = _spaces()
+        _SPACES_OF[cls] = module
+    return module
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
