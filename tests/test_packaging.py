@@ -152,8 +152,24 @@ def test_import_contracts_catch_an_upward_import(tmp_path: pathlib.Path) -> None
     assert broken.returncode != 0
     assert "core layers: nothing below imports what is above it BROKEN" in broken.stdout
     assert "marlkit.data._upward -> marlkit.envs" in broken.stdout
-    # ...and a scenario importing the command line breaks the forbidden contract.
+    # ...a future objectives package importing the envs breaks them too (DESIGN.md: objectives
+    # never imports envs), as does envs importing a future modules package...
     upward.unlink()
+    objectives = layout / "marlkit" / "objectives"
+    objectives.mkdir()
+    (objectives / "__init__.py").write_text("import marlkit.envs\n")
+    assert "marlkit.objectives -> marlkit.envs" in lint().stdout
+    (objectives / "__init__.py").write_text("")
+    modules = layout / "marlkit" / "modules"
+    modules.mkdir()
+    (modules / "__init__.py").write_text("")
+    (layout / "marlkit" / "envs" / "_mlp.py").write_text("import marlkit.modules\n")
+    independent = lint()
+    assert "envs, replay and modules are independent BROKEN" in independent.stdout
+    assert "marlkit.envs._mlp -> marlkit.modules" in independent.stdout
+    (layout / "marlkit" / "envs" / "_mlp.py").unlink()
+    assert lint().returncode == 0  # empty objectives and modules packages break nothing
+    # ...and a scenario importing the command line breaks the forbidden contract.
     (layout / "marlkit" / "scenarios" / "_cli_user.py").write_text("import marlkit.cli\n")
     forbidden = lint()
     assert forbidden.returncode != 0
