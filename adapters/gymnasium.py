@@ -25,9 +25,12 @@ dropped.
 Vector envs: marlkit's contract is that ``step`` reports the true last observation of a finished
 episode and that the caller resets exactly the done envs (``"_reset"``). Vector envs made here use
 ``autoreset_mode=DISABLED`` and reset through ``reset(options={"reset_mask": mask})``. A vector
-env you pass in may use ``DISABLED`` or ``SAME_STEP`` (the final observation is taken from
-``info["final_obs"]`` and the reset observation is kept for the next ``"_reset"``);
-``NEXT_STEP`` is refused, since its reset would cost every env a step.
+env you pass in may use ``DISABLED``, ``SAME_STEP`` (the final observation is taken from
+``info["final_obs"]`` and the reset observation is kept for the next ``"_reset"``) or, for a bare
+``SyncVectorEnv`` or an ``AsyncVectorEnv`` with shared memory (what ``gymnasium.make_vec`` builds
+by default), ``NEXT_STEP``: the ``"_reset"`` of the done envs goes through ``reset_mask``, which
+cancels their pending autoreset, so no env loses a step. Other ``NEXT_STEP`` vector envs (custom
+ones such as CartPole's own, wrapped ones) are refused.
 """
 
 from __future__ import annotations
@@ -105,22 +108,40 @@ def _autoreset_mode(env: Any) -> Any:
     if raw is None:
         raise ValueError(
             f"the vector env {env} declares no metadata['autoreset_mode'] (gymnasium then "
-            "assumes NEXT_STEP, which marlkit refuses); build it with autoreset_mode="
-            "AutoresetMode.DISABLED"
+            "assumes NEXT_STEP, which marlkit takes only from SyncVectorEnv and AsyncVectorEnv); "
+            "build it with autoreset_mode=AutoresetMode.DISABLED"
         )
     try:
         mode = modes(raw)
     except ValueError:
         raise ValueError(f"unknown autoreset_mode {raw!r} in {env}'s metadata") from None
-    if mode == modes.NEXT_STEP:
+    if mode == modes.NEXT_STEP and not _resets_clear_autoreset(env):
         raise ValueError(
-            "vector envs in AutoresetMode.NEXT_STEP are not supported: their reset happens at the "
-            "next step() and costs every env a step, so marlkit's partial resets cannot be exact. "
-            "Build the vector env with vector_kwargs={'autoreset_mode': AutoresetMode.DISABLED} "
-            "(or SAME_STEP), e.g. gymnasium.make_vec(id, num_envs, vectorization_mode='sync', "
-            "vector_kwargs=...), or use marlkit.make('gymnasium/<id>', num_envs=...)"
+            f"vector envs in AutoresetMode.NEXT_STEP are supported only as a bare SyncVectorEnv, "
+            f"or AsyncVectorEnv with shared_memory=True, whose reset(options={{'reset_mask': "
+            f"...}}) cancels the pending autoreset of the envs it resets; got "
+            f"{type(env).__name__}, whose autoreset would cost a finished env a step of its own "
+            "and break marlkit's exact partial resets. Build the vector env with vector_kwargs="
+            "{'autoreset_mode': AutoresetMode.DISABLED} (or SAME_STEP), e.g. gymnasium.make_vec"
+            "(id, num_envs, vectorization_mode='sync', vector_kwargs=...), or use "
+            "marlkit.make('gymnasium/<id>', num_envs=...)"
         )
     return mode
+
+
+def _resets_clear_autoreset(env: Any) -> bool:
+    """Whether a NEXT_STEP vector env's partial reset cancels its pending autoresets.
+
+    Gymnasium's SyncVectorEnv clears its autoreset flags for the envs in ``reset_mask``; the
+    AsyncVectorEnv workers clear theirs on reset only with shared memory (without it they would
+    still reset at the next step). A wrapper may keep its own NEXT_STEP bookkeeping (episode
+    statistics, ...), and a custom vector env (e.g. CartPole's own) may not take ``reset_mask``
+    at all: both are refused.
+    """
+    vector = _gym().vector
+    if type(env) is vector.SyncVectorEnv:
+        return True
+    return type(env) is vector.AsyncVectorEnv and bool(env.shared_memory)
 
 
 class GymnasiumEnv(EnvBase):
@@ -128,7 +149,9 @@ class GymnasiumEnv(EnvBase):
 
     Args:
         env: a ``gymnasium.Env`` or a ``gymnasium.vector.VectorEnv`` (autoreset mode
-            ``DISABLED`` or ``SAME_STEP``). The marlkit env owns it: :meth:`close` closes it.
+            ``DISABLED``, ``SAME_STEP``, or ``NEXT_STEP`` for a bare ``SyncVectorEnv`` or an
+            ``AsyncVectorEnv`` with shared memory). The marlkit env owns it: :meth:`close`
+            closes it.
         group: the group holding the one agent (``"agents"``); ignored with ``plain_keys``.
         plain_keys: TorchRL's single-agent layout (root ``"observation"``, ``"action"``,
             ``("next", "reward")`` ``[*B, 1]``), no group.
@@ -139,7 +162,7 @@ class GymnasiumEnv(EnvBase):
     Raises:
         TypeError: ``env`` is neither a Gymnasium env nor a vector env, or has a space marlkit
             does not map (Text, Graph, Sequence, ...).
-        ValueError: a vector env in ``NEXT_STEP`` autoreset mode, or a bad group name.
+        ValueError: a ``NEXT_STEP`` vector env other than those above, or a bad group name.
     """
 
     def __init__(

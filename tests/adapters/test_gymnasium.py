@@ -257,23 +257,56 @@ def test_user_vector_env_disabled_async(closing: Any) -> None:
     assert _assert_no_mixed_transitions(td, ("agents", "observation")) >= 4
 
 
-def test_next_step_vector_envs_are_refused() -> None:
-    for vec in (
-        _user_vector(AutoresetMode.NEXT_STEP),
-        gym.make_vec("CartPole-v1", num_envs=2),  # its own vector entry point: NEXT_STEP only
+@pytest.mark.parametrize(
+    "cls", [gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv], ids=["sync", "async"]
+)
+def test_user_vector_env_next_step_is_exact(closing: Any, cls: Any) -> None:
+    # NEXT_STEP (make_vec's default): the "_reset" of a done env goes through reset_mask, which
+    # cancels its pending autoreset, so the next step is a real step of a fresh episode.
+    env = GymnasiumEnv(_user_vector(AutoresetMode.NEXT_STEP, 3, cls), seed=2)
+    closing(env)
+    td = env.rollout(16, break_when_any_done=False)
+    assert _assert_no_mixed_transitions(td, ("agents", "observation")) >= 6
+    if cls is gym.vector.SyncVectorEnv:
+        check_adapter(env, steps=12)
+
+
+def test_next_step_matches_disabled_transition_for_transition(closing: Any) -> None:
+    # Same seeds and actions: NEXT_STEP and DISABLED give the same rollout, bit for bit.
+    rollouts = []
+    for mode in (AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED):
+        env = GymnasiumEnv(_user_vector(mode), seed=5)
+        closing(env)
+        torch.manual_seed(0)
+        rollouts.append(env.rollout(20, break_when_any_done=False))
+    assert (rollouts[0] == rollouts[1]).all()
+
+
+def test_next_step_vector_envs_that_cannot_reset_exactly_are_refused() -> None:
+    no_shared = gym.vector.AsyncVectorEnv(
+        [Countdown, Countdown], autoreset_mode=AutoresetMode.NEXT_STEP, shared_memory=False
+    )
+    wrapped = gym.wrappers.vector.RecordEpisodeStatistics(_user_vector(AutoresetMode.NEXT_STEP))
+    own = gym.make_vec("CartPole-v1", num_envs=2)  # its own vector entry point: NEXT_STEP only
+    for vec, name in (
+        (no_shared, "AsyncVectorEnv"),
+        (wrapped, "RecordEpisodeStatistics"),
+        (own, "CartPoleVectorEnv"),
     ):
-        with pytest.raises(ValueError, match="NEXT_STEP are not supported"):
+        with pytest.raises(ValueError, match=f"NEXT_STEP are supported only .* got {name}"):
             GymnasiumEnv(vec)
         vec.close()
 
 
-def test_next_step_through_make_is_refused() -> None:
-    with pytest.raises(ValueError, match="NEXT_STEP are not supported"):
-        marlkit.make(
-            "gymnasium/CartPole-v1",
-            num_envs=2,
-            vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-        )
+def test_next_step_through_make_is_exact(closing: Any) -> None:
+    env = make(
+        closing,
+        f"gymnasium/{COUNTDOWN_ID}",
+        num_envs=3,
+        vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+    )
+    td = env.rollout(16, break_when_any_done=False)
+    assert _assert_no_mixed_transitions(td, ("agents", "observation")) >= 6
 
 
 def test_cartpole_final_observation_is_not_a_reset_one(closing: Any) -> None:
