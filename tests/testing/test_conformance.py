@@ -110,7 +110,7 @@ def test_a_correct_toy_env_passes() -> None:
             "wrong_shape",
             r"\('agents', 'observation'\): shape \[2, 2, 4\] != spec shape \[2, 2, 3\]",
         ),
-        ("nan", r"non-finite value nan at index \[1, 0, 2\]"),
+        ("nan", r"non-finite value nan at index \[1, 0, 2\] \(env 1, agent 'a'\)"),
         ("accept_anything", "validate_actions is off"),
         ("bad_frame", r"render\(\) raised ValueError"),
     ],
@@ -118,3 +118,13 @@ def test_a_correct_toy_env_passes() -> None:
 def test_the_kit_names_what_is_wrong(fault: str, message: str) -> None:
     with pytest.raises(AdapterCheckError, match=message):
         check_adapter(_Toy(**{fault: True}))
+
+
+def test_nan_outputs_fail_the_spec_checks_only() -> None:
+    # An env that emits NaN is reported where the NaN is, once per moment, and not again as a
+    # seeding, partial-reset or bad-action failure (NaN compares equal to NaN there).
+    with pytest.raises(AdapterCheckError) as caught:
+        check_adapter(_Toy(nan=True))
+    failures = [line for line in str(caught.value).splitlines() if line.startswith("  - ")]
+    assert failures and all(line.startswith("  - specs: ") for line in failures), failures
+    assert all("(env 1, agent 'a')" in line for line in failures)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tensordict import TensorDictBase
 
 from marlkit.data.composite import Composite
@@ -15,7 +17,26 @@ class SpecCheckError(AssertionError):
     """The data an env produced disagrees with its specs; the message lists every key."""
 
 
+# The element a spec's explanation points at: "... at index [i, j, ...] ...".
+_AT_INDEX = re.compile(r"at index \[([0-9, ]*)\]")
+
+
+def _whose(env: EnvBase, path: tuple[str, ...], reason: str) -> str:
+    """The suffix " (env e, agent 'name')" for a group entry whose explanation names an element."""
+    agents = env.group_map.get(path[0]) if len(path) > 1 else None
+    found = _AT_INDEX.search(reason)
+    if not agents or found is None:
+        return ""
+    index = [int(i) for i in found.group(1).split(",") if i.strip()]
+    b = len(env.batch_size)
+    if len(index) <= b or index[b] >= len(agents):
+        return ""
+    where = f"env {index[0] if b == 1 else index[:b]}, " if b else ""
+    return f" ({where}agent {agents[index[b]]!r})"
+
+
 def _check(
+    env: EnvBase,
     where: str,
     td: TensorDictBase,
     spec: Composite,
@@ -25,7 +46,7 @@ def _check(
     for key, reason in spec.explain(td):
         path = (key,) if isinstance(key, str) else key
         full: NestedKey = (*prefix, *path) if prefix else key
-        problems.append(f"{where}: {full!r}: {reason}")
+        problems.append(f"{where}: {full!r}: {reason}{_whose(env, path, reason)}")
 
 
 def spec_problems(env: EnvBase, *, steps: int = 5, seed: int | None = 0) -> list[str]:
@@ -43,7 +64,7 @@ def spec_problems(env: EnvBase, *, steps: int = 5, seed: int | None = 0) -> list
     outputs = Composite(shape=env.batch_size, device=env.device)
     for composite in (env.observation_spec, env.state_spec, env.done_spec):
         outputs.update(composite)
-    _check("reset", td, outputs, problems)
+    _check(env, "reset", td, outputs, problems)
     known = set(outputs.keys(True, True))
     for key in td.keys(True, True):
         if key not in known:
@@ -52,9 +73,9 @@ def spec_problems(env: EnvBase, *, steps: int = 5, seed: int | None = 0) -> list
     next_known = set(next_spec.keys(True, True))
     for t in range(steps):
         td = env.rand_action(td)
-        _check(f"step {t} input", td, env.action_spec, problems)
+        _check(env, f"step {t} input", td, env.action_spec, problems)
         td, root = env.step_and_maybe_reset(td)
-        _check(f"step {t}", td.get(NEXT), next_spec, problems, (NEXT,))
+        _check(env, f"step {t}", td.get(NEXT), next_spec, problems, (NEXT,))
         for key in td.get(NEXT).keys(True, True):
             if key not in next_known:
                 path = (key,) if isinstance(key, str) else key
@@ -62,7 +83,7 @@ def spec_problems(env: EnvBase, *, steps: int = 5, seed: int | None = 0) -> list
                     f"step {t}: {(NEXT, *path)!r}: present in the data but absent from every spec"
                 )
         if bool(td.get((NEXT, DONE)).any()):  # done envs were reset: check what they report
-            _check(f"step {t} reset", root, outputs, problems)
+            _check(env, f"step {t} reset", root, outputs, problems)
         td = root
     return problems
 
