@@ -53,6 +53,14 @@ class TestConstruction:
         assert comp.device is None
         assert len(comp) == 0 and comp.is_empty()
 
+    def test_dtype_is_the_leaves_common_one(self):
+        same = Composite({"agents": {"obs": Unbounded((B, 5))}}, r=Unbounded((B, 1)), shape=(B,))
+        assert same.dtype == torch.float32 and same["agents"].dtype == torch.float32
+        mixed = same.clone()
+        mixed["agents", "action"] = Categorical(3, (B,))
+        assert mixed.dtype is None and mixed["agents"].dtype is None
+        assert Composite().dtype is None
+
     def test_plain_mapping_becomes_composite(self):
         comp = Composite({"agents": {"obs": Unbounded((B, 5))}}, shape=(B,))
         assert isinstance(comp["agents"], Composite)

@@ -70,6 +70,13 @@ class Composite:
     def ndim(self) -> int:
         return len(self.shape)
 
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype every leaf shares, or ``None`` when the leaves mix dtypes (or there are
+        none), as in TorchRL."""
+        dtypes = {spec.dtype for _, spec in self.items(include_nested=True, leaves_only=True)}
+        return dtypes.pop() if len(dtypes) == 1 else None
+
     def _child(self, key: str) -> SpecLike:
         try:
             return self._specs[key]
