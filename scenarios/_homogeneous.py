@@ -17,7 +17,7 @@ from marlkit.data.group_map import GroupMapLike, make_group_map
 from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
 from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
-from marlkit.native import extension_available, load_extension
+from marlkit.native import load_extension, native_or_fallback
 
 __all__ = [
     "DISCRETE_DIRECTIONS",
@@ -44,7 +44,9 @@ def resolve_backend(backend: Backend, device: torch.device) -> Literal["native",
         return "native"
     if backend != "auto":
         raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}")
-    return "native" if device.type == "cpu" and extension_available() else "torch"
+    if device.type == "cpu" and native_or_fallback("the native scenarios"):
+        return "native"
+    return "torch"
 
 
 def check_count(name: str, value: object, low: int) -> int:

@@ -107,6 +107,34 @@ def test_native_backend_without_extension_raises(
     assert marlkit.make("navigation", num_envs=2, backend="auto").backend == "torch"
 
 
+def test_auto_fallbacks_say_why_once(
+    fresh_loader: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from marlkit.native import render
+    from marlkit.native.segment_tree import SumSegmentTree
+
+    def broken() -> types.ModuleType:
+        raise ImportError("simulated: no marlkit._C")
+
+    monkeypatch.setattr(_loader, "_import_module", broken)
+    monkeypatch.setattr(_loader, "_warned", set())
+    monkeypatch.setattr(render, "_auto_native", None)
+    with caplog.at_level("WARNING", logger="marlkit"):
+        for _ in range(2):  # a second env, tree or frame adds no warning
+            assert marlkit.make("predator_prey", num_envs=2).backend == "torch"
+            assert marlkit.make("navigation", num_envs=2).backend == "torch"
+            assert SumSegmentTree(8).backend == "torch"
+            circle = render.Circles([[0.0, 0.0]], radius=0.5, color=(0, 0, 0))
+            assert render.render_frame([circle], half_extent=1.0, size=8).shape == (8, 8, 3)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 3, warnings
+    for component, message in zip(
+        ("the native scenarios", "SumSegmentTree", "the renderer"), warnings, strict=True
+    ):
+        assert message.startswith(f"{component} falls back to its slower torch/NumPy twin")
+        assert "simulated: no marlkit._C" in message and "pip install -e ." in message
+
+
 def test_set_num_threads_validates() -> None:
     from marlkit.native import get_num_threads, set_num_threads
 

@@ -14,6 +14,7 @@ from marlkit.native._loader import (
     extension_available,
     get_num_threads,
     load_extension,
+    native_or_fallback,
     set_num_threads,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "extension_available",
     "get_num_threads",
     "load_extension",
+    "native_or_fallback",
     "set_num_threads",
 ]

@@ -6,6 +6,7 @@ import importlib
 import pathlib
 from types import ModuleType
 
+from marlkit._utils import get_logger
 from marlkit.native._source_hash import source_hash
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "extension_available",
     "get_num_threads",
     "load_extension",
+    "native_or_fallback",
     "set_num_threads",
 ]
 
@@ -26,6 +28,8 @@ _REBUILD = (
 )
 
 _cache: dict[str, ModuleType] = {}
+_warned: set[str] = set()  # components that said they fall back to their twin
+_logger = get_logger("native")
 
 
 class ExtensionError(ImportError):
@@ -84,6 +88,23 @@ def extension_available() -> bool:
     try:
         load_extension()
     except ExtensionError:
+        return False
+    return True
+
+
+def native_or_fallback(component: str) -> bool:
+    """For ``backend="auto"`` on CPU: whether ``component`` can use the C++ kernels.
+
+    When the extension is missing or stale, ``component`` runs on its torch or NumPy twin (the
+    same results, slower) and a warning, once per component and process, says why and how to
+    rebuild: a stale build never slows a run down silently.
+    """
+    try:
+        load_extension()
+    except ExtensionError as err:
+        if component not in _warned:
+            _warned.add(component)
+            _logger.warning("%s falls back to its slower torch/NumPy twin: %s", component, err)
         return False
     return True
 

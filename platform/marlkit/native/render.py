@@ -34,8 +34,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from marlkit._utils import get_logger
-from marlkit.native._loader import extension_available, load_extension
+from marlkit.native._loader import load_extension, native_or_fallback
 
 __all__ = [
     "GROUP_COLORS",
@@ -71,7 +70,6 @@ GROUP_COLORS: tuple[Color, ...] = (
 LANDMARK_COLOR: Color = (150, 150, 150)
 
 _BACKENDS = ("auto", "native", "numpy")
-_logger = get_logger("native.render")
 _auto_native: bool | None = None
 
 
@@ -358,12 +356,8 @@ def _resolve_backend(backend: str) -> bool:
         return True
     if backend == "numpy":
         return False
-    if _auto_native is None:
-        _auto_native = extension_available()
-        if not _auto_native:
-            _logger.warning(
-                "marlkit._C is not built or stale: rendering falls back to the slower NumPy twin"
-            )
+    if _auto_native is None:  # decided once: frames are rendered many times
+        _auto_native = native_or_fallback("the renderer")
     return _auto_native
 
 

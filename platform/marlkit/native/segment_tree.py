@@ -61,8 +61,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from marlkit._utils import get_logger
-from marlkit.native._loader import extension_available, load_extension
+from marlkit.native._loader import load_extension, native_or_fallback
 
 __all__ = [
     "MAX_CAPACITY",
@@ -88,8 +87,6 @@ _NATIVE_CLASSES = {
     ("min", torch.float32): "MinSegmentTreeFp32",
     ("min", torch.float64): "MinSegmentTreeFp64",
 }
-
-_logger = get_logger("native.segment_tree")
 
 
 # --------------------------------------------------------------------------------------------
@@ -376,14 +373,8 @@ class _SegmentTree:
             return _TorchImpl(self._capacity, self._dtype, self._op, self._device)
         if backend != "auto":
             raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}")
-        if on_cpu and extension_available():
+        if on_cpu and native_or_fallback(type(self).__name__):
             return _NativeImpl(self._capacity, self._dtype, self._op)
-        if on_cpu:
-            _logger.warning(
-                "marlkit._C is missing or stale: %s uses the torch twin (slower sampling). "
-                "Rebuild with `pip install -e .`.",
-                type(self).__name__,
-            )
         return _TorchImpl(self._capacity, self._dtype, self._op, self._device)
 
     @property
