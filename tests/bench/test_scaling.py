@@ -368,3 +368,17 @@ def test_adapters_benchmark_prints_every_section() -> None:
     mujoco = data["mujoco"]
     assert len(mujoco["speedup_rounds"]) == 2 and mujoco["speedup"] > 0
     assert mujoco["num_envs"] == 64 and mujoco["target_speedup"] == 1.5
+
+
+def test_render_benchmark_prints_both_backends() -> None:
+    script = ROOT / "benchmarks" / "render.py"
+    args = ["--size", "32", "--agents", "4", "--envs", "2", "--batch-size", "16"]
+    args += ["--rounds", "1", "--min-seconds", "0", "--min-steps", "1"]
+    out = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    cells = json.loads(out.stdout)["cells"]
+    for cell in ("frame", "batch"):
+        assert cells[cell]["native"]["ms"] > 0 and cells[cell]["numpy_over_native"] > 0
+    assert cells["env_render"]["native"]["ms"] > 0 and cells["env_render"]["agents"] == 4
