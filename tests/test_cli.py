@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -94,3 +95,11 @@ def test_run_passes_env_args(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*args, "--env-arg", "num_envs=3"]) == 2
     assert "--env-arg repeats ['num_envs']" in capsys.readouterr().err
     assert main([*args, "--env-arg", "not a pair"]) == 2
+
+
+def test_runs_in_the_same_second_get_their_own_folders(tmp_path: pathlib.Path) -> None:
+    from marlkit.cli import _new_run_dir
+
+    folders = [_new_run_dir(tmp_path / "runs") for _ in range(3)]
+    assert len(set(folders)) == 3 and all(f.is_dir() and not any(f.iterdir()) for f in folders)
+    assert all(re.fullmatch(r"\d{8}-\d{6}(-[23])?", f.name) for f in folders)

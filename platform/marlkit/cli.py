@@ -185,9 +185,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def _new_run_dir(root: pathlib.Path) -> pathlib.Path:
+    """A fresh ``root/<YYYYmmdd-HHMMSS>`` folder; ``-2``, ``-3``, ... for runs in one second,
+    so that no run overwrites another's outputs."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = pathlib.Path(args.out) / stamp
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        out = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            out.mkdir()
+        except FileExistsError:
+            continue
+        return out
+    raise RuntimeError(f"{root} already holds 999 runs stamped {stamp}")
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    out = _new_run_dir(pathlib.Path(args.out))
     summary = run_random(
         "navigation",
         steps=args.steps,
