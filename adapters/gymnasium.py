@@ -46,6 +46,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from marlkit._utils import has_module, import_optional
 from marlkit.adapters._spaces import spec_from_space, to_space, to_tensor
+from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import make_group_map
 from marlkit.data.keys import (
@@ -191,6 +192,7 @@ class GymnasiumEnv(EnvBase):
             )
         super().__init__(batch_size=batch, device=device, validate_actions=validate_actions)
         self._env = env
+        self._on_cpu = self.device.type == "cpu"
         self._obs_space, self._act_space = obs_space, act_space
         self.plain_keys = bool(plain_keys)
         self.group = None if self.plain_keys else group
@@ -260,11 +262,12 @@ class GymnasiumEnv(EnvBase):
     def _td(self, obs: Tree, group: Mapping[str, Any], root: Mapping[str, Any]) -> TensorDict:
         """The output TensorDict: ``obs`` and ``group`` entries at the observation's level,
         ``root`` entries at the root."""
-        b = self.batch_size
+        # Every entry is made here with its shape and device: no checks again.
+        b, dev, nested = self.batch_size, self.device, isinstance(obs, dict)
         if self.group is None:
-            return TensorDict({OBSERVATION: obs, **group, **root}, batch_size=b, device=self.device)
-        inner = TensorDict({OBSERVATION: obs, **group}, batch_size=(*b, 1), device=self.device)
-        return TensorDict({self.group: inner, **root}, batch_size=b, device=self.device)
+            return unchecked_tensordict({OBSERVATION: obs, **group, **root}, b, dev, nested=nested)
+        inner = unchecked_tensordict({OBSERVATION: obs, **group}, (*b, 1), dev, nested=nested)
+        return unchecked_tensordict({self.group: inner, **root}, b, dev, nested=False)
 
     def _where(self, mask: np.ndarray, new: Tree, old: Tree) -> Tree:
         """``new`` for the envs in ``mask`` (``[N]`` bool), ``old`` for the others."""
@@ -355,7 +358,8 @@ class GymnasiumEnv(EnvBase):
     def _tensor(self, array: np.ndarray, ones: int) -> torch.Tensor:
         """A per-env NumPy array ``[N]`` as a tensor ``[*B, 1]`` (``ones=1``) or
         ``[*B, 1, 1]`` (``ones=2``) on the env's device."""
-        return torch.from_numpy(array.reshape(*self.batch_size, *([1] * ones))).to(self.device)
+        tensor = torch.from_numpy(array.reshape(*self.batch_size, *([1] * ones)))
+        return tensor if self._on_cpu else tensor.to(self.device)
 
     def _swap_final_obs(self, obs: Tree, info: Mapping[str, Any], done: np.ndarray) -> Tree:
         """SAME_STEP: report the final observations, keep the reset ones for ``_reset``."""

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
+from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.keys import ACTION, DONE_KEYS, NEXT, REWARD, NestedKey
 
 __all__ = ["step_mdp", "step_mdp_fn"]
 
 # tensordict's unchecked constructor (private, present in the supported versions); the checked
 # one is the fallback.
-_NEW_UNSAFE = getattr(TensorDict, "_new_unsafe", None)
 
 
 def _leaves_named(td: TensorDictBase, names: Sequence[str]) -> list[NestedKey]:
@@ -105,10 +105,8 @@ def _paths(keys: Sequence[NestedKey]) -> list[tuple[str, ...]]:
 
 
 def _new_td(entries: dict[str, Any], like: TensorDictBase) -> TensorDictBase:
-    # Every entry already has ``like``'s batch dims: skip the checks when tensordict allows it.
-    if _NEW_UNSAFE is not None:
-        return _NEW_UNSAFE(entries, batch_size=like.batch_size, device=like.device)
-    return TensorDict(entries, batch_size=like.batch_size, device=like.device)
+    # Every entry already has ``like``'s batch dims: nothing to check again.
+    return unchecked_tensordict(entries, like.batch_size, like.device)
 
 
 def _merge(
