@@ -12,9 +12,6 @@ from marlkit.data.keys import ACTION, DONE_KEYS, NEXT, REWARD, NestedKey
 
 __all__ = ["step_mdp", "step_mdp_fn"]
 
-# tensordict's unchecked constructor (private, present in the supported versions); the checked
-# one is the fallback.
-
 
 def _leaves_named(td: TensorDictBase, names: Sequence[str]) -> list[NestedKey]:
     out: list[NestedKey] = []
