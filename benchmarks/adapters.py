@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -19,17 +20,40 @@ from typing import Any
 
 import torch
 
+from marlkit.bench import time_steps
+
 
 def timed(step: Callable[[], Any], min_seconds: float, min_steps: int, warmup: int) -> dict:
     """Call ``step`` until both ``min_seconds`` and ``min_steps`` are reached; steps per second."""
-    for _ in range(warmup):
-        step()
-    steps, start = 0, time.perf_counter()
-    while steps < min_steps or time.perf_counter() - start < min_seconds:
-        step()
-        steps += 1
-    seconds = time.perf_counter() - start
-    return {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds}
+    return time_steps(step, min_seconds=min_seconds, min_steps=min_steps, warmup=warmup)
+
+
+def _timed_call(fn: Callable[..., Any], total: list[float]) -> Callable[..., Any]:
+    def call(*a: Any, **kw: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            total[0] += time.perf_counter() - start
+
+    return call
+
+
+def _paired(
+    a: Callable[[], Any], b: Callable[[], Any], out: list[tuple[float, float]]
+) -> Callable[[], None]:
+    """One call of ``a`` and one of ``b``, in alternating order; appends their times."""
+
+    def call() -> None:
+        times = {}
+        order = ((a, 0), (b, 1)) if len(out) % 2 == 0 else ((b, 1), (a, 0))
+        for fn, slot in order:
+            start = time.perf_counter()
+            fn()
+            times[slot] = time.perf_counter() - start
+        out.append((times[0], times[1]))
+
+    return call
 
 
 # --- section: vmas ---------------------------------------------------------------------------
@@ -47,8 +71,6 @@ def bench_vmas(args: argparse.Namespace) -> dict:
     a loop that costs nothing beyond VMAS, insensitive to load. Torch's thread count is left as
     it is (``OMP_NUM_THREADS`` sets it).
     """
-    import statistics
-
     import vmas
 
     import marlkit
@@ -80,12 +102,7 @@ def bench_vmas(args: argparse.Namespace) -> dict:
     in_vmas = [0.0]  # seconds the adapter spent inside VMAS's own step, timed around it
     vmas_step = env.vmas_env.step
 
-    def vmas_step_timed(actions: list) -> Any:
-        start = time.perf_counter()
-        try:
-            return vmas_step(actions)
-        finally:
-            in_vmas[0] += time.perf_counter() - start
+    vmas_step_timed = _timed_call(vmas_step, in_vmas)
 
     def adapter_step() -> None:
         env.vmas_env.step = vmas_step_timed
@@ -105,18 +122,6 @@ def bench_vmas(args: argparse.Namespace) -> dict:
             done_keys=env.done_keys,
         )
 
-    def paired(a: Callable[[], Any], b: Callable[[], Any], out: list[tuple[float, float]]):
-        def call() -> None:
-            first_a = len(out) % 2 == 0
-            times = {}
-            for name, fn in (("a", a), ("b", b)) if first_a else (("b", b), ("a", a)):
-                start = time.perf_counter()
-                fn()
-                times[name] = time.perf_counter() - start
-            out.append((times["a"], times["b"]))
-
-        return call
-
     report: dict[str, Any] = {
         "scenario": "navigation",
         "num_envs": num_envs,
@@ -133,7 +138,7 @@ def bench_vmas(args: argparse.Namespace) -> dict:
         warmup = -(-args.warmup // per_call)  # ceil: calls whose pairs are dropped
         calls = warmup + max(8, -(-args.min_steps // per_call))
         in_vmas[0] = 0.0
-        total = timed(paired(raw_fn, adapter, pairs), args.min_seconds, calls, 0)
+        total = timed(_paired(raw_fn, adapter, pairs), args.min_seconds, calls, 0)
         adapter_total = sum(p[1] for p in pairs)
         del pairs[:warmup]
         raw_s = statistics.median(p[0] for p in pairs) / per_call
@@ -168,8 +173,6 @@ def bench_pettingzoo(args: argparse.Namespace) -> dict:
     ``time_in_simulator_fraction`` is the share of the adapter's time spent inside PettingZoo's
     ``step`` (timed around that call): the ratio against a loop that costs nothing beyond it.
     """
-    import statistics
-
     from mpe2 import simple_spread_v3
 
     import marlkit
@@ -216,34 +219,6 @@ def bench_pettingzoo(args: argparse.Namespace) -> dict:
         out[f"N={n}"] = entry
         raw.close()
     return out
-
-
-def _timed_call(fn: Callable[..., Any], total: list[float]) -> Callable[..., Any]:
-    def call(*a: Any, **kw: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*a, **kw)
-        finally:
-            total[0] += time.perf_counter() - start
-
-    return call
-
-
-def _paired(
-    a: Callable[[], Any], b: Callable[[], Any], out: list[tuple[float, float]]
-) -> Callable[[], None]:
-    """One call of ``a`` and one of ``b``, in alternating order; appends their times."""
-
-    def call() -> None:
-        times = {}
-        order = ((a, 0), (b, 1)) if len(out) % 2 == 0 else ((b, 1), (a, 0))
-        for fn, slot in order:
-            start = time.perf_counter()
-            fn()
-            times[slot] = time.perf_counter() - start
-        out.append((times[0], times[1]))
-
-    return call
 
 
 def _pettingzoo_loop(env: Any, gen: torch.Generator) -> Callable[[], None]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
+from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
 from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
@@ -61,9 +62,13 @@ class HomogeneousScenario(EnvBase):
 
     Subclasses call :meth:`_build_specs` once their observation and state sizes are known, use
     :meth:`_force` in ``_step`` and :meth:`_outputs` to assemble what reset and step return.
+    The base holds the agents' positions and velocities ``[E, N, 2]`` and the generator of
+    their resets, seeded at ``seed + seed_offset`` (each scenario its own offset, so that
+    resets and the base class's random actions draw different streams).
     """
 
     render_modes = ("rgb_array",)
+    seed_offset: int = 0
 
     def __init__(
         self,
@@ -98,6 +103,18 @@ class HomogeneousScenario(EnvBase):
         }
         self._single_group = list(self.group_map.values()) == [names]
         self._directions = torch.tensor(DISCRETE_DIRECTIONS, device=self.device) * self.max_force
+        self._pos = torch.zeros(num_envs, n_agents, 2, device=self.device)
+        self._vel = torch.zeros(num_envs, n_agents, 2, device=self.device)
+        self._gen = torch.Generator(device=self.device)
+        self._gen.seed()
+
+    def _set_seed(self, seed: int) -> None:
+        self._gen.manual_seed(seed + self.seed_offset)
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """Agent positions ``[E, N, 2]`` (a copy)."""
+        return self._pos.clone()
 
     def _build_specs(self, observation_dim: int, state_dim: int) -> None:
         """Per group: ``observation`` ``[E, n, observation_dim]`` and the action; root state
@@ -170,5 +187,5 @@ class HomogeneousScenario(EnvBase):
                         if flag is not None
                         else torch.zeros(e, n, 1, dtype=torch.bool, device=self.device)
                     )
-            groups[g] = TensorDict(entries, batch_size=(e, n), device=self.device)
-        return TensorDict({**groups, STATE: state}, batch_size=(e,), device=self.device)
+            groups[g] = unchecked_tensordict(entries, (e, n), self.device, nested=False)
+        return unchecked_tensordict({**groups, STATE: state}, (e,), self.device, nested=False)

@@ -54,6 +54,8 @@ class NavigationEnv(HomogeneousScenario):
         render_size: side in pixels of the frames :meth:`render` returns.
     """
 
+    seed_offset = 1_000_003
+
     def __init__(
         self,
         num_envs: int = 32,
@@ -114,13 +116,8 @@ class NavigationEnv(HomogeneousScenario):
         self.final_reward = float(final_reward)
 
         self._build_specs(self.observation_dim, 6 * n_agents)
-        e, n = num_envs, n_agents
-        self._pos = torch.zeros(e, n, 2, device=self.device)
-        self._vel = torch.zeros(e, n, 2, device=self.device)
-        self._goal = torch.zeros(e, n, 2, device=self.device)
-        self._dist = torch.zeros(e, n, device=self.device)
-        self._gen = torch.Generator(device=self.device)
-        self._gen.seed()
+        self._goal = torch.zeros_like(self._pos)
+        self._dist = torch.zeros(num_envs, n_agents, device=self.device)
         if seed is not None:
             self.set_seed(seed)
 
@@ -130,10 +127,6 @@ class NavigationEnv(HomogeneousScenario):
         return 6 + 2 * self.k
 
     # ------------------------------------------------------------------ hooks
-    def _set_seed(self, seed: int) -> None:
-        # Offset so that resets and the base class's random actions draw different streams.
-        self._gen.manual_seed(seed + 1_000_003)
-
     def _sample_positions(self, count: int) -> torch.Tensor:
         span = self.half_extent - self.physics["radius"]
         u = torch.rand(count, self.n_agents, 2, generator=self._gen, device=self.device)
@@ -193,11 +186,6 @@ class NavigationEnv(HomogeneousScenario):
         return render_frame(layers, half_extent=self.half_extent, size=self.render_size)
 
     # ------------------------------------------------------------------ introspection
-    @property
-    def positions(self) -> torch.Tensor:
-        """Agent positions ``[E, N, 2]`` (a copy)."""
-        return self._pos.clone()
-
     @property
     def goals(self) -> torch.Tensor:
         """Goal positions ``[E, N, 2]`` (a copy)."""

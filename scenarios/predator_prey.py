@@ -56,8 +56,9 @@ from typing import Literal
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
+from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, agent_type, make_group_map
 from marlkit.data.keys import (
@@ -584,12 +585,11 @@ class PredatorPreyEnv(EnvBase):
             term = pick(flags[kind][TERMINATED].expand(e, -1)).reshape(e, n, 1)
             trunc = flags[kind][TRUNCATED].expand(e, n).reshape(e, n, 1)
             entries.update({TERMINATED: term.clone(), TRUNCATED: trunc.clone(), DONE: term | trunc})
-            groups[g] = TensorDict(entries, batch_size=(e, n), device=self.device)
+            groups[g] = unchecked_tensordict(entries, (e, n), self.device, nested=False)
         root = {k: v[:, None].clone() for k, v in flags[""].items()}
         root[DONE] = root[TERMINATED] | root[TRUNCATED]
-        return TensorDict(
-            {**groups, **root, STATE: self._state(alive)}, batch_size=(e,), device=self.device
-        )
+        root[STATE] = self._state(alive)
+        return unchecked_tensordict({**groups, **root}, (e,), self.device, nested=False)
 
     def _state(self, alive: torch.Tensor) -> torch.Tensor:
         """``[E, 4(P + Q) + Q + 2M]``: positions and velocities (0 for caught prey), alive flags,

@@ -98,6 +98,8 @@ class SwarmEnv(HomogeneousScenario):
         torch.Size([2, 50, 34])
     """
 
+    seed_offset = 2_000_003
+
     def __init__(
         self,
         num_envs: int = 8,
@@ -176,12 +178,7 @@ class SwarmEnv(HomogeneousScenario):
         self.max_steps = max_steps
 
         self._build_specs(self.observation_dim, 4 * n_agents)
-        e, n = num_envs, n_agents
-        self._pos = torch.zeros(e, n, 2, device=self.device)
-        self._vel = torch.zeros(e, n, 2, device=self.device)
-        self._steps = torch.zeros(e, dtype=torch.int64, device=self.device)
-        self._gen = torch.Generator(device=self.device)
-        self._gen.seed()
+        self._steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         if seed is not None:
             self.set_seed(seed)
 
@@ -191,10 +188,6 @@ class SwarmEnv(HomogeneousScenario):
         return 4 + 5 * self.k
 
     # ------------------------------------------------------------------ hooks
-    def _set_seed(self, seed: int) -> None:
-        # Offset so that resets and the base class's random actions draw different streams.
-        self._gen.manual_seed(seed + 2_000_003)
-
     def _spawn(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Uniform positions in the world and velocities of random heading at half the target
         speed: ``[count, N, 2]`` each."""
@@ -279,11 +272,6 @@ class SwarmEnv(HomogeneousScenario):
         return render_frame([layer], half_extent=self.half_extent, size=self.render_size)
 
     # ------------------------------------------------------------------ introspection
-    @property
-    def positions(self) -> torch.Tensor:
-        """Agent positions ``[E, N, 2]`` (a copy)."""
-        return self._pos.clone()
-
     @property
     def velocities(self) -> torch.Tensor:
         """Agent velocities ``[E, N, 2]`` (a copy)."""

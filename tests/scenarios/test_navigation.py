@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -19,29 +21,17 @@ def _actions(env: NavigationEnv, steps: int, seed: int) -> list[torch.Tensor]:
     return [spec.rand(generator=gen) for _ in range(steps)]
 
 
-def _rollout_with(env: NavigationEnv, actions: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Step with the given actions; returns the stacked observations, rewards and states."""
-    td = env.reset()
-    obs, rew, state = [td["agents", "observation"]], [], [td["state"]]
-    for action in actions:
-        td["agents", "action"] = action
-        td = env.step(td)
-        obs.append(td["next", "agents", "observation"])
-        rew.append(td["next", "agents", "reward"])
-        state.append(td["next", "state"])
-        td = env._step_mdp(td)
-    return [torch.stack(obs), torch.stack(rew), torch.stack(state)]
-
-
 @needs_ext
 @pytest.mark.parametrize("continuous", [True, False])
 @pytest.mark.parametrize("n_agents", [4, 16])
-def test_native_and_torch_agree_over_100_steps(continuous: bool, n_agents: int) -> None:
+def test_native_and_torch_agree_over_100_steps(
+    continuous: bool, n_agents: int, rollout_with: Callable
+) -> None:
     kwargs = dict(num_envs=16, n_agents=n_agents, continuous_actions=continuous, seed=7)
     native = NavigationEnv(**kwargs, backend="native", world_size=0.6)  # crowded: contacts
     twin = NavigationEnv(**kwargs, backend="torch", world_size=0.6)
     actions = _actions(native, 100, seed=1)
-    for a, b in zip(_rollout_with(native, actions), _rollout_with(twin, actions)):
+    for a, b in zip(rollout_with(native, actions), rollout_with(twin, actions)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
@@ -184,11 +174,11 @@ def test_bad_actions_rejected_with_state_untouched() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu_torch_twin() -> None:
+def test_cuda_matches_cpu_torch_twin(rollout_with: Callable) -> None:
     kwargs = dict(num_envs=8, n_agents=8, seed=3, backend="torch")
     cpu, gpu = NavigationEnv(**kwargs), NavigationEnv(**kwargs, device="cuda")
     actions = _actions(cpu, 50, seed=2)
-    a = _rollout_with(cpu, actions)
-    b = _rollout_with(gpu, [x.cuda() for x in actions])
+    a = rollout_with(cpu, actions)
+    b = rollout_with(gpu, [x.cuda() for x in actions])
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y.cpu(), atol=1e-4, rtol=1e-4)

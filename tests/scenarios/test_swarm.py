@@ -4,6 +4,7 @@ truncation, resets, rendering, and 10,000 agents in one env."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -16,20 +17,6 @@ from marlkit.scenarios import SwarmEnv
 from marlkit.testing import check_adapter
 
 needs_ext = pytest.mark.skipif(not extension_available(), reason="marlkit._C not built")
-
-
-def _rollout_with(env: SwarmEnv, actions: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Step with the given actions; returns the stacked observations, rewards and states."""
-    td = env.reset()
-    obs, rew, state = [td["agents", "observation"]], [], [td["state"]]
-    for action in actions:
-        td["agents", "action"] = action
-        td = env.step(td)
-        obs.append(td["next", "agents", "observation"])
-        rew.append(td["next", "agents", "reward"])
-        state.append(td["next", "state"])
-        td = env._step_mdp(td)
-    return [torch.stack(obs), torch.stack(rew), torch.stack(state)]
 
 
 @pytest.mark.parametrize(
@@ -52,14 +39,14 @@ def test_conformance(kwargs: dict) -> None:
 
 @needs_ext
 @pytest.mark.parametrize("continuous", [True, False])
-def test_native_and_torch_agree(continuous: bool) -> None:
+def test_native_and_torch_agree(continuous: bool, rollout_with: Callable) -> None:
     kwargs = dict(num_envs=8, n_agents=40, continuous_actions=continuous, seed=3, world_size=0.8)
     native = SwarmEnv(**kwargs, backend="native")  # crowded: contacts and speed limits
     twin = SwarmEnv(**kwargs, backend="torch")
     gen = torch.Generator().manual_seed(1)
     spec = native.action_spec["agents", "action"]
     actions = [spec.rand(generator=gen) for _ in range(40)]
-    for a, b in zip(_rollout_with(native, actions), _rollout_with(twin, actions)):
+    for a, b in zip(rollout_with(native, actions), rollout_with(twin, actions)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
