@@ -26,7 +26,8 @@ Keys, per group (``n`` agents, ``B = [num_envs]``)::
     ("next", group, "reward") [*B, n, 1]     zero for agents not in the game
     ("next", group, "done"|"terminated"|"truncated")  [*B, n, 1]; true for agents not in the game
     "state"                   [*B, ...]      when the simulator has ``state()``
-    ("next", "done"|...)      [*B, 1]        the episode is over: no agent left (or all done)
+    ("next", "done"|...)      [*B, 1]        the episode is over: no agent left (or all done);
+                                             by the done rule of :mod:`marlkit.envs.common`
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,15 +59,20 @@ from marlkit.data.group_map import GroupMapLike, make_group_map
 from marlkit.data.keys import (
     ACTION,
     ACTION_MASK,
-    DONE,
     MASK,
     REWARD,
     STATE,
     TERMINATED,
     TRUNCATED,
 )
-from marlkit.data.specs import Binary, Categorical, TensorSpec
-from marlkit.envs import EnvBase, InvalidActionError, make_done_spec, make_reward_spec
+from marlkit.data.specs import Binary, Categorical
+from marlkit.envs import (
+    EnvBase,
+    IllegalActions,
+    InvalidActionError,
+    make_done_spec,
+    make_reward_spec,
+)
 
 __all__ = [
     "ACTING",
@@ -79,8 +85,6 @@ __all__ = [
 
 #: Key of the turn flag of turn-based (AEC) envs: ``(group, "acting")`` ``[*B, n]`` bool.
 ACTING = "acting"
-
-IllegalActions = Literal["raise", "mask"]
 
 
 class SimulatorOutputError(ValueError):
@@ -131,7 +135,8 @@ class DictEnv(EnvBase):
             ``"mask"`` (replaced by the agent's first legal action).
         render: the simulators' ``render()`` returns RGB frames (declares ``"rgb_array"``).
         device, validate_actions, seed: see :class:`~marlkit.envs.EnvBase`; ``seed`` is given
-            to instance ``i`` as ``seed + i`` at its next reset.
+            to instance ``i`` as ``seed + i`` at its next reset (``set_seed`` returns
+            ``seed + num_envs``).
     """
 
     turn_based = False  # AEC subclasses: one agent acts per step; declares (group, "acting")
@@ -322,7 +327,6 @@ class DictEnv(EnvBase):
         self._term = {g: np.zeros((e, len(lay.agents)), bool) for g, lay in self._layouts.items()}
         self._trunc = {g: np.zeros((e, len(lay.agents)), bool) for g, lay in self._layouts.items()}
         self._over = np.zeros(e, bool)
-        self._root_trunc = np.zeros(e, bool)
         self._present: list[frozenset[str]] = [frozenset()] * e
         self._root_batch = torch.Size((e,))
 
@@ -399,7 +403,6 @@ class DictEnv(EnvBase):
         self._write_state(frame, e)
         self._present[e] = present
         self._over[e] = False
-        self._root_trunc[e] = False
 
     def _check_agents(self, e: int, agents: Sequence[str], where: str) -> frozenset[str]:
         present = frozenset(agents)
@@ -546,7 +549,6 @@ class DictEnv(EnvBase):
     ) -> None:
         before = self._present[e]
         present = self._check_agents(e, view.agents, "step()")
-        ended_trunc = False
         for g, lay in self._layouts.items():
             term, trunc, arrays, reward = self._term[g], self._trunc[g], frame.groups[g], rewards[g]
             for i, a in enumerate(lay.agents):
@@ -562,7 +564,6 @@ class DictEnv(EnvBase):
                     u = bool(self._scalar(view.truncations, "truncations", a, e))
                     if a not in present:
                         t = t or not u  # left the game without a flag: over for this agent
-                        ended_trunc = ended_trunc or u
                     term[e, i], trunc[e, i] = t, u
                 elif a in present:  # joined the game during the episode
                     term[e, i] = trunc[e, i] = False
@@ -582,7 +583,6 @@ class DictEnv(EnvBase):
             over = over and bool(self._term[g][e, i] or self._trunc[g][e, i])
         self._present[e] = present
         self._over[e] = over
-        self._root_trunc[e] = over and ended_trunc
 
     @staticmethod
     def _store_simple(
@@ -674,7 +674,7 @@ class DictEnv(EnvBase):
         return unchecked_tensordict(entries, batch, self.device, nested=not flat)
 
     # ------------------------------------------------------------------ EnvBase hooks
-    def _set_seed(self, seed: int) -> None:
+    def _set_seed(self, seed: int) -> int:
         self._pending_seeds = [seed + e for e in range(self.num_envs)]
         for e, sim in enumerate(self._sims):
             space_of = getattr(sim, "action_space", None)
@@ -685,6 +685,7 @@ class DictEnv(EnvBase):
                     space_of(a).seed(seed + e)
                 except (AttributeError, KeyError, TypeError):
                     break
+        return seed + self.num_envs
 
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
@@ -722,12 +723,13 @@ class DictEnv(EnvBase):
             self._write_step(e, self._step_instance(e, actions), frame, rewards)
         self._check_finite(frame)
         self._current = frame
+        # Per-agent flags only: done and the root flags follow from them by the done rule
+        # (an env is over when every agent is done, absent ones included).
         step: dict[str, dict[str, np.ndarray]] = {}
         for g in self._layouts:
             term, trunc = self._term[g][..., None], self._trunc[g][..., None]
-            step[g] = {REWARD: rewards[g], TERMINATED: term, TRUNCATED: trunc, DONE: term | trunc}
-        over, root_trunc = self._over[:, None], self._root_trunc[:, None]
-        step[""] = {DONE: over, TRUNCATED: over & root_trunc, TERMINATED: over & ~root_trunc}
+            step[g] = {REWARD: rewards[g], TERMINATED: term, TRUNCATED: trunc}
+        step[""] = {}
         return self._to_td(frame, step)
 
     def _fresh_flags(self) -> None:
@@ -735,7 +737,6 @@ class DictEnv(EnvBase):
         self._term = {g: t.copy() for g, t in self._term.items()}
         self._trunc = {g: t.copy() for g, t in self._trunc.items()}
         self._over = self._over.copy()
-        self._root_trunc = self._root_trunc.copy()
 
     # ------------------------------------------------------------------ actions
     def _decode_actions(self, tensordict: TensorDictBase) -> dict[str, Callable[[int, int], Any]]:
@@ -781,13 +782,6 @@ class DictEnv(EnvBase):
             f"{np.flatnonzero(mask[e, i]).tolist()} (illegal_actions='mask' replaces illegal "
             "actions by a legal one)"
         )
-
-    def _explain_masked(
-        self, tensordict: TensorDictBase, value: torch.Tensor, spec: TensorSpec, mask_key: Any
-    ) -> str | None:
-        if self.illegal_actions == "mask":  # replaced in _step, never refused
-            return None
-        return EnvBase._explain_masked(tensordict, value, spec, mask_key)
 
     # ------------------------------------------------------------------ rendering, closing
     def _render(self, env_index: int) -> Any:

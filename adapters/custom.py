@@ -324,8 +324,10 @@ class BatchedEnv(EnvBase):
         return out
 
     # ------------------------------------------------------------------ hooks
-    def _set_seed(self, seed: int) -> None:
+    def _set_seed(self, seed: int) -> int:
+        # Given to the simulator's next reset; its instances may take seed .. seed + E - 1.
         self._pending_seed = seed
+        return seed + self.num_envs
 
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
@@ -349,8 +351,6 @@ class BatchedEnv(EnvBase):
         rewards = self._groups_of(rewards, "rewards")
         terms, truncs = self._flags(terminated, TERMINATED), self._flags(truncated, TRUNCATED)
         e = self.num_envs
-        over = torch.ones(e, 1, dtype=torch.bool, device=self.device)
-        any_trunc = torch.zeros(e, 1, dtype=torch.bool, device=self.device)
         for g, agents in self.group_map.items():
             reward = rewards[g]
             reward = _as_tensor(reward)
@@ -358,15 +358,8 @@ class BatchedEnv(EnvBase):
                 reward = reward.unsqueeze(-1)
             sub = td.get(g)
             sub.set(REWARD, self._check(reward, self.reward_spec[g, REWARD], g, (REWARD,)))
-            done = terms[g] | truncs[g]
-            sub.set(TERMINATED, terms[g])
+            sub.set(TERMINATED, terms[g])  # done and the root flags: the done rule
             sub.set(TRUNCATED, truncs[g])
-            sub.set(DONE, done)
-            over &= done.all(-2)
-            any_trunc |= truncs[g].any(-2)
-        td.set(DONE, over)
-        td.set(TRUNCATED, over & any_trunc)
-        td.set(TERMINATED, over & ~any_trunc)
         return td
 
     def _render(self, env_index: int) -> Any:

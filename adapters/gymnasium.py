@@ -52,7 +52,6 @@ from marlkit.data.group_map import make_group_map
 from marlkit.data.keys import (
     ACTION,
     DEFAULT_GROUP,
-    DONE,
     OBSERVATION,
     REWARD,
     TERMINATED,
@@ -279,11 +278,12 @@ class GymnasiumEnv(EnvBase):
         return _tree_map(pick, new, old)
 
     # ------------------------------------------------------------------ hooks
-    def _set_seed(self, seed: int) -> None:
+    def _set_seed(self, seed: int) -> int:
         # Each env takes its seed at its next reset (a partial reset seeds only the envs it
         # resets; the others keep theirs for later), as gymnasium's reset(seed=s) gives s + i.
         self._seeds = [seed + i for i in range(self._num)]
         self._env.action_space.seed(seed)
+        return seed + self._num
 
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
@@ -343,17 +343,19 @@ class GymnasiumEnv(EnvBase):
         obs = self._obs_value(raw)
         if self._same_step and done.any():
             obs = self._swap_final_obs(obs, info, done)
-        self._needs_reset = done.copy()  # `done` itself becomes the output tensor
+        self._needs_reset = done
         self._obs = obs
         out = _tree_map(torch.clone, obs)  # the cache and the output share no storage
-        # Fresh arrays (astype/| copy) become tensors without another copy: [*B, 1] bool.
-        flags = {TERMINATED: terminated, TRUNCATED: truncated, DONE: done}
-        root = {k: self._tensor(v, 1) for k, v in flags.items()}
+        # Fresh arrays (astype copies) become tensors without another copy: [*B, 1] bool, at
+        # the root; the done rule gives the agent (and done) its flags.
+        root = {
+            TERMINATED: self._tensor(terminated, 1),
+            TRUNCATED: self._tensor(truncated, 1),
+        }
         reward = np.array(reward, dtype=np.float32)
         if self.group is None:
             return self._td(out, {REWARD: self._tensor(reward, 1), **root}, {})
-        group = {k: self._tensor(v.copy(), 2) for k, v in flags.items()}
-        return self._td(out, {REWARD: self._tensor(reward, 2), **group}, root)
+        return self._td(out, {REWARD: self._tensor(reward, 2)}, root)
 
     def _tensor(self, array: np.ndarray, ones: int) -> torch.Tensor:
         """A per-env NumPy array ``[N]`` as a tensor ``[*B, 1]`` (``ones=1``) or

@@ -15,7 +15,8 @@ Keys, for a group of ``n`` agents and the env batch ``B = [num_envs]``::
                                       for communication) when continuous; [*B, n] in {0..k-1}
                                       when discrete; [*B, n, m] with multidiscrete_actions
     ("next", group, "reward")         [*B, n, 1]
-    ("next", group, "terminated"|"truncated"|"done")   [*B, n, 1] (VMAS ends whole envs)
+    ("next", group, "terminated"|"truncated"|"done")   [*B, n, 1] (VMAS ends whole envs: its
+                                      env flags, expanded to every agent by the done rule)
     ("next", "terminated"|"truncated"|"done")          [*B, 1]
 
 VMAS has no global state: ``state_spec`` is empty.
@@ -55,7 +56,7 @@ from marlkit._utils import get_logger, import_optional
 from marlkit.adapters._spaces import spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
-from marlkit.data.keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from marlkit.data.keys import ACTION, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from marlkit.data.specs import Unbounded
 from marlkit.envs import EnvBase, UnknownEnvError, make_done_spec, make_reward_spec
 from marlkit.native.render import LANDMARK_COLOR, Circles, render_frame
@@ -436,6 +437,7 @@ class VmasEnv(EnvBase):
 
     # ------------------------------------------------------------------ hooks
     def _set_seed(self, seed: int) -> None:
+        # One random state for the whole batch: one seed (``set_seed`` returns ``seed + 1``).
         if not 0 <= seed < 2**32:
             raise ValueError(f"VMAS seeds must be in [0, 2**32), got {seed}")
         self._env.seed(seed)
@@ -483,8 +485,8 @@ class VmasEnv(EnvBase):
             group_actions[group] = action.unsqueeze(-1) if self._flat_discrete else action
         actions = [group_actions[g][:, j] for g, j in self._slots]  # views, no copies
         obs, rewards, terminated, truncated, infos = self._env.step(actions)
+        # Env-level flags at the root only: the done rule expands them to every agent.
         flags = {TERMINATED: terminated.unsqueeze(-1), TRUNCATED: truncated.unsqueeze(-1)}
-        flags[DONE] = flags[TERMINATED] | flags[TRUNCATED]
         return self._output(obs, infos if self._wants_info else None, rewards, flags)
 
     # ------------------------------------------------------------------ outputs
@@ -512,11 +514,9 @@ class VmasEnv(EnvBase):
                 }
             elif info_specs:  # at reset: VMAS computes infos with the rewards, none yet
                 entries[INFO] = {k: spec.zero() for k, spec in info_specs.items()}
-            if rewards is not None and flags is not None:
+            if rewards is not None:
                 reward = _stack([rewards[i] for i in idx]).reshape(e, n, 1)
                 entries[REWARD] = reward.to(torch.float32)  # no-op unless a scenario differs
-                for key, flag in flags.items():
-                    entries[key] = flag.unsqueeze(1).expand(e, n, 1).clone()
             out[group] = TensorDict(entries, batch_size=(e, n), device=self.device)
         if flags is not None:
             out.update(flags)

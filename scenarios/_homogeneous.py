@@ -172,20 +172,22 @@ class HomogeneousScenario(EnvBase):
             obs: ``[E, N, obs_dim]`` for every agent.
             state: ``[E, state_dim]``.
             reward: ``[E, N]`` (steps only).
-            terminated, truncated: ``[E]`` bool, env-level (steps only; default all False).
+            terminated, truncated: ``[E]`` bool, env-level (steps only; default all False),
+                written at the root: the done rule gives every agent its env's flags.
         """
         e = self.num_envs
-        groups = {}
+        root: dict[str, torch.Tensor | TensorDictBase] = {STATE: state}
         for g, idx in self._group_index.items():
             n = idx.numel()
             entries = {OBSERVATION: obs if self._single_group else obs[:, idx]}
             if reward is not None:
                 entries[REWARD] = (reward if self._single_group else reward[:, idx]).unsqueeze(-1)
-                for key, flag in ((TERMINATED, terminated), (TRUNCATED, truncated)):
-                    entries[key] = (
-                        flag.view(e, 1, 1).expand(e, n, 1).clone()
-                        if flag is not None
-                        else torch.zeros(e, n, 1, dtype=torch.bool, device=self.device)
-                    )
-            groups[g] = unchecked_tensordict(entries, (e, n), self.device, nested=False)
-        return unchecked_tensordict({**groups, STATE: state}, (e,), self.device, nested=False)
+            root[g] = unchecked_tensordict(entries, (e, n), self.device, nested=False)
+        if reward is not None:
+            for key, flag in ((TERMINATED, terminated), (TRUNCATED, truncated)):
+                root[key] = (
+                    flag.reshape(e, 1)
+                    if flag is not None
+                    else torch.zeros(e, 1, dtype=torch.bool, device=self.device)
+                )
+        return unchecked_tensordict(root, (e,), self.device, nested=False)

@@ -539,8 +539,7 @@ class PredatorPreyEnv(EnvBase):
         return {_PREDATOR: predator, _PREY: prey}
 
     def _done_flags(self, alive: torch.Tensor) -> dict[str, dict[str, torch.Tensor]]:
-        """Terminated and truncated per agent type, ``[E, P]`` and ``[E, Q]``, and the root's
-        ``[E]``."""
+        """Terminated and truncated per agent type, ``[E, P]`` and ``[E, Q]``."""
         e, p = self.num_envs, self.n_predators
         truncated = (
             self._steps >= self.max_steps
@@ -549,7 +548,6 @@ class PredatorPreyEnv(EnvBase):
         )
         over = ~alive.any(-1)  # [E]
         return {
-            "": {TERMINATED: over, TRUNCATED: truncated},
             _PREDATOR: {TERMINATED: over[:, None].expand(e, p), TRUNCATED: truncated[:, None]},
             _PREY: {TERMINATED: ~alive, TRUNCATED: truncated[:, None]},
         }
@@ -586,9 +584,9 @@ class PredatorPreyEnv(EnvBase):
             trunc = flags[kind][TRUNCATED].expand(e, n).reshape(e, n, 1)
             entries.update({TERMINATED: term.clone(), TRUNCATED: trunc.clone(), DONE: term | trunc})
             groups[g] = unchecked_tensordict(entries, (e, n), self.device, nested=False)
-        root = {k: v[:, None].clone() for k, v in flags[""].items()}
-        root[DONE] = root[TERMINATED] | root[TRUNCATED]
-        root[STATE] = self._state(alive)
+        # The root flags follow from the agents' by the done rule (over when every prey is
+        # caught: the predators terminate with the last one).
+        root = {STATE: self._state(alive)}
         return unchecked_tensordict({**groups, **root}, (e,), self.device, nested=False)
 
     def _state(self, alive: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,17 @@
-"""SerialEnv and ParallelEnv: batching, partial resets, seeding, and failing workers."""
+"""SerialEnv and ParallelEnv: batching, partial resets, seeding, factories of every kind,
+masks and validation through the batch, and failing workers."""
 
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
+import subprocess
+import sys
+import textwrap
+import threading
 
+import cloudpickle
 import pytest
 import torch
 
@@ -21,7 +28,11 @@ from marlkit.envs import (
 from marlkit.scenarios import NavigationEnv
 from marlkit.testing import check_adapter
 
+# The spawned workers load this module's helpers by value (they cannot import a test module).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
 NAV = {"name": "navigation", "num_envs": 3, "n_agents": 2}
+TTT = {"name": "pettingzoo/pettingzoo.classic.tictactoe_v3", "num_envs": 2, "seed": 0}
 
 
 class _ExplodingNavigation(NavigationEnv):
@@ -144,3 +155,197 @@ def test_construction_errors() -> None:
         ParallelEnv(1, marlkit.make, {**NAV, "n_agents": 0}, start_method="fork")
     with pytest.raises(ValueError, match="other specs"):
         SerialEnv(2, marlkit.make, [NAV, {**NAV, "n_agents": 3}])
+
+
+# ---------------------------------------------------------------------- factories of every kind
+def test_lambdas_and_closures_are_factories() -> None:
+    n_agents = 3
+
+    def closure() -> EnvBase:
+        return marlkit.make("navigation", num_envs=2, n_agents=n_agents)
+
+    for factory in (lambda: marlkit.make("navigation", num_envs=2, n_agents=n_agents), closure):
+        env = ParallelEnv(2, factory)
+        try:
+            assert env.batch_size == (2, 2) and env.group_map["agents"][-1] == "agent_2"
+            assert env.rollout(3)["next", "agents", "reward"].shape == (2, 2, 3, 3, 1)
+        finally:
+            env.close()
+
+
+def test_a_factory_defined_in_main_works(tmp_path: pathlib.Path) -> None:
+    # As in a notebook or `python -c`: the function lives in a __main__ the spawned workers
+    # cannot import; cloudpickle carries it by value.
+    script = textwrap.dedent(
+        """
+        import marlkit
+        from marlkit.envs import ParallelEnv
+
+        def factory(n):
+            return marlkit.make("navigation", num_envs=2, n_agents=n)
+
+        env = ParallelEnv(2, factory, {"n": 2})
+        print(tuple(env.rollout(4).batch_size))
+        env.close()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(2, 2, 4)"
+
+
+def _raising_factory() -> EnvBase:
+    raise ValueError("no such map: 'mountains'")
+
+
+def _importing_factory() -> EnvBase:
+    import marlkit_nonexistent_simulator  # noqa: F401  (a simulator that is not installed)
+
+    return marlkit.make("navigation")
+
+
+def test_a_worker_that_fails_to_start_reports_its_exception_and_traceback() -> None:
+    with pytest.raises(WorkerError, match=r"worker 0 failed during start: ValueError: no such "):
+        ParallelEnv(1, _raising_factory)
+    try:
+        ParallelEnv(2, [marlkit.make, _raising_factory], [NAV, {}])
+    except WorkerError as err:
+        assert err.worker == 1 and isinstance(err.__cause__, ValueError)
+        assert "_raising_factory" in (err.remote_traceback or "")
+        assert "--- traceback in worker 1 ---" in str(err)
+        assert "in _raising_factory" in str(err)
+    else:
+        raise AssertionError("the failing worker went unnoticed")
+    with pytest.raises(WorkerError, match="ModuleNotFoundError: No module named 'marlkit_nonex"):
+        ParallelEnv(1, _importing_factory)
+
+
+def test_a_factory_the_worker_cannot_load_is_reported(tmp_path: pathlib.Path) -> None:
+    # A module importable here but not in the worker (deleted since): cloudpickle refers to it
+    # by name, and loading it fails inside the worker, where it is caught and sent back.
+    (tmp_path / "vanishing_sim.py").write_text(
+        "import marlkit\n\ndef make():\n    return marlkit.make('navigation')\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import vanishing_sim  # type: ignore[import-not-found]
+
+        (tmp_path / "vanishing_sim.py").unlink()
+        with pytest.raises(WorkerError, match=r"start: ModuleNotFoundError.*vanishing_sim") as err:
+            ParallelEnv(1, vanishing_sim.make)
+        assert isinstance(err.value.__cause__, ModuleNotFoundError)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("vanishing_sim", None)
+
+
+def test_a_factory_cloudpickle_cannot_serialise_is_refused_in_the_parent() -> None:
+    lock = threading.Lock()
+
+    def holds_a_lock() -> EnvBase:
+        with lock:
+            return marlkit.make("navigation")
+
+    with pytest.raises(TypeError, match=r"factory of worker 0 .* cannot be serialised"):
+        ParallelEnv(1, holds_a_lock)
+
+
+# ---------------------------------------------------------------------- resets per worker
+class _CountingNavigation(NavigationEnv):
+    """Navigation that appends a line to ``log`` at every reset it is asked for."""
+
+    def __init__(self, log: str, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.log = log
+
+    def _reset(self, tensordict, env_mask):  # type: ignore[no-untyped-def]
+        with open(self.log, "a") as f:
+            f.write("all\n" if env_mask is None else f"{env_mask.int().tolist()}\n")
+        return super()._reset(tensordict, env_mask)
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_partial_resets_reach_only_the_selected_workers(cls: type, tmp_path: pathlib.Path) -> None:
+    logs = [str(tmp_path / f"worker{w}.log") for w in range(3)]
+    env = cls(3, _CountingNavigation, [{"log": log, "num_envs": 2} for log in logs])
+    try:
+        td = env.reset()
+        _, td = env.step_and_maybe_reset(env.rand_action(td))
+        mask = torch.zeros(3, 2, 1, dtype=torch.bool)
+        mask[1, 0] = True
+        td["_reset"] = mask
+        out = env.reset(td)
+        lines = [pathlib.Path(log).read_text().splitlines() for log in logs]
+        assert lines == [["all"], ["all", "[1, 0]"], ["all"]]  # constructor resets excluded
+        keep = ~mask.squeeze(-1)
+        for key in [("agents", "observation"), "state"]:
+            assert torch.equal(out[key][keep], td[key][keep]), key
+        assert not torch.equal(
+            out["agents", "observation"][1, 0], td["agents", "observation"][1, 0]
+        )
+    finally:
+        env.close()
+
+
+class _LeavesOutState(NavigationEnv):
+    """Navigation whose step output lacks "state" (a simulator bug)."""
+
+    def _step(self, tensordict):  # type: ignore[no-untyped-def]
+        return super()._step(tensordict).exclude("state")
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_a_missing_output_key_names_the_key_and_the_worker(cls: type) -> None:
+    env = cls(2, [marlkit.make, _LeavesOutState], [NAV, {"num_envs": 3, "n_agents": 2}])
+    try:
+        td = env.rand_action(env.reset())
+        error = WorkerError if cls is ParallelEnv else KeyError
+        with pytest.raises(error, match=r"worker 1's env returned no 'state' from step\(\)"):
+            env.step(td)
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------------- masks through the batch
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_the_workers_masking_policy_is_honoured_in_the_parent(cls: type) -> None:
+    # The regression: illegal_actions="mask" replaced illegal moves in a bare env but outer
+    # layers refused them with their own rule.
+    env = TransformedEnv(cls(2, marlkit.make, {**TTT, "illegal_actions": "mask"}), StepCounter(9))
+    strict = cls(2, marlkit.make, TTT)
+    try:
+        assert env.illegal_actions == "mask" and strict.illegal_actions == "raise"
+        td = env.reset()
+        td["agents", "action"] = torch.zeros(2, 2, 2, dtype=torch.int64)
+        td = env._step_mdp(env.step(td))  # player 1 takes square 0
+        td["agents", "action"] = torch.zeros(2, 2, 2, dtype=torch.int64)  # square 0 again
+        out = env.step(td)["next"]  # replaced by a legal move, not refused
+        acting = out["agents", "acting"]  # player 1 moves next: square 0 is taken for it
+        assert acting.sum() == 4 and not out["agents", "action_mask"][..., 0][acting].any()
+        assert (out["agents", "action_mask"].sum(-1)[acting] == 7).all()  # two moves were made
+        td = strict.reset()
+        td["agents", "action"] = torch.zeros(2, 2, 2, dtype=torch.int64)
+        td = strict._step_mdp(strict.step(td))
+        td["agents", "action"] = torch.zeros(2, 2, 2, dtype=torch.int64)
+        with pytest.raises(InvalidActionError, match="masked out by"):
+            strict.step(td)
+    finally:
+        env.close()
+        strict.close()
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_validate_actions_is_settable_on_batched_envs(cls: type) -> None:
+    env = cls(2, marlkit.make, NAV, validate_actions=False)
+    try:
+        assert not env.validate_actions
+        td = env.rand_action(env.reset())
+        td["agents", "action"] = torch.full((2, 3, 2, 2), 5.0)  # out of bounds: not checked
+        env.step(td)
+        env.validate_actions = True
+        with pytest.raises(InvalidActionError, match=r"out of bounds|outside"):
+            env.step(td)
+    finally:
+        env.close()

@@ -11,6 +11,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
+import marlkit
 from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import (
     Compose,
@@ -393,6 +394,38 @@ def test_rename_keys_refuses_a_name_taken_in_another_spec(nav, new):
 def test_rename_keys_refuses_a_whole_group(nav):
     with pytest.raises(ValueError, match="RenameKeys cannot rename 'agents'"):
         TransformedEnv(nav(), RenameKeys(["agents"], ["robots"]))
+
+
+@pytest.mark.parametrize("leaf", ["mask", "action_mask"])
+@pytest.mark.parametrize("transform", ["rename", "exclude"])
+def test_the_leaves_the_contract_reads_are_never_renamed_or_dropped(leaf, transform):
+    # The done rule reads (group, "mask"), validation reads (group, "action_mask").
+    with pytest.raises(ValueError, match=f"cannot touch \\('agents', '{leaf}'\\)"):
+        if transform == "rename":
+            RenameKeys([("agents", leaf)], [("agents", "other")])
+        else:
+            ExcludeKeys(("agents", leaf))
+
+
+@pytest.mark.parametrize("scenario", ["native", "vmas"])
+def test_renamed_observations_of_envs_not_reset_survive_a_partial_reset(scenario):
+    # VMAS recomputes every observation at a reset (with fresh noise here) and keeps the envs
+    # that were not reset at what they reported before: it must see that under its own key.
+    if scenario == "vmas":
+        pytest.importorskip("vmas")
+        inner = marlkit.make("vmas/give_way", num_envs=3, obs_noise=0.1, seed=0)
+    else:
+        inner = marlkit.make("navigation", num_envs=3, n_agents=2, seed=0)
+    env = TransformedEnv(inner, RenameKeys([("agents", "observation")], [("agents", "obs")]))
+    td = env.reset()
+    for _ in range(2):
+        _, td = env.step_and_maybe_reset(env.rand_action(td))
+    mask = torch.tensor([[True], [False], [False]])
+    td["_reset"] = mask
+    out = env.reset(td)
+    assert torch.equal(out["agents", "obs"][1:], td["agents", "obs"][1:])
+    assert not torch.equal(out["agents", "obs"][0], td["agents", "obs"][0])
+    assert ("agents", "observation") not in out.keys(True)
 
 
 # --------------------------------------------------------------------------- InitTracker

@@ -35,6 +35,8 @@ __all__ = [
     "TERMINATED",
     "TRUNCATED",
     "NestedKey",
+    "join_key",
+    "key_path",
     "unravel_key",
 ]
 
@@ -83,4 +85,33 @@ def unravel_key(key: NestedKey) -> NestedKey:
             flat.extend(sub)
     if not flat:
         raise ValueError("a key cannot be an empty tuple")
+    return flat[0] if len(flat) == 1 else tuple(flat)
+
+
+def key_path(key: NestedKey) -> tuple[str, ...]:
+    """A key as the tuple of its parts: ``"a"`` -> ``("a",)``, ``("a", ("b", "c"))`` ->
+    ``("a", "b", "c")``.
+
+    Raises:
+        TypeError, ValueError: as :func:`unravel_key`.
+    """
+    key = unravel_key(key)
+    return (key,) if isinstance(key, str) else key
+
+
+def join_key(*parts: NestedKey) -> NestedKey:
+    """One key from ``parts`` (strs or tuples, possibly empty ones): ``join_key((), "done")`` is
+    ``"done"``, ``join_key(("agents",), "done")`` is ``("agents", "done")``.
+
+    Raises:
+        ValueError: nothing to join (every part empty).
+    """
+    flat: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            flat.append(part)
+        elif part:
+            flat.extend(key_path(part))
+    if not flat:
+        raise ValueError("join_key: every part is empty")
     return flat[0] if len(flat) == 1 else tuple(flat)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from marlkit.envs._spec_utils import done_levels, make_done_spec, make_reward_spec
 from marlkit.envs.batched import ParallelEnv, SerialEnv, WorkerError
 from marlkit.envs.checks import SpecCheckError, check_env_specs, spec_problems
-from marlkit.envs.common import EnvBase, InvalidActionError, MissingActionError
+from marlkit.envs.common import EnvBase, IllegalActions, InvalidActionError, MissingActionError
 from marlkit.envs.registry import (
     AdapterUnavailableError,
     UnknownEnvError,
@@ -36,6 +36,7 @@ __all__ = [
     "EnvBase",
     "EnvSpecs",
     "ExcludeKeys",
+    "IllegalActions",
     "InitTracker",
     "InvalidActionError",
     "MissingActionError",

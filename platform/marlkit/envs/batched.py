@@ -5,25 +5,34 @@ in a worker process and exchanges data through shared memory (one buffer for the
 the outputs, allocated once from the specs), with a pipe per worker for commands. Both expose the
 same API and specs as any env: every spec gains a leading ``num_workers`` dimension.
 
-Partial resets reach only the workers whose envs are selected, each with its own mask. Actions
-are validated once, in the parent. A worker that raises sends its traceback back and the parent
-raises :class:`WorkerError` naming the worker; a worker that dies (killed, segfault) is detected
-while the parent waits, the remaining workers are shut down and the env is closed, so nothing is
-left hanging.
+* Factories are serialised with cloudpickle, so lambdas, closures and functions defined in
+  ``__main__`` or a notebook cell work with every start method.
+* Seeds are chained: worker ``w`` is seeded with the seed worker ``w - 1`` did not use, so no two
+  env instances of any nesting share a seed (see :meth:`EnvBase.set_seed`).
+* Partial resets reach only the workers whose envs are selected, each with its own mask.
+* Actions are validated once, in the parent, with the workers' masking policy.
+* A worker that raises sends its exception and traceback back and the parent raises
+  :class:`WorkerError` naming the worker; a worker that dies (killed, segfault) is detected while
+  the parent waits, the remaining workers are shut down and the env is closed, so nothing is left
+  hanging. A worker output that lacks a key is an error naming the key and the worker.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing.connection
+import pickle
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import cloudpickle
 import torch
 import torch.multiprocessing as mp
 from tensordict import TensorDictBase
 
+from marlkit._utils import get_logger
 from marlkit.data.composite import Composite
 from marlkit.data.keys import NEXT, RESET, NestedKey
 from marlkit.envs.common import EnvBase
@@ -32,9 +41,26 @@ __all__ = ["ParallelEnv", "SerialEnv", "WorkerError"]
 
 EnvFactory = Callable[..., EnvBase]
 
+_log = get_logger("envs.batched")
+
 
 class WorkerError(RuntimeError):
-    """A worker of a ParallelEnv raised or died; the message names the worker and the cause."""
+    """A worker of a batched env raised or died.
+
+    The message names the worker, what it was doing and the cause, with the worker's traceback;
+    the worker's own exception (when it could be sent back) is ``__cause__``.
+
+    Attributes:
+        worker: the index of the worker.
+        remote_traceback: the worker's formatted traceback (``None`` when it died silently).
+    """
+
+    def __init__(
+        self, message: str, *, worker: int | None = None, remote_traceback: str | None = None
+    ):
+        super().__init__(message)
+        self.worker = worker
+        self.remote_traceback = remote_traceback
 
 
 def _as_factories(
@@ -64,20 +90,65 @@ def _as_factories(
     return list(zip(fns, kwargs))
 
 
-class _BatchedEnv(EnvBase):
-    """What SerialEnv and ParallelEnv share: specs, splitting inputs and stacking outputs."""
+def _specs_of(env: EnvBase) -> dict[str, Composite]:
+    return {name: getattr(env, f"{name}_spec").clone() for name in EnvBase._SPEC_NAMES}
 
-    def __init__(self, num_workers: int, sub_specs: dict[str, Composite], meta: dict[str, Any]):
+
+def _meta_of(env: EnvBase) -> dict[str, Any]:
+    return {
+        "batch_size": tuple(env.batch_size),
+        "device": str(env.device),
+        "group_map": {g: list(a) for g, a in env.group_map.items()},
+        "render_modes": tuple(env.render_modes),
+        "illegal_actions": env.illegal_actions,
+        "seed_range": env.seed_range,
+    }
+
+
+def _select(out: TensorDictBase, keys: list[NestedKey], worker: int, what: str) -> TensorDictBase:
+    """``out`` restricted to ``keys``, or a KeyError naming the keys the worker's env left out."""
+    try:
+        return out.select(*keys)
+    except KeyError:
+        have = set(out.keys(True, True))
+        missing = [k for k in keys if k not in have]
+        raise KeyError(
+            f"worker {worker}'s env returned no {', '.join(map(repr, missing))} from {what}(); "
+            "a batched env needs every observation, state, done (and, from step, reward) key of "
+            "the specs in every output"
+        ) from None
+
+
+def _overlapping(ranges: Sequence[tuple[int, int] | None]) -> tuple[int, int] | None:
+    """Two workers whose seed ranges overlap (their indices), or None."""
+    seeded = sorted((r, w) for w, r in enumerate(ranges) if r is not None)
+    for (first, w_first), (second, w_second) in itertools.pairwise(seeded):
+        if second[0] < first[1]:
+            return (min(w_first, w_second), max(w_first, w_second))
+    return None
+
+
+class _BatchedEnv(EnvBase):
+    """What SerialEnv and ParallelEnv share: specs, seeds, splitting inputs, stacking outputs."""
+
+    def __init__(
+        self,
+        num_workers: int,
+        sub_specs: dict[str, Composite],
+        meta: dict[str, Any],
+        validate_actions: bool,
+    ):
         sub_batch = torch.Size(meta["batch_size"])
         super().__init__(
             batch_size=(num_workers, *sub_batch),
             device=meta["device"],
-            validate_actions=True,
+            validate_actions=validate_actions,
         )
         self.num_workers = num_workers
         self.sub_batch_size = sub_batch
         self.group_map = meta["group_map"]
         self.render_modes = tuple(meta["render_modes"])  # type: ignore[misc]
+        self.illegal_actions = meta["illegal_actions"]
         for name in self._SPEC_NAMES:
             self._set_spec(name, sub_specs[name].expand(num_workers, *sub_batch))
         root = Composite(shape=self.batch_size, device=self.device)
@@ -89,24 +160,38 @@ class _BatchedEnv(EnvBase):
         # Entries crossing to and from the workers: the root a step reads, what a step writes.
         self._root_keys: list[NestedKey] = root.keys(True, True)
         self._next_keys: list[NestedKey] = out.keys(True, True)
-        self._reset_keys: list[NestedKey] = [
-            k for k in self._next_keys if k not in set(self.reward_spec.keys(True, True))
-        ]
+        rewards = set(self.reward_spec.keys(True, True))
+        self._reset_keys: list[NestedKey] = [k for k in self._next_keys if k not in rewards]
         self._root_spec, self._next_spec = root, out
 
-    def _sub_reset_input(
-        self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None, w: int
-    ) -> TensorDictBase | None:
-        """What worker ``w`` resets with: its slice of the input and its own root mask."""
-        if env_mask is None:
-            return None
-        sub = (
-            tensordict[w].select(*self._root_keys, strict=False)
-            if tensordict is not None
-            else self._root_spec.zero()[w]
+    def _reseed_if_overlapping(self, ranges: Sequence[tuple[int, int] | None]) -> None:
+        """Workers built with overlapping seeds (the same factory with ``seed=0``) would replay
+        one another: re-seed them in a chain from the lowest seed given."""
+        clash = _overlapping(ranges)
+        if clash is None:
+            return
+        start = min(r[0] for r in ranges if r is not None)
+        a, b = clash
+        _log.info(
+            "workers %d and %d of %s were built with overlapping seeds (%s and %s); re-seeding "
+            "every worker in a chain from %d",
+            a,
+            b,
+            type(self).__name__,
+            ranges[a],
+            ranges[b],
+            start,
         )
-        sub.set(RESET, env_mask[w].reshape(*self.sub_batch_size, 1).clone())
-        return sub
+        self.set_seed(start)
+
+    def _worker_masks(self, env_mask: torch.Tensor) -> list[torch.Tensor | None]:
+        """Each worker's root ``"_reset"`` mask ``[*sub_B, 1]``, ``None`` where none is selected."""
+        per_worker = env_mask.reshape(self.num_workers, -1)
+        selected = per_worker.any(-1).tolist()
+        return [
+            per_worker[w].reshape(*self.sub_batch_size, 1).clone() if selected[w] else None
+            for w in range(self.num_workers)
+        ]
 
     def _split_env_index(self, env_index: int) -> tuple[int, int]:
         per = max(1, self.sub_batch_size.numel())
@@ -120,6 +205,7 @@ class SerialEnv(_BatchedEnv):
         num_workers: how many envs.
         create_env_fn: a callable returning an :class:`EnvBase` (or one callable per worker).
         create_env_kwargs: keyword arguments for the callable (or one mapping per worker).
+        validate_actions: check actions against the batched action spec (once, here).
 
     Examples:
         >>> import marlkit
@@ -134,40 +220,69 @@ class SerialEnv(_BatchedEnv):
         num_workers: int,
         create_env_fn: EnvFactory | Sequence[EnvFactory],
         create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        *,
+        validate_actions: bool = True,
     ):
         factories = _as_factories(num_workers, create_env_fn, create_env_kwargs)
-        self.envs = [fn(**kw) for fn, kw in factories]
-        for env in self.envs:
+        self.envs: list[EnvBase] = []
+        for fn, kw in factories:
+            env = fn(**kw)
             if not isinstance(env, EnvBase):
                 raise TypeError(f"create_env_fn returned {type(env).__name__}, not an EnvBase")
             env.validate_actions = False  # validated once, by this env
+            self.envs.append(env)
         first = self.envs[0]
-        super().__init__(num_workers, _specs_of(first), _meta_of(first))
+        super().__init__(num_workers, _specs_of(first), _meta_of(first), validate_actions)
         for i, env in enumerate(self.envs[1:], start=1):
             if _specs_of(env) != _specs_of(first):
                 raise ValueError(f"env {i} has other specs than env 0; a batch needs equal specs")
+        self._reseed_if_overlapping([env.seed_range for env in self.envs])
 
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
-        outs = [
-            env.reset(self._sub_reset_input(tensordict, env_mask, w)).select(
-                *self._reset_keys, strict=False
-            )
-            for w, env in enumerate(self.envs)
-        ]
-        return torch.stack(outs, 0)
+        if env_mask is None:
+            outs = [env.reset() for env in self.envs]
+        else:
+            outs = [
+                self._reset_worker(w, tensordict, mask)
+                for w, mask in enumerate(self._worker_masks(env_mask))
+            ]
+        return torch.stack(
+            [_select(out, self._reset_keys, w, "reset") for w, out in enumerate(outs)], 0
+        )
+
+    def _reset_worker(
+        self, w: int, tensordict: TensorDictBase | None, mask: torch.Tensor | None
+    ) -> TensorDictBase:
+        """Worker ``w``'s part of a partial reset: reset when selected, else its current data
+        (from the input when it holds every key, else reported by the env)."""
+        sub = tensordict[w] if tensordict is not None else None
+        if mask is None and sub is not None:
+            have = set(sub.keys(True, True))
+            if all(k in have for k in self._reset_keys):
+                return sub
+        if mask is None:
+            mask = torch.zeros(*self.sub_batch_size, 1, dtype=torch.bool, device=self.device)
+        inner = (
+            sub.select(*self._root_keys, strict=False)
+            if sub is not None
+            else self._root_spec.zero()[w]
+        )
+        inner.set(RESET, mask)
+        return self.envs[w].reset(inner)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         outs = []
         for w, env in enumerate(self.envs):
             sub = tensordict[w].select(*self._root_keys, strict=False)
-            outs.append(env.step(sub).get(NEXT))
+            outs.append(_select(env.step(sub).get(NEXT), self._next_keys, w, "step"))
         return torch.stack(outs, 0)
 
-    def _set_seed(self, seed: int) -> None:
-        for w, env in enumerate(self.envs):
-            env.set_seed(seed + w)
+    def _set_seed(self, seed: int) -> int:
+        for env in self.envs:
+            seed = env.set_seed(seed)
+        return seed
 
     def _render(self, env_index: int) -> Any:
         w, i = self._split_env_index(env_index)
@@ -178,61 +293,56 @@ class SerialEnv(_BatchedEnv):
             env.close()
 
 
-def _specs_of(env: EnvBase) -> dict[str, Composite]:
-    return {name: env._specs[name].clone() for name in EnvBase._SPEC_NAMES}
-
-
-def _meta_of(env: EnvBase) -> dict[str, Any]:
-    return {
-        "batch_size": tuple(env.batch_size),
-        "device": str(env.device),
-        "group_map": {g: list(a) for g, a in env.group_map.items()},
-        "render_modes": tuple(env.render_modes),
-    }
-
-
 # ---------------------------------------------------------------------- ParallelEnv
+
+
+def _error_payload(err: BaseException) -> tuple[str, str, bytes | None]:
+    """``(summary, traceback, pickled exception or None)`` of an error inside a worker."""
+    try:
+        blob: bytes | None = cloudpickle.dumps(err)
+    except Exception:  # an exception holding something unpicklable: its text still travels
+        blob = None
+    return f"{type(err).__name__}: {err}", traceback.format_exc(), blob
 
 
 def _worker(
     index: int,
-    fn: EnvFactory,
-    kwargs: dict[str, Any],
+    factory: bytes,
     conn: multiprocessing.connection.Connection,
     torch_threads: int,
 ) -> None:
     """Worker loop: build the env, then answer commands until ``close``."""
-    torch.set_num_threads(torch_threads)
     try:
+        torch.set_num_threads(torch_threads)
+        fn, kwargs = cloudpickle.loads(factory)
         env = fn(**kwargs)
         if not isinstance(env, EnvBase):
             raise TypeError(f"create_env_fn returned {type(env).__name__}, not an EnvBase")
         env.validate_actions = False
         conn.send(("ok", (_specs_of(env), _meta_of(env))))
-        shared_in, shared_out = conn.recv()
+        shared_in, shared_out, next_keys, reset_keys = conn.recv()
         my_in, my_out = shared_in[index], shared_out[index]
     except BaseException as err:  # report anything, the parent decides
-        conn.send(("error", f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+        with contextlib.suppress(OSError):
+            conn.send(("error", _error_payload(err)))
         return
     while True:
         try:
             cmd, arg = conn.recv()
-        except EOFError:  # the parent went away
+        except (EOFError, OSError):  # the parent went away
             return
         try:
             if cmd == "step":
                 out = env.step(my_in.clone()).get(NEXT)
-                my_out.update_(out.select(*arg, strict=False))
+                my_out.update_(_select(out, next_keys, index, "step"))
                 conn.send(("ok", None))
             elif cmd == "reset":
                 sub = None
                 if arg is not None:
                     sub = my_in.clone()
                     sub.set(RESET, arg)
-                out = env.reset(sub)
-                keys = [k for k in my_out.keys(True, True) if k in out.keys(True, True)]
-                my_out.update_(out.select(*keys))
-                conn.send(("ok", keys))
+                my_out.update_(_select(env.reset(sub), reset_keys, index, "reset"))
+                conn.send(("ok", None))
             elif cmd == "seed":
                 conn.send(("ok", env.set_seed(arg)))
             elif cmd == "render":
@@ -242,9 +352,9 @@ def _worker(
                 conn.send(("ok", None))
                 return
             else:
-                conn.send(("error", f"unknown command {cmd!r}"))
+                conn.send(("error", (f"unknown command {cmd!r}", "", None)))
         except BaseException as err:
-            conn.send(("error", f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+            conn.send(("error", _error_payload(err)))
 
 
 class ParallelEnv(_BatchedEnv):
@@ -252,13 +362,19 @@ class ParallelEnv(_BatchedEnv):
 
     Args:
         num_workers: how many worker processes (one env each).
-        create_env_fn: a picklable callable returning an :class:`EnvBase` (e.g. ``marlkit.make``
-            or a module-level function; not a lambda with the default ``"spawn"`` start), or one
-            per worker.
+        create_env_fn: a callable returning an :class:`EnvBase` (or one per worker). It is
+            serialised with cloudpickle: ``marlkit.make``, a lambda, a closure or a function
+            defined in ``__main__`` or a notebook cell all work.
         create_env_kwargs: keyword arguments for the callable, or one mapping per worker.
         start_method: ``"spawn"`` (default, safe with threads), ``"forkserver"`` or ``"fork"``.
         timeout: seconds to wait for a worker's answer before declaring it stuck.
         torch_threads: torch threads inside each worker.
+        validate_actions: check actions against the batched action spec (once, in the parent).
+
+    Raises:
+        TypeError: a factory cloudpickle cannot serialise (the message names it).
+        WorkerError: a worker failed to start (its factory could not be loaded, raised, or did
+            not return an env): the worker's exception is the cause, its traceback in the message.
     """
 
     def __init__(
@@ -270,18 +386,24 @@ class ParallelEnv(_BatchedEnv):
         start_method: str = "spawn",
         timeout: float = 120.0,
         torch_threads: int = 1,
+        validate_actions: bool = True,
     ):
-        factories = _as_factories(num_workers, create_env_fn, create_env_kwargs)
+        factories = [
+            _serialise(i, fn, kw)
+            for i, (fn, kw) in enumerate(
+                _as_factories(num_workers, create_env_fn, create_env_kwargs)
+            )
+        ]
         ctx = mp.get_context(start_method)
         self._timeout = float(timeout)
         self._procs: list[Any] = []
         self._conns: list[multiprocessing.connection.Connection] = []
         self._closed = False  # _shutdown may run before EnvBase.__init__
         try:
-            for i, (fn, kw) in enumerate(factories):
+            for i, payload in enumerate(factories):
                 parent, child = ctx.Pipe()
                 proc = ctx.Process(
-                    target=_worker, args=(i, fn, kw, child, torch_threads), daemon=True
+                    target=_worker, args=(i, payload, child, torch_threads), daemon=True
                 )
                 proc.start()
                 child.close()
@@ -296,11 +418,13 @@ class ParallelEnv(_BatchedEnv):
             if other != specs:
                 self._shutdown()
                 raise ValueError(f"worker {i}'s env has other specs than worker 0's")
-        super().__init__(num_workers, specs, meta)
+        super().__init__(num_workers, specs, meta, validate_actions)
         self._shared_in = self._root_spec.zero().share_memory_()
         self._shared_out = self._next_spec.zero().share_memory_()
+        buffers = (self._shared_in, self._shared_out, self._next_keys, self._reset_keys)
         for i in range(num_workers):
-            self._send(i, (self._shared_in, self._shared_out), "start")
+            self._send(i, buffers, "start")
+        self._reseed_if_overlapping([m["seed_range"] for _, m in answers])
 
     # -------------------------------------------------------------- plumbing
     def _receive(self, i: int, what: str) -> Any:
@@ -313,24 +437,38 @@ class ParallelEnv(_BatchedEnv):
                 self._shutdown()
                 raise WorkerError(
                     f"worker {i} (pid {proc.pid}) died with exit code {code} during {what}; "
-                    "the ParallelEnv is closed"
+                    "the ParallelEnv is closed",
+                    worker=i,
                 )
             if waited > self._timeout:
                 self._shutdown()
                 raise WorkerError(
                     f"worker {i} (pid {proc.pid}) did not answer {what} within "
-                    f"{self._timeout:.0f} s; the ParallelEnv is closed"
+                    f"{self._timeout:.0f} s; the ParallelEnv is closed",
+                    worker=i,
                 )
         try:
             status, payload = conn.recv()
-        except (EOFError, ConnectionError) as err:
+        except (EOFError, ConnectionError, OSError) as err:
+            proc.join(timeout=5)
+            code = proc.exitcode
             self._shutdown()
-            raise WorkerError(f"worker {i} lost its pipe during {what}: {err}") from err
+            raise WorkerError(
+                f"worker {i} (pid {proc.pid}) exited with code {code} during {what} without "
+                "answering (whatever it printed went to this process's stderr); the ParallelEnv "
+                "is closed",
+                worker=i,
+            ) from err
         if status != "ok":
-            raise WorkerError(f"worker {i} failed during {what}: {payload}")
+            summary, remote_tb, blob = payload
+            cause = _load_exception(blob)
+            message = f"worker {i} failed during {what}: {summary}"
+            if remote_tb:
+                message += f"\n--- traceback in worker {i} ---\n{remote_tb.rstrip()}"
+            raise WorkerError(message, worker=i, remote_traceback=remote_tb or None) from cause
         return payload
 
-    def _send(self, i: int, message: tuple[str, Any], what: str) -> None:
+    def _send(self, i: int, message: tuple[Any, ...], what: str) -> None:
         try:
             self._conns[i].send(message)
         except (BrokenPipeError, ConnectionError, OSError) as err:
@@ -340,21 +478,24 @@ class ParallelEnv(_BatchedEnv):
             self._shutdown()
             raise WorkerError(
                 f"worker {i} (pid {proc.pid}) died with exit code {code} before {what}; "
-                "the ParallelEnv is closed"
+                "the ParallelEnv is closed",
+                worker=i,
             ) from err
 
-    def _broadcast(self, cmd: str, args: Sequence[Any], what: str) -> list[Any]:
-        for i, arg in enumerate(args):
-            self._send(i, (cmd, arg), what)
-        answers, first_error = [], None
-        for i in range(self.num_workers):
+    def _call(self, calls: Mapping[int, tuple[str, Any]], what: str) -> dict[int, Any]:
+        """Send each worker in ``calls`` its command, then gather every answer (the first
+        error is raised once all have answered, so no answer is left in a pipe)."""
+        for i, message in calls.items():
+            self._send(i, message, what)
+        answers: dict[int, Any] = {}
+        first_error: WorkerError | None = None
+        for i in calls:
             try:
-                answers.append(self._receive(i, what))
+                answers[i] = self._receive(i, what)
             except WorkerError as err:
                 if self._closed:  # a dead worker: everything is shut down already
                     raise
-                first_error = first_error or err  # collect the others' answers first
-                answers.append(None)
+                first_error = first_error or err
         if first_error is not None:
             raise first_error
         return answers
@@ -379,25 +520,27 @@ class ParallelEnv(_BatchedEnv):
     ) -> TensorDictBase:
         if tensordict is not None:
             self._shared_in.update_(tensordict.select(*self._root_keys, strict=False))
-        args = [
-            None if env_mask is None else env_mask[w].reshape(*self.sub_batch_size, 1).clone()
-            for w in range(self.num_workers)
-        ]
-        self._broadcast("reset", args, "reset")
+        if env_mask is None:
+            calls = {w: ("reset", None) for w in range(self.num_workers)}
+        else:  # only the workers with a selected env; the others' outputs are current already
+            masks = self._worker_masks(env_mask)
+            calls = {w: ("reset", m) for w, m in enumerate(masks) if m is not None}
+        self._call(calls, "reset")
         return self._shared_out.select(*self._reset_keys).clone()
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._shared_in.update_(tensordict.select(*self._root_keys, strict=False))
-        self._broadcast("step", [self._next_keys] * self.num_workers, "step")
+        self._call({w: ("step", None) for w in range(self.num_workers)}, "step")
         return self._shared_out.clone()
 
-    def _set_seed(self, seed: int) -> None:
-        self._broadcast("seed", [seed + w for w in range(self.num_workers)], "set_seed")
+    def _set_seed(self, seed: int) -> int:
+        for w in range(self.num_workers):  # a chain: each worker starts where the last stopped
+            seed = self._call({w: ("seed", seed)}, "set_seed")[w]
+        return seed
 
     def _render(self, env_index: int) -> Any:
         w, i = self._split_env_index(env_index)
-        self._send(w, ("render", i), "render")
-        return self._receive(w, "render")
+        return self._call({w: ("render", i)}, "render")[w]
 
     def _close(self) -> None:
         self._shutdown()
@@ -405,3 +548,25 @@ class ParallelEnv(_BatchedEnv):
     def __del__(self) -> None:
         if getattr(self, "_procs", None):
             self._shutdown()
+
+
+def _serialise(worker: int, fn: EnvFactory, kwargs: dict[str, Any]) -> bytes:
+    """``(fn, kwargs)`` as cloudpickle bytes, loaded inside the worker (so that a factory that
+    cannot be loaded there is reported like any other start failure)."""
+    try:
+        return cloudpickle.dumps((fn, kwargs))
+    except Exception as err:
+        raise TypeError(
+            f"the factory of worker {worker} ({fn!r} with kwargs {sorted(kwargs)}) cannot be "
+            f"serialised with cloudpickle: {type(err).__name__}: {err}"
+        ) from err
+
+
+def _load_exception(blob: bytes | None) -> BaseException | None:
+    if blob is None:
+        return None
+    try:
+        err = pickle.loads(blob)
+    except Exception:  # its class does not exist here, or does not unpickle: the text stays
+        return None
+    return err if isinstance(err, BaseException) else None

@@ -6,21 +6,45 @@ Public methods validate and delegate to subclass hooks (the template method):
   after resetting the envs selected by ``env_mask`` (``[*B]`` bool, ``None`` = all). Envs outside
   the mask keep their state and report it. Done entries may be left out: the base writes them.
 * ``_step(tensordict) -> TensorDict``: the ``"next"`` entries (observations, state, rewards, done
-  flags) for the actions in ``tensordict``. Group-level ``done`` may be left out when
-  ``terminated``/``truncated`` are given; root done entries may be left out (any over groups).
-  Return fresh tensors: rollouts keep references to them.
-* ``_set_seed(seed)``.
+  flags) for the actions in ``tensordict``. Done flags are reported per group (``terminated``
+  and/or ``truncated`` ``[*B, n, 1]``), or, by simulators that only decide whole envs (VMAS),
+  at the root only (``terminated``/``truncated`` ``[*B, 1]``, expanded to every group). A root
+  ``done`` may be given to end an episode before every agent is done. The rest is the done rule
+  below. Return fresh tensors: rollouts keep references to them.
+* ``_set_seed(seed) -> int | None``: seed the simulator from ``seed`` and return the next seed
+  it did not use (``None`` means ``seed + 1``: the simulator draws from one stream). A batch of
+  ``k`` instances seeded ``seed .. seed + k - 1`` returns ``seed + k``.
 
-Subclasses set ``observation_spec``, ``state_spec``, ``action_spec``, ``reward_spec`` and
-``done_spec`` (all :class:`~marlkit.data.Composite` with ``shape == batch_size``) and
-``group_map`` in their constructor.
+**The done rule** (``docs/concepts.md``), applied by :meth:`EnvBase.step` to every output, in
+one place (:meth:`EnvBase._apply_done_rule`), for every adapter, scenario, transform and
+batched env:
+
+1. per agent, ``done = terminated | truncated``;
+2. at the root, ``done`` means the episode is over and the env will be reset: every agent is
+   done, or the simulator ended the episode (root ``done`` given), in which case the agents not
+   done yet are truncated (the episode was cut short around them);
+3. root ``truncated`` is true when the episode is over and at least one agent present at its end
+   (its group's ``"mask"`` in the step input, where the group has one; else every agent) was
+   truncated; root ``terminated = done & ~truncated``.
+
+**The wrapper API**: what an env wrapping another one (``TransformedEnv``, ``SerialEnv``,
+``ParallelEnv``) may use besides the public methods (``set_seed``, ``render``, ``close``, the
+specs):
+
+* ``_wrapped_reset(tensordict, env_mask)``: the reset hook plus the reset done flags, without the
+  open check or the parsing of ``"_reset"`` masks;
+* ``_wrapped_step(tensordict)``: the step hook plus the done rule, without validation;
+* ``illegal_actions``: the masking policy of the innermost env (``"raise"`` or ``"mask"``), which
+  the outermost layer applies when it validates actions (validation happens once, outside);
+* ``_rng``: the random-action generator (``TransformedEnv`` shares its inner env's).
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -30,19 +54,27 @@ from marlkit.data.composite import Composite
 from marlkit.data.keys import (
     ACTION_MASK,
     DONE,
+    DONE_KEYS,
+    MASK,
     NEXT,
     RESET,
     TERMINATED,
     TRUNCATED,
     NestedKey,
+    join_key,
+    key_path,
 )
 from marlkit.data.mdp import step_mdp_fn
 from marlkit.data.specs import Categorical, OneHot, TensorSpec, format_shape
 from marlkit.envs._spec_utils import done_levels, reshape_env_mask
 
-__all__ = ["EnvBase", "InvalidActionError", "MissingActionError"]
+__all__ = ["EnvBase", "IllegalActions", "InvalidActionError", "MissingActionError"]
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
+
+#: What happens to an action its ``action_mask`` forbids: ``"raise"`` refuses it (an
+#: :class:`InvalidActionError`), ``"mask"`` lets the simulator replace it by a legal one.
+IllegalActions = Literal["raise", "mask"]
 
 
 class InvalidActionError(ValueError):
@@ -56,8 +88,81 @@ class MissingActionError(InvalidActionError, KeyError):
         return str(self.args[0])
 
 
-def _as_path(key: NestedKey) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
+def _flag_like(value: torch.Tensor, batch: torch.Size, shape: torch.Size) -> torch.Tensor:
+    """A root flag ``[*B, 1]`` broadcast (a view) to a group level's ``shape`` ``[*B, n, 1]``."""
+    lead = value.reshape(*batch, *([1] * (len(shape) - len(batch))))
+    return lead.expand(shape)
+
+
+def _per_env(value: torch.Tensor, batch: torch.Size, reduce: str) -> torch.Tensor:
+    """``[*B, ...]`` bool reduced to ``[*B, 1]`` with ``all`` or ``any``."""
+    flat = value.reshape(*batch, -1)
+    return flat.all(-1, keepdim=True) if reduce == "all" else flat.any(-1, keepdim=True)
+
+
+@dataclass
+class _RootFlags:
+    """The root flags a ``_step`` returned (each ``[*B, 1]`` bool or ``None``)."""
+
+    done: torch.Tensor | None
+    terminated: torch.Tensor | None
+    truncated: torch.Tensor | None
+
+    def ended(self) -> torch.Tensor | None:
+        """Where the simulator says the episode is over (any root flag), or ``None``."""
+        out = None
+        for flag in (self.done, self.terminated, self.truncated):
+            if flag is not None:
+                out = flag if out is None else out | flag
+        return out
+
+    def terminated_only(self) -> torch.Tensor | None:
+        """The terminations to give every agent of a simulator that reports only the root."""
+        if self.terminated is not None:
+            return self.terminated
+        if self.done is not None and self.truncated is not None:
+            return self.done & ~self.truncated
+        return self.done
+
+
+@dataclass(frozen=True)
+class _LevelPlan:
+    """A group level of the done spec: where its flags live and which it declares."""
+
+    key: NestedKey  # the group (or nested level) holding the flags
+    shape: torch.Size  # [*B, n, 1]
+    mask_key: NestedKey | None  # (group, "mask") when the group declares one
+    keys: tuple[str, ...]  # the done-like keys declared there
+
+
+@dataclass
+class _Level:
+    """One group level's flags ``[*B, n, 1]`` while the done rule is applied."""
+
+    plan: _LevelPlan
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    present: torch.Tensor | None  # (group, "mask") of the step input, [*B, n]
+    done: torch.Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.done = self.terminated | self.truncated
+
+    def flag(self, name: str) -> torch.Tensor:
+        return {DONE: self.done, TERMINATED: self.terminated, TRUNCATED: self.truncated}[name]
+
+    def cut_short(self, ended: torch.Tensor) -> None:
+        """Truncate the agents not done in the envs ``ended`` (broadcast to the level)."""
+        extra = ended & ~self.done
+        self.truncated = self.truncated | extra
+        self.done = self.done | extra
+
+    def cut(self, batch: torch.Size) -> torch.Tensor:
+        """``[*B, 1]``: some agent present at the end of the transition was truncated."""
+        seen = self.truncated
+        if self.present is not None:
+            seen = seen & self.present.reshape(seen.shape)
+        return _per_env(seen, batch, "any")
 
 
 class EnvBase(abc.ABC):
@@ -71,6 +176,11 @@ class EnvBase(abc.ABC):
     """
 
     _SPEC_NAMES = ("observation", "state", "action", "reward", "done")
+
+    #: What happens to an action its ``action_mask`` forbids (see :data:`IllegalActions`).
+    #: Simulators that replace illegal actions set ``"mask"``; wrappers report their innermost
+    #: env's policy, so that validation (done once, by the outermost layer) follows it.
+    illegal_actions: IllegalActions = "raise"
 
     def __init__(
         self,
@@ -94,6 +204,7 @@ class EnvBase(abc.ABC):
             for name in self._SPEC_NAMES
         }
         self._cache: dict[str, Any] = {}
+        self._seed_range: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -183,8 +294,7 @@ class EnvBase(abc.ABC):
         def build() -> list[tuple[NestedKey, TensorSpec, NestedKey | None]]:
             items = []
             for key, spec in self.action_spec.items(True, True):
-                path = _as_path(key)
-                mask_key = (*path[:-1], ACTION_MASK) if len(path) > 1 else ACTION_MASK
+                mask_key = join_key(key_path(key)[:-1], ACTION_MASK)
                 masked = isinstance(spec, (Categorical, OneHot))
                 items.append((key, spec, mask_key if masked else None))
             return items
@@ -206,8 +316,8 @@ class EnvBase(abc.ABC):
         """See the module docstring."""
 
     @abc.abstractmethod
-    def _set_seed(self, seed: int) -> None:
-        """Seed the simulator."""
+    def _set_seed(self, seed: int) -> int | None:
+        """Seed the simulator; return the next unused seed (``None``: ``seed + 1``)."""
 
     def _close(self) -> None:  # noqa: B027  (an optional hook: most simulators hold nothing)
         """Release simulator resources (optional)."""
@@ -264,7 +374,12 @@ class EnvBase(abc.ABC):
         whole batch. Returns the observations (and state, done flags) of every env.
         """
         self._check_open()
-        env_mask = self._env_reset_mask(tensordict)
+        return self._wrapped_reset(tensordict, self._env_reset_mask(tensordict))
+
+    def _wrapped_reset(
+        self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
+    ) -> TensorDictBase:
+        """The wrapper API's reset: the hook, then the done flags of the reset envs (false)."""
         out = self._reset(tensordict, env_mask)
         self._fill_reset_done(out, tensordict, env_mask)
         return out
@@ -289,10 +404,15 @@ class EnvBase(abc.ABC):
                     f"step(): invalid action at {key!r}: {reason}; expected {spec!r}"
                 )
 
-    @staticmethod
     def _explain_masked(
-        tensordict: TensorDictBase, value: torch.Tensor, spec: TensorSpec, mask_key: NestedKey
+        self,
+        tensordict: TensorDictBase,
+        value: torch.Tensor,
+        spec: TensorSpec,
+        mask_key: NestedKey,
     ) -> str | None:
+        if self.illegal_actions == "mask":  # the simulator replaces illegal actions
+            return None
         mask = tensordict.get(mask_key, None)
         if mask is None:
             return None
@@ -312,59 +432,94 @@ class EnvBase(abc.ABC):
         where = (~allowed).nonzero()[0].tolist()
         return f"action {index[tuple(where)].item()} at index {where} is masked out by {mask_key!r}"
 
-    def _done_plan(self) -> tuple[list[NestedKey], list[str]]:
-        """Group prefixes holding done flags, and the root done keys the spec declares."""
+    def _done_plan(self) -> tuple[list[_LevelPlan], tuple[str, ...]]:
+        """The group levels holding done flags, and the done keys the root declares."""
 
-        def build() -> tuple[list[NestedKey], list[str]]:
-            groups: list[NestedKey] = [
-                prefix[0] if len(prefix) == 1 else prefix
-                for prefix, _ in self._done_levels()
-                if prefix
-            ]
-            root = [k for k in (TERMINATED, TRUNCATED, DONE) if k in self.done_spec]
-            return groups, root
+        def build() -> tuple[list[_LevelPlan], tuple[str, ...]]:
+            observed = set(self.observation_spec.keys(True, True))
+            declared = set(self.done_spec.keys(True, True))
+            plan = []
+            for prefix, shape in self._done_levels():
+                if prefix:
+                    mask_key = join_key(prefix, MASK)
+                    keys = tuple(k for k in DONE_KEYS if join_key(prefix, k) in declared)
+                    present = mask_key if mask_key in observed else None
+                    plan.append(_LevelPlan(join_key(prefix), shape, present, keys))
+            return plan, tuple(k for k in DONE_KEYS if k in declared)
 
         return self._cached("done_plan", build)
 
-    def _complete_done(self, next_td: TensorDictBase) -> None:
-        """Fill group ``done`` from terminated|truncated and the root from any over groups."""
-        groups, root_keys = self._done_plan()
-        subs = [next_td.get(prefix) for prefix in groups]
-        for prefix, sub in zip(groups, subs):
-            if sub.get(DONE, None) is not None:
-                continue
-            parts = [
-                p for p in (sub.get(TERMINATED, None), sub.get(TRUNCATED, None)) if p is not None
-            ]
-            if not parts:
-                raise KeyError(
-                    f"_step() returned neither done nor terminated/truncated under {prefix!r}"
-                )
-            sub.set(DONE, parts[0] if len(parts) == 1 else parts[0] | parts[1])
+    def _apply_done_rule(
+        self, next_td: TensorDictBase, tensordict: TensorDictBase | None = None
+    ) -> None:
+        """Write every done flag of a step output by the done rule (the module docstring).
+
+        Args:
+            next_td: what ``_step`` returned (completed in place).
+            tensordict: the step input, whose ``(group, "mask")`` says who was present.
+        """
         batch = self.batch_size
-        for key in root_keys:
-            if next_td.get(key, None) is not None:
-                continue
-            if key == DONE:
-                parts = [next_td.get(k, None) for k in (TERMINATED, TRUNCATED)]
-                parts = [p for p in parts if p is not None]
-            else:
-                parts = [
-                    value.reshape(*batch, -1).any(-1, keepdim=True)
-                    for value in (sub.get(key, None) for sub in subs)
-                    if value is not None
-                ]
-            if not parts and key == DONE:
-                parts = [sub.get(DONE).reshape(*batch, -1).any(-1, keepdim=True) for sub in subs]
-                if not parts:
-                    raise KeyError("_step() returned no done flag at the root nor in any group")
-            if not parts:
-                value = torch.zeros((*batch, 1), dtype=torch.bool, device=self.device)
-            else:
-                value = parts[0]
-                for part in parts[1:]:
-                    value = value | part
-            next_td.set(key, value)
+        root = _RootFlags(*(next_td.get(k, None) for k in (DONE, TERMINATED, TRUNCATED)))
+        plan, root_keys = self._done_plan()
+        levels = [self._level_flags(next_td, tensordict, level, root) for level in plan]
+        ended = root.ended()
+        if not levels:  # no groups: the root flags are the one agent's
+            if ended is None:
+                raise KeyError(
+                    "_step() returned no done flag at the root and the env has no groups"
+                )
+            over = ended
+            cut = root.truncated if root.truncated is not None else torch.zeros_like(over)
+        else:
+            every = _per_env(levels[0].done, batch, "all")
+            for level in levels[1:]:
+                every = every & _per_env(level.done, batch, "all")
+            over = every if ended is None else every | ended
+            if ended is not None and bool((over & ~every).any()):
+                for level in levels:  # ended by the simulator: agents not done are cut short
+                    level.cut_short(_flag_like(over & ~every, batch, level.done.shape))
+            cut = levels[0].cut(batch)
+            for level in levels:
+                if level is not levels[0]:
+                    cut = cut | level.cut(batch)
+                for name in level.plan.keys:
+                    next_td.set(join_key(level.plan.key, name), level.flag(name))
+        truncated = over & cut
+        flags = {DONE: over, TRUNCATED: truncated, TERMINATED: over & ~truncated}
+        for name in root_keys:
+            next_td.set(name, flags[name])
+
+    def _level_flags(
+        self,
+        next_td: TensorDictBase,
+        tensordict: TensorDictBase | None,
+        plan: _LevelPlan,
+        root: _RootFlags,
+    ) -> _Level:
+        """A group level's terminated and truncated flags: its own, else the root's expanded."""
+        key, shape = plan.key, plan.shape
+        term = next_td.get(join_key(key, TERMINATED), None)
+        trunc = next_td.get(join_key(key, TRUNCATED), None)
+        if term is None and trunc is None:
+            term = next_td.get(join_key(key, DONE), None)
+            if term is None:  # a simulator that decides whole envs: the root's flags
+                if root.ended() is None:
+                    raise KeyError(
+                        f"_step() returned no terminated, truncated or done flag under {key!r} "
+                        "nor at the root"
+                    )
+                over = root.terminated_only()
+                term = None if over is None else _flag_like(over, self.batch_size, shape)
+                if root.truncated is not None:
+                    trunc = _flag_like(root.truncated, self.batch_size, shape)
+        if term is None or trunc is None:
+            zeros = torch.zeros(shape, dtype=torch.bool, device=self.device)
+            term = zeros if term is None else term
+            trunc = zeros if trunc is None else trunc
+        present = None
+        if plan.mask_key is not None and tensordict is not None:
+            present = tensordict.get(plan.mask_key, None)
+        return _Level(plan, term, trunc, present)
 
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Apply the actions in ``tensordict`` and write the result under ``"next"``.
@@ -376,10 +531,14 @@ class EnvBase(abc.ABC):
         self._check_open()
         if self.validate_actions:
             self._validate_action(tensordict)
-        next_td = self._step(tensordict)
-        self._complete_done(next_td)
-        tensordict.set(NEXT, next_td)
+        tensordict.set(NEXT, self._wrapped_step(tensordict))
         return tensordict
+
+    def _wrapped_step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The wrapper API's step: the hook, then the done rule; no validation."""
+        next_td = self._step(tensordict)
+        self._apply_done_rule(next_td, tensordict)
+        return next_td
 
     def _step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
         fn = self._cached(
@@ -484,13 +643,34 @@ class EnvBase(abc.ABC):
 
     # ------------------------------------------------------------------ misc
     def set_seed(self, seed: int) -> int:
-        """Seed the simulator and the env's random-action generator; returns ``seed``."""
+        """Seed the simulator and the env's random-action generator.
+
+        Every instance of a batch gets its own seed (``seed``, ``seed + 1``, ...) where the
+        simulator seeds instances one by one; batched envs chain the seed through their workers.
+
+        Returns:
+            The next seed this env did not use (as TorchRL's ``set_seed``): seed another env
+            built alongside with it, and no two instances share a seed.
+        """
         self._check_open()
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         self._rng.manual_seed(seed)
-        self._set_seed(seed)
-        return seed
+        following = self._set_seed(seed)
+        following = seed + 1 if following is None else int(following)
+        if following <= seed:
+            raise RuntimeError(
+                f"{type(self).__name__}._set_seed({seed}) returned {following}; the next unused "
+                "seed must be greater than the seed it was given"
+            )
+        self._seed_range = (seed, following)
+        return following
+
+    @property
+    def seed_range(self) -> tuple[int, int] | None:
+        """``(first, next)``: the seeds the last :meth:`set_seed` used, ``first`` to
+        ``next - 1``; ``None`` before any."""
+        return self._seed_range
 
     # ------------------------------------------------------------------ rendering
     #: Render modes this env supports; ``("rgb_array",)`` when :meth:`_render` is implemented.
@@ -546,6 +726,8 @@ class EnvBase(abc.ABC):
         self.close()
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_batch_size"):  # a subclass failed before EnvBase.__init__ ran
+            return f"{type(self).__name__}(<not constructed>)"
         groups = ", ".join(f"{g}: {len(a)}" for g, a in self.group_map.items())
         return (
             f"{type(self).__name__}(batch_size={format_shape(self.batch_size)}, "

@@ -6,8 +6,13 @@ It checks an env against the contract every marlkit component relies on, collect
 * **specs**: reset and step data agree with every spec, no undeclared entries, no NaN;
 * **shapes**: ``rollout`` gives batch ``[*B, T]``, groups ``[*B, T, n]``, rewards
   ``[*B, T, n, 1]``, root done flags ``[*B, T, 1]``;
-* **done rules**: ``done == terminated | truncated`` at every level, a reset env is not done;
+* **done rules**: ``done == terminated | truncated`` at every level, the root agrees with the
+  agents by the done rule of :mod:`marlkit.envs.common` (root ``done`` exactly when every agent
+  is done, root ``truncated`` when one present at the end was truncated, ``terminated = done &
+  ~truncated``), a reset env is not done;
 * **seeding**: the same seed gives the same random rollout (skip for nondeterministic sims);
+* **distinct instances**: where the simulator is stochastic (two seeds give two traces), no two
+  instances of the batch replay one another under the same actions (a seed collision);
 * **partial resets**: resetting one env leaves the others' observations untouched;
 * **bad actions**: a missing key, a wrong shape, a NaN or out-of-range action raise a
   ``ValueError`` and leave the env's state as it was;
@@ -21,7 +26,18 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDictBase
 
-from marlkit.data.keys import DONE, DONE_KEYS, NEXT, RESET, TERMINATED, TRUNCATED, NestedKey
+from marlkit.data.keys import (
+    DONE,
+    DONE_KEYS,
+    MASK,
+    NEXT,
+    RESET,
+    TERMINATED,
+    TRUNCATED,
+    NestedKey,
+    join_key,
+    key_path,
+)
 from marlkit.data.specs import Bounded, Categorical, MultiCategorical, OneHot, TensorSpec
 from marlkit.envs.checks import spec_problems
 from marlkit.envs.common import EnvBase
@@ -31,10 +47,6 @@ __all__ = ["AdapterCheckError", "check_adapter"]
 
 class AdapterCheckError(AssertionError):
     """An env broke the marlkit env contract; the message lists every failed check."""
-
-
-def _at(prefix: tuple[str, ...], name: str) -> NestedKey:
-    return (*prefix, name) if prefix else name
 
 
 def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -78,7 +90,7 @@ def _check_shapes(env: EnvBase, steps: int, failures: list[str]) -> TensorDictBa
                 f"group {group!r} batch {list(sub.batch_size)} != {[*b, steps, len(agents)]}"
             )
     for key in env.reward_keys:
-        reward = rollout.get((NEXT, *((key,) if isinstance(key, str) else key)), None)
+        reward = rollout.get((NEXT, *key_path(key)), None)
         if reward is not None and reward.shape[-1] != 1:
             failures.append(f"reward {key!r} has shape {list(reward.shape)}; it must end with 1")
     for key in DONE_KEYS:
@@ -91,8 +103,8 @@ def _check_shapes(env: EnvBase, steps: int, failures: list[str]) -> TensorDictBa
 def _check_done_rules(env: EnvBase, rollout: TensorDictBase, failures: list[str]) -> None:
     nxt = rollout.get(NEXT)
     for prefix, _ in _levels(env):
-        done = nxt.get(_at(prefix, DONE), None)
-        parts = [nxt.get(_at(prefix, k), None) for k in (TERMINATED, TRUNCATED)]
+        done = nxt.get(join_key(prefix, DONE), None)
+        parts = [nxt.get(join_key(prefix, k), None) for k in (TERMINATED, TRUNCATED)]
         parts = [p for p in parts if p is not None]
         if done is None or not parts:
             continue
@@ -100,6 +112,51 @@ def _check_done_rules(env: EnvBase, rollout: TensorDictBase, failures: list[str]
         if not torch.equal(done, combined):
             where = prefix or "root"
             failures.append(f"done != terminated | truncated at {where!r}")
+    _check_root_against_groups(env, rollout, failures)
+
+
+def _check_root_against_groups(env: EnvBase, rollout: TensorDictBase, failures: list[str]) -> None:
+    """The root flags of every transition follow from the agents' flags (the done rule)."""
+    nxt, lead = rollout.get(NEXT), rollout.batch_size
+    root = {k: nxt.get(k, None) for k in DONE_KEYS}
+    if root[DONE] is None:
+        return
+    every = cut = None
+    for prefix, _ in _levels(env):
+        if not prefix:
+            continue
+        done = nxt.get(join_key(prefix, DONE), None)
+        trunc = nxt.get(join_key(prefix, TRUNCATED), None)
+        if done is not None:
+            env_done = done.reshape(*lead, -1).all(-1, keepdim=True)
+            every = env_done if every is None else every & env_done
+        if trunc is not None:
+            present = rollout.get(join_key(prefix, MASK), None)  # who acted in the transition
+            if present is not None and present.numel() == trunc.numel():
+                trunc = trunc & present.reshape(trunc.shape)
+            env_cut = trunc.reshape(*lead, -1).any(-1, keepdim=True)
+            cut = env_cut if cut is None else cut | env_cut
+    if every is None:  # no groups: nothing to compare the root with
+        return
+    expected = {DONE: every}
+    if cut is not None:
+        expected[TRUNCATED] = every & cut
+        expected[TERMINATED] = every & ~cut
+    rules = {
+        DONE: "the episode is over exactly when every agent is done",
+        TRUNCATED: "truncated when over and an agent present at the end was truncated",
+        TERMINATED: "terminated = done & ~truncated",
+    }
+    for key, want in expected.items():
+        got = root[key]
+        if got is None or torch.equal(got, want):
+            continue
+        where = (got != want).nonzero()[0].tolist()
+        failures.append(
+            f"root {key!r} disagrees with the agents' flags at index {where} (env batch, time): "
+            f"got {bool(got[tuple(where)])}, the done rule gives {bool(want[tuple(where)])} "
+            f"({rules[key]})"
+        )
 
 
 def _levels(env: EnvBase) -> list[tuple[tuple[str, ...], torch.Size]]:
@@ -206,6 +263,75 @@ def _check_bad_actions(env: EnvBase, seed: int, seeded: bool, failures: list[str
             failures.append(f"a rejected bad action changed the env's state: {differ[:5]} differ")
 
 
+def _same_actions(env: EnvBase, td: TensorDictBase) -> TensorDictBase:
+    """The same action for every instance: the spec's zero, or the first legal class where the
+    env masks actions (so no instance diverges because of its action)."""
+    for key, spec, mask_key in env._action_items():
+        value = spec.zero()
+        mask = td.get(mask_key, None) if mask_key is not None else None
+        if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+            first = mask.to(torch.int8).argmax(-1)
+            if isinstance(spec, OneHot):
+                value = torch.nn.functional.one_hot(first, spec.n).to(spec.dtype)
+            else:
+                value = first.to(spec.dtype)
+        td.set(key, value)
+    return td
+
+
+def _instance_trace(env: EnvBase, steps: int) -> torch.Tensor:
+    """``[N, F]``: each instance's observations after a reset and ``steps`` steps of the same
+    actions for all (stopping at the first done or at an error), flattened."""
+    n = env.batch_size.numel()
+    keys = env.observation_keys
+    td = env.reset()
+    rows = []
+
+    def record(source: TensorDictBase) -> None:
+        for key in keys:
+            value = source.get(key, None)
+            if isinstance(value, torch.Tensor):
+                rows.append(value.detach().reshape(n, -1).to(torch.float64).nan_to_num())
+
+    record(td)
+    for _ in range(steps):
+        try:
+            td = env.step(_same_actions(env, td))
+        except Exception:  # the env refuses a zero action: the reset is the trace
+            break
+        record(td.get(NEXT))
+        if bool(td.get((NEXT, DONE)).any()):
+            break
+        td = env._step_mdp(td)
+    return torch.cat(rows, -1) if rows else torch.zeros(n, 0, dtype=torch.float64)
+
+
+def _check_distinct_instances(env: EnvBase, steps: int, seed: int, failures: list[str]) -> None:
+    """Where two seeds give two traces (a stochastic simulator), the instances of one batch
+    must not repeat one another (what colliding per-instance seeds produce)."""
+    n = env.batch_size.numel()
+    if n < 2:
+        return
+    traces = []
+    for s in (seed, seed + 7919):
+        env.set_seed(s)
+        traces.append(_instance_trace(env, steps))
+    if traces[0].shape == traces[1].shape and torch.equal(traces[0], traces[1]):
+        return  # the trace does not depend on the seed: identical instances are legitimate
+    _, inverse, counts = torch.unique(traces[0], dim=0, return_inverse=True, return_counts=True)
+    if bool((counts == 1).all()):
+        return
+    twin = int((counts > 1).nonzero()[0])
+    same = (inverse == twin).nonzero().reshape(-1)[:2].tolist()
+    where = [[int(i) for i in torch.unravel_index(torch.tensor(k), env.batch_size)] for k in same]
+    failures.append(
+        f"instances {where[0]} and {where[1]} of the batch replay one another after "
+        f"set_seed({seed}): the same observations under the same actions, though the simulator "
+        "depends on its seed; give every instance its own seed (seed + i) and return the next "
+        "unused seed from _set_seed"
+    )
+
+
 def _check_render(env: EnvBase, failures: list[str]) -> None:
     if "rgb_array" not in env.render_modes:
         return
@@ -225,6 +351,7 @@ def check_adapter(
     steps: int = 8,
     seed: int = 0,
     check_seeding: bool = True,
+    check_instances: bool = True,
     check_partial_reset: bool = True,
     check_render: bool = True,
     extra_checks: list[Callable[[EnvBase], list[str]]] | None = None,
@@ -236,6 +363,7 @@ def check_adapter(
         steps: rollout length of each check.
         seed: the seed used by the seeded checks.
         check_seeding: compare two seeded rollouts bit for bit.
+        check_instances: check that the instances of a batch do not replay one another.
         check_partial_reset: reset env 0 alone and compare the others.
         check_render: render a frame when ``"rgb_array"`` is declared.
         extra_checks: callables returning failure messages, run last.
@@ -251,6 +379,8 @@ def check_adapter(
         _check_done_rules(env, rollout, failures)
     if check_seeding:
         _check_seeding(env, steps, seed, failures)
+    if check_instances:
+        _check_distinct_instances(env, steps, seed, failures)
     if check_partial_reset:
         _check_partial_reset(env, failures)
     _check_bad_actions(env, seed, check_seeding, failures)

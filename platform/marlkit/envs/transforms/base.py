@@ -1,8 +1,13 @@
 """``Transform``, ``Compose`` and ``TransformedEnv``.
 
 A transform sees three moments: the specs (once, when attached), each reset output and each
-step output; transforms that rename or cast actions also see the step input (``inv``). Every
+step output; transforms that rename or cast entries also map the inputs back to what the inner
+env expects (``inv`` for a step input, ``inv_reset`` for a partial reset's input). Every
 transform updates the specs it changes, so ``check_env_specs`` holds on the transformed env.
+
+``TransformedEnv`` reaches its inner env through the wrapper API of
+:mod:`marlkit.envs.common` only (``_wrapped_reset``, ``_wrapped_step``, ``illegal_actions``,
+``_rng``) and its public methods.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from marlkit.data.composite import Composite
-from marlkit.envs.common import EnvBase
+from marlkit.envs.common import EnvBase, IllegalActions
 
 __all__ = ["Compose", "EnvSpecs", "Transform", "TransformedEnv"]
 
@@ -76,6 +81,12 @@ class Transform:
         caller's TensorDict in place: return a shallow copy when changing it."""
         return tensordict
 
+    def inv_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Map a reset input (the current observations and ``"_reset"`` masks of a partial
+        reset) back to the inner env's keys and dtypes, so that envs that are not reset can
+        report what they reported before. Same rule as :meth:`inv`: never in place."""
+        return tensordict
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -130,6 +141,11 @@ class Compose(Transform):
             tensordict = t.inv(tensordict)
         return tensordict
 
+    def inv_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for t in reversed(self.transforms):
+            tensordict = t.inv_reset(tensordict)
+        return tensordict
+
     def append(self, transform: Transform) -> None:
         if not isinstance(transform, Transform):
             raise TypeError(f"Compose takes Transforms, got {type(transform).__name__}")
@@ -156,7 +172,8 @@ class TransformedEnv(EnvBase):
         env: the inner env (it may itself be a ``TransformedEnv``).
         transform: a transform, a sequence of them (composed), or ``None``.
         validate_actions: check actions against the *transformed* action spec; defaults to the
-            inner env's setting.
+            inner env's setting. Validation happens here, once, with the inner env's masking
+            policy (``illegal_actions``); the inner env does not validate again.
 
     Examples:
         >>> import marlkit
@@ -219,25 +236,37 @@ class TransformedEnv(EnvBase):
         return self
 
     def _check_open(self) -> None:
-        # The hooks below call the inner env's hooks directly, past its own check.
+        # The hooks below reach the inner env through its wrapper API, past its own check.
         super()._check_open()
-        self.base_env._check_open()
+        if self.base_env.is_closed:
+            raise RuntimeError(
+                f"{type(self.base_env).__name__} is closed (inside this TransformedEnv); create "
+                "a new env"
+            )
+
+    @property  # type: ignore[override]
+    def illegal_actions(self) -> IllegalActions:
+        """The inner env's masking policy (validation here follows it)."""
+        return self.base_env.illegal_actions
+
+    @property
+    def seed_range(self) -> tuple[int, int] | None:
+        return self.base_env.seed_range
 
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
-        out = self.base_env._reset(tensordict, env_mask)
-        self.base_env._fill_reset_done(out, tensordict, env_mask)
+        inner = None if tensordict is None else self.transform.inv_reset(tensordict)
+        out = self.base_env._wrapped_reset(inner, env_mask)
         return self.transform.reset(tensordict, out, env_mask)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         inner = self.transform.inv(tensordict)
-        next_td = self.base_env._step(inner)
-        self.base_env._complete_done(next_td)
+        next_td = self.base_env._wrapped_step(inner)
         return self.transform.step(tensordict, next_td)
 
-    def _set_seed(self, seed: int) -> None:
-        self.base_env.set_seed(seed)
+    def _set_seed(self, seed: int) -> int:
+        return self.base_env.set_seed(seed)
 
     def _close(self) -> None:
         try:
@@ -250,7 +279,7 @@ class TransformedEnv(EnvBase):
         return self.base_env.render_modes
 
     def _render(self, env_index: int) -> object:
-        return self.base_env._render(env_index)
+        return self.base_env.render(env_index)
 
     def __getattr__(self, name: str) -> object:
         # Scenario attributes (n_agents, render, ...) stay reachable through the wrapper.

@@ -9,7 +9,18 @@ import torch
 from tensordict import TensorDictBase
 
 from marlkit.data.composite import Composite
-from marlkit.data.keys import DONE, EPISODE_REWARD, IS_INIT, STEP_COUNT, TRUNCATED, NestedKey
+from marlkit.data.keys import (
+    ACTION_MASK,
+    DONE,
+    EPISODE_REWARD,
+    IS_INIT,
+    MASK,
+    STEP_COUNT,
+    TRUNCATED,
+    NestedKey,
+    join_key,
+    key_path,
+)
 from marlkit.data.keys import unravel_key as _unravel
 from marlkit.data.specs import Bounded, Categorical, TensorSpec, Unbounded
 from marlkit.envs._spec_utils import done_levels, reshape_env_mask
@@ -25,13 +36,17 @@ __all__ = [
 ]
 
 
-def _path(key: NestedKey) -> tuple[str, ...]:
-    key = _unravel(key)
-    return (key,) if isinstance(key, str) else key
+#: Leaves the env contract itself reads (the done rule, action validation): never renamed or
+#: dropped by a transform.
+_CONTRACT_LEAVES = (MASK, ACTION_MASK)
 
 
-def _at(prefix: tuple[str, ...], name: str) -> NestedKey:
-    return (*prefix, name) if prefix else name
+def _refuse_contract_leaf(transform: str, key: NestedKey) -> None:
+    if key_path(key)[-1] in _CONTRACT_LEAVES:
+        raise ValueError(
+            f"{transform} cannot touch {key!r}: the env contract reads it (a group's 'mask' "
+            "says who is present to the done rule, its 'action_mask' guards action validation)"
+        )
 
 
 def _keep_where_not_reset(
@@ -97,7 +112,7 @@ class StepCounter(Transform):
         )
         self._levels = done_levels(specs.done)
         for prefix, shape in self._levels:
-            key = _at(prefix, TRUNCATED)
+            key = join_key(prefix, TRUNCATED)
             if key not in specs.done:
                 specs.done[key] = Categorical(2, shape, dtype=torch.bool, device=specs.done.device)
         self._batch = torch.Size(b)
@@ -131,7 +146,7 @@ class StepCounter(Transform):
         trunc = count >= self.max_steps
         for prefix, shape in self._levels:
             level = reshape_env_mask(trunc.reshape(self._batch), shape)
-            trunc_key, done_key = _at(prefix, TRUNCATED), _at(prefix, DONE)
+            trunc_key, done_key = join_key(prefix, TRUNCATED), join_key(prefix, DONE)
             before = next_tensordict.get(trunc_key, None)
             next_tensordict.set(trunc_key, level if before is None else before | level)
             next_tensordict.set(done_key, next_tensordict.get(done_key) | level)
@@ -170,7 +185,9 @@ class RewardSum(Transform):
         if self._in_keys is not None and not self._in_keys:
             raise ValueError("RewardSum: in_keys is empty; pass None to sum every reward")
         self.in_keys = self._in_keys or specs.reward.keys(True, True)
-        self.out_keys = self._out_keys or [_at(_path(k)[:-1], EPISODE_REWARD) for k in self.in_keys]
+        self.out_keys = self._out_keys or [
+            join_key(key_path(k)[:-1], EPISODE_REWARD) for k in self.in_keys
+        ]
         self._shapes = []
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             if in_key not in specs.reward:
@@ -259,10 +276,19 @@ class DoubleToFloat(_OutputTransform):
         return tensordict
 
     def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if not self.action_keys:
+        return self._to_double(tensordict, self.action_keys)
+
+    def inv_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return self._to_double(tensordict, self.out_keys)
+
+    @staticmethod
+    def _to_double(tensordict: TensorDictBase, keys: list[NestedKey]) -> TensorDictBase:
+        """A shallow copy with the float32 entries at ``keys`` back in float64."""
+        present = [k for k in keys if tensordict.get(k, None) is not None]
+        if not present:
             return tensordict
         out = tensordict.clone(False)
-        for key in self.action_keys:
+        for key in present:
             out.set(key, tensordict.get(key).to(torch.float64))
         return out
 
@@ -281,6 +307,8 @@ class ExcludeKeys(_OutputTransform):
         if not keys:
             raise ValueError("ExcludeKeys needs at least one key")
         self.keys = [_unravel(k) for k in keys]
+        for key in self.keys:
+            _refuse_contract_leaf("ExcludeKeys", key)
 
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         for key in self.keys:
@@ -326,6 +354,8 @@ class RenameKeys(_OutputTransform):
             )
         self.in_keys = [_unravel(k) for k in in_keys]
         self.out_keys = [_unravel(k) for k in out_keys]
+        for key in self.in_keys:
+            _refuse_contract_leaf("RenameKeys", key)
         self._outgoing: list[tuple[NestedKey, NestedKey]] = []
         self._actions: list[tuple[NestedKey, NestedKey]] = []
 
@@ -333,7 +363,7 @@ class RenameKeys(_OutputTransform):
         if new in composite:
             raise ValueError(f"RenameKeys: {new!r} already exists")
         composite[new] = composite.pop(old)
-        parent = _path(old)[:-1]
+        parent = key_path(old)[:-1]
         if parent and parent in composite and not composite[parent].keys():  # type: ignore[union-attr]
             del composite[parent]
 
@@ -385,6 +415,15 @@ class RenameKeys(_OutputTransform):
             out.set(old, tensordict.get(new))
         return out
 
+    def inv_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
+        present = [(old, new) for old, new in self._outgoing if new in tensordict.keys(True)]
+        if not present:
+            return tensordict
+        out = tensordict.clone(False)
+        for old, new in present:
+            out.set(old, tensordict.get(new))
+        return out
+
     def __repr__(self) -> str:
         return f"RenameKeys(in_keys={self.in_keys}, out_keys={self.out_keys})"
 
@@ -409,7 +448,7 @@ class InitTracker(Transform):
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         self._levels = done_levels(specs.done)
         for prefix, shape in self._levels:
-            specs.observation[_at(prefix, self.init_key)] = Categorical(
+            specs.observation[join_key(prefix, self.init_key)] = Categorical(
                 2, shape, dtype=torch.bool, device=specs.observation.device
             )
         return specs
@@ -421,7 +460,7 @@ class InitTracker(Transform):
         env_mask: torch.Tensor | None,
     ) -> TensorDictBase:
         for prefix, shape in self._levels:
-            key = _at(prefix, self.init_key)
+            key = join_key(prefix, self.init_key)
             if env_mask is None:
                 flag = torch.ones(shape, dtype=torch.bool, device=tensordict_reset.device)
             else:  # envs not reset keep their flag (True if they were reset just before)
@@ -435,7 +474,7 @@ class InitTracker(Transform):
     def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         for prefix, shape in self._levels:
             next_tensordict.set(
-                _at(prefix, self.init_key),
+                join_key(prefix, self.init_key),
                 torch.zeros(shape, dtype=torch.bool, device=next_tensordict.device),
             )
         return next_tensordict

@@ -1,0 +1,257 @@
+"""The done rule, decided in one place (EnvBase) for every simulator: per agent done =
+terminated | truncated; the root is done when every agent is (or the simulator ends the episode,
+truncating whoever was not done); root truncated when an agent present at the end was
+truncated; root terminated = done & ~truncated."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+import marlkit
+from marlkit.adapters.pettingzoo import PettingZooEnv
+from marlkit.data import Composite, Unbounded
+from marlkit.envs import EnvBase, StepCounter, TransformedEnv, make_done_spec, make_reward_spec
+from marlkit.testing import AdapterCheckError, check_adapter
+
+pettingzoo = pytest.importorskip("pettingzoo")
+gymnasium = pytest.importorskip("gymnasium")
+
+
+class _Scripted(pettingzoo.ParallelEnv):
+    """A PettingZoo parallel env whose agents end as a script says: ``{agent: (t, how, leaves)}``
+    ends ``agent`` at step ``t`` by ``how`` ("terminated" or "truncated"), removing it from
+    ``agents`` when ``leaves``. Observations count the steps."""
+
+    metadata = {"name": "scripted_v0"}
+
+    def __init__(self, script: dict[str, tuple[int, str, bool]]):
+        self.possible_agents = ["a", "b"]
+        self.script = script
+        self._spaces = gymnasium.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def observation_space(self, agent: str) -> Any:
+        return self._spaces
+
+    def action_space(self, agent: str) -> Any:
+        return gymnasium.spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: np.zeros(1, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        self.t += 1
+        obs = {a: np.full(1, self.t, np.float32) for a in self.agents}
+        rewards = dict.fromkeys(self.agents, 1.0)
+        terms, truncs = dict.fromkeys(self.agents, False), dict.fromkeys(self.agents, False)
+        for agent in list(self.agents):
+            when, how, leaves = self.script.get(agent, (-1, "", False))
+            if when == self.t:
+                (terms if how == "terminated" else truncs)[agent] = True
+                if leaves:
+                    self.agents.remove(agent)
+        return obs, rewards, terms, truncs, {a: {} for a in obs}
+
+
+def _flags(script: dict[str, tuple[int, str, bool]], steps: int) -> dict[str, list[bool]]:
+    env = PettingZooEnv(functools.partial(_Scripted, script))
+    out = env.rollout(steps)
+    return {k: out["next", k][0, :, 0].tolist() for k in ("done", "terminated", "truncated")}
+
+
+def test_truncated_agents_that_stay_listed_truncate_the_episode() -> None:
+    # The regression: a time limit at t = 3 that keeps the agents in `agents` was reported as a
+    # termination, so a trainer would not have bootstrapped.
+    script = {a: (3, "truncated", False) for a in ("a", "b")}
+    flags = _flags(script, 3)
+    assert flags["done"] == [False, False, True]
+    assert flags["truncated"] == [False, False, True]
+    assert flags["terminated"] == [False, False, False]
+    env = PettingZooEnv(functools.partial(_Scripted, script))
+    out = env.rollout(3)
+    assert out["next", "agents", "truncated"][0, -1].all()
+    assert not out["next", "agents", "terminated"].any()
+    check_adapter(env, steps=7)  # the kit agrees: root and groups are consistent
+
+
+@pytest.mark.parametrize("leaves", [True, False])
+def test_terminated_agents_terminate_the_episode(leaves: bool) -> None:
+    flags = _flags({a: (2, "terminated", leaves) for a in ("a", "b")}, 2)
+    assert flags == {
+        "done": [False, True],
+        "terminated": [False, True],
+        "truncated": [False, False],
+    }
+
+
+def test_an_agent_truncated_at_the_end_makes_the_episode_truncated() -> None:
+    # a terminates and leaves at t = 2; b, still present, is truncated at t = 4
+    flags = _flags({"a": (2, "terminated", True), "b": (4, "truncated", True)}, 4)
+    assert flags["done"] == [False, False, False, True]
+    assert flags["truncated"][-1] and not flags["terminated"][-1]
+
+
+def test_an_agent_truncated_earlier_does_not_truncate_the_end() -> None:
+    # a is truncated and leaves at t = 1 (its flag stays set while it is absent); b, the only one
+    # present at the end, terminates at t = 3: the episode terminated.
+    env = PettingZooEnv(
+        functools.partial(_Scripted, {"a": (1, "truncated", True), "b": (3, "terminated", True)})
+    )
+    out = env.rollout(3)
+    assert out["next", "agents", "truncated"][0, -1, 0, 0]  # a's flag, carried
+    assert out["next", "terminated"][0, :, 0].tolist() == [False, False, True]
+    assert not out["next", "truncated"].any()
+
+
+def test_mpe_time_limit_is_a_truncation() -> None:
+    env = marlkit.make("pettingzoo/mpe2.simple_spread_v3", N=2, max_cycles=3, num_envs=2, seed=0)
+    out = env.rollout(3)
+    assert out["next", "truncated"][:, :, 0].tolist() == [[False, False, True]] * 2
+    assert not out["next", "terminated"].any()
+
+
+def test_root_only_flags_are_expanded_to_every_agent() -> None:
+    env = marlkit.make("vmas/navigation", num_envs=3, n_agents=2, max_steps=3, seed=0)
+    out = env.rollout(3)
+    assert out["next", "agents", "truncated"][:, -1].all()
+    assert not out["next", "agents", "truncated"][:, :-1].any()
+    assert out["next", "truncated"][:, -1].all() and not out["next", "terminated"].any()
+    assert torch.equal(
+        out["next", "agents", "done"],
+        out["next", "agents", "terminated"] | out["next", "agents", "truncated"],
+    )
+
+
+@pytest.mark.parametrize("plain_keys", [False, True])
+def test_gymnasium_time_limit_is_a_truncation(plain_keys: bool) -> None:
+    env = marlkit.make("gymnasium/CartPole-v1", max_episode_steps=4, plain_keys=plain_keys)
+    td = env.reset()
+    for t in range(4):
+        td = env.rand_action(td)
+        td["action" if plain_keys else ("agents", "action")] = torch.zeros_like(
+            td["action" if plain_keys else ("agents", "action")]
+        )  # push left four times: the pole does not fall yet
+        td = env.step(td)
+        nxt = td["next"]
+        assert bool(nxt["truncated"]) == (t == 3) == bool(nxt["done"])
+        assert not nxt["terminated"].any()
+        if not plain_keys:
+            assert bool(nxt["agents", "truncated"]) == (t == 3)
+        td = env._step_mdp(td)
+
+
+def _group(**leaves: Unbounded) -> Composite:
+    (spec,) = leaves.values()
+    return Composite(leaves, shape=spec.shape[:2])
+
+
+class _EndsEarly(EnvBase):
+    """Two groups; the simulator ends the episode (root ``done``) at step 2 although only group
+    ``a`` has terminated; or, with ``root_only``, reports nothing but root ``done``."""
+
+    def __init__(self, root_only: bool = False):
+        super().__init__(batch_size=(2,))
+        self.root_only = root_only
+        self.group_map = {"a": ["a_0"], "b": ["b_0", "b_1"]}
+        sizes = {"a": 1, "b": 2}
+        self.observation_spec = Composite(
+            {
+                g: Composite(observation=Unbounded((2, n, 1)), shape=(2, n))
+                for g, n in sizes.items()
+            },
+            shape=(2,),
+        )
+        self.action_spec = Composite(
+            {g: Composite(action=Unbounded((2, n, 1)), shape=(2, n)) for g, n in sizes.items()},
+            shape=(2,),
+        )
+        self.reward_spec = make_reward_spec((2,), sizes)
+        self.done_spec = make_done_spec((2,), sizes)
+        self.t = 0
+
+    def _obs(self) -> TensorDict:
+        return TensorDict(
+            {
+                "a": TensorDict({"observation": torch.full((2, 1, 1), float(self.t))}, (2, 1)),
+                "b": TensorDict({"observation": torch.full((2, 2, 1), float(self.t))}, (2, 2)),
+            },
+            (2,),
+        )
+
+    def _reset(self, tensordict, env_mask):  # type: ignore[no-untyped-def]
+        self.t = 0
+        return self._obs()
+
+    def _step(self, tensordict):  # type: ignore[no-untyped-def]
+        self.t += 1
+        out = self._obs()
+        over = torch.full((2, 1), self.t == 2)
+        out["a", "reward"] = torch.zeros(2, 1, 1)
+        out["b", "reward"] = torch.zeros(2, 2, 1)
+        if self.root_only:
+            out["done"] = over
+        else:
+            out["a", "terminated"] = over.reshape(2, 1, 1)
+            out["b", "terminated"] = torch.zeros(2, 2, 1, dtype=torch.bool)
+            out["done"] = over  # the simulator ends the episode for b too
+        return out
+
+    def _set_seed(self, seed: int) -> None:
+        pass
+
+
+def test_an_episode_ended_by_the_simulator_truncates_the_agents_not_done() -> None:
+    out = _EndsEarly().rollout(2)["next"]
+    assert out["a", "terminated"][:, -1].all() and not out["a", "truncated"].any()
+    assert out["b", "truncated"][:, -1].all() and not out["b", "terminated"].any()
+    assert out["b", "done"][:, -1].all()
+    assert out["done"][:, -1].all() and out["truncated"][:, -1].all()
+    assert not out["terminated"].any()
+
+
+def test_a_root_done_alone_terminates_every_agent() -> None:
+    out = _EndsEarly(root_only=True).rollout(2)["next"]
+    for g in ("a", "b"):
+        assert out[g, "terminated"][:, -1].all() and not out[g, "truncated"].any()
+    assert out["terminated"][:, -1].all() and not out["truncated"].any()
+
+
+def test_a_time_limit_on_a_terminating_step_is_a_truncation() -> None:
+    # Both at once per agent; at the root the episode counts as truncated (done & ~truncated
+    # is the termination), so value targets bootstrap only through the agents' own flags.
+    env = TransformedEnv(_EndsEarly(), StepCounter(max_steps=2))
+    out = env.rollout(2)["next"]
+    assert out["a", "terminated"][:, -1].all() and out["a", "truncated"][:, -1].all()
+    assert out["truncated"][:, -1].all() and not out["terminated"].any()
+
+
+def test_a_step_without_any_done_flag_is_an_error() -> None:
+    class _Silent(_EndsEarly):
+        def _step(self, tensordict):  # type: ignore[no-untyped-def]
+            out = self._obs()
+            out["a", "reward"] = torch.zeros(2, 1, 1)
+            out["b", "reward"] = torch.zeros(2, 2, 1)
+            return out
+
+    env = _Silent()
+    with pytest.raises(KeyError, match="no terminated, truncated or done flag under 'a'"):
+        env.step(env.rand_action(env.reset()))
+
+
+def test_the_kit_reports_root_flags_that_disagree_with_the_agents() -> None:
+    class _Inconsistent(type(marlkit.make("navigation"))):  # type: ignore[misc]
+        def step(self, tensordict):  # type: ignore[no-untyped-def]
+            out = super().step(tensordict)
+            out["next", "done"] = torch.ones_like(out["next", "done"])  # bypasses the rule
+            return out
+
+    env = _Inconsistent(num_envs=2, n_agents=2, seed=0)
+    with pytest.raises(AdapterCheckError, match=r"root 'done' disagrees with the agents' flags"):
+        check_adapter(env, steps=3)
