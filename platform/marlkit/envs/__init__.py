@@ -9,6 +9,7 @@ from marlkit.envs.common import EnvBase, InvalidActionError, MissingActionError
 from marlkit.envs.registry import (
     AdapterUnavailableError,
     UnknownEnvError,
+    accepted_kwargs,
     list_envs,
     make,
     register,
@@ -49,6 +50,7 @@ __all__ = [
     "TransformedEnv",
     "UnknownEnvError",
     "WorkerError",
+    "accepted_kwargs",
     "check_env_specs",
     "done_levels",
     "list_envs",
