@@ -10,6 +10,7 @@ from marlkit.envs import (
     AdapterUnavailableError,
     UnknownEnvError,
     accepted_kwargs,
+    agent_count_kwarg,
     register,
     register_adapter,
     registered_adapters,
@@ -96,15 +97,17 @@ def test_families_say_which_keywords_their_scenarios_take() -> None:
     register_adapter("testfam", _navigation_family, accepted_kwargs=kwargs_of)
     register_adapter("quietfam", _navigation_family)  # says nothing
     assert accepted_kwargs("testfam/small") == ["n_agents", "seed"]
+    assert agent_count_kwarg("testfam/small") == "n_agents"
     assert accepted_kwargs("testfam/other") is None
     assert accepted_kwargs("quietfam/small") is None
+    assert agent_count_kwarg("quietfam/small") == "n_agents"  # cannot tell: marlkit's name
     with pytest.raises(UnknownEnvError, match="Did you mean: testfam/"):
         accepted_kwargs("testfan/small")
     register_adapter(
         "ghostsim2", _navigation_family, requires=("ghostsim_package_that_does_not_exist",)
     )
     with pytest.raises(AdapterUnavailableError, match="pip install"):
-        accepted_kwargs("ghostsim2/small")
+        agent_count_kwarg("ghostsim2/small")
 
 
 def test_a_broken_scenario_lister_does_not_break_list(caplog: pytest.LogCaptureFixture) -> None:

@@ -16,6 +16,7 @@ from marlkit.envs import (
     EnvBase,
     UnknownEnvError,
     accepted_kwargs,
+    agent_count_kwarg,
     list_envs,
     make,
     register,
@@ -110,6 +111,28 @@ def test_factories_are_checked_by_their_signature(point_mass_cls):
     with pytest.raises(TypeError, match="unexpected keyword argument 'bond'"):
         make("test-open", bond=2.0)  # the class's own check, from Python
     assert make("test-explicit", bound=2.0).bound == 2.0
+
+
+def test_agent_count_kwarg_of_registered_envs(point_mass_cls):
+    assert agent_count_kwarg("navigation") == "n_agents"
+    assert agent_count_kwarg("swarm") == "n_agents"
+    expected = (
+        "env 'predator_prey' takes no agent-count argument (n_agents, num_agents, N, "
+        "num_players, n_pistons, n_walkers); its counts are: n_predators, n_prey, n_landmarks"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        agent_count_kwarg("predator_prey")
+    register("test-point-mass", point_mass_cls)  # PointMassEnv counts groups, not agents
+    with pytest.raises(ValueError, match=r"takes no agent-count argument .*; it accepts: num_envs"):
+        agent_count_kwarg("test-point-mass")
+
+    def open_ended(**kwargs):
+        return point_mass_cls(**kwargs)
+
+    register("test-open", open_ended)
+    assert agent_count_kwarg("test-open") == "n_agents"  # cannot tell: marlkit's own name
+    with pytest.raises(UnknownEnvError, match="Did you mean: navigation"):
+        agent_count_kwarg("navigaton")
 
 
 def test_unknown_name_suggests_close_matches():

@@ -12,13 +12,15 @@ that fixes it; registering one never imports its simulator.
 Keyword arguments an env does not take are refused with a ``TypeError`` that names the env,
 suggests the closest accepted names and lists them all: ``make`` reads a registered factory's
 signature (a factory taking ``**kwargs`` checks its own), and each adapter family checks the
-options of its scenarios. :func:`accepted_kwargs` tells which keywords an env takes.
+options of its scenarios. :func:`accepted_kwargs` tells which keywords an env takes, and
+:func:`agent_count_kwarg` which of them sets its number of agents (``marlkit run --agents``).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,11 +29,13 @@ from marlkit._utils import check_kwargs, did_you_mean, get_logger, has_module, k
 from marlkit.envs.common import EnvBase
 
 __all__ = [
+    "AGENT_COUNT_KWARGS",
     "AdapterEntry",
     "AdapterUnavailableError",
     "EnvEntry",
     "UnknownEnvError",
     "accepted_kwargs",
+    "agent_count_kwarg",
     "list_envs",
     "make",
     "register",
@@ -45,6 +49,15 @@ ENTRY_POINT_GROUPS = ("marlkit.adapters", "marlkit.envs")
 _BUILTIN_MODULES = ("marlkit.scenarios", "marlkit.adapters")
 
 _log = get_logger("registry")
+
+#: Keyword arguments that set an env's number of agents, in the order they are looked for: marlkit's
+#: and VMAS's ``n_agents``, ``num_agents``, MPE's ``N`` (simple_spread; simple_adversary's ``N``
+#: counts the good agents, its adversary comes on top), PettingZoo's ``num_players`` (card games),
+#: ``n_pistons`` (pistonball) and ``n_walkers`` (multiwalker).
+AGENT_COUNT_KWARGS = ("n_agents", "num_agents", "N", "num_players", "n_pistons", "n_walkers")
+_COUNT_LIKE = re.compile(r"^(n|num)_\w+$")
+#: Counts that are marlkit's options, not the env's agents.
+_NOT_AGENT_COUNTS = ("num_envs", "num_threads")
 
 
 @dataclass(frozen=True)
@@ -302,3 +315,29 @@ def accepted_kwargs(name: str) -> list[str] | None:
         names = adapter.accepted_kwargs(scenario)
         return None if names is None else list(dict.fromkeys(names))
     return keyword_names(_entry_for(name).factory)
+
+
+def agent_count_kwarg(name: str) -> str:
+    """The keyword argument that sets the number of agents of env ``name``: the first of
+    :data:`AGENT_COUNT_KWARGS` it takes, or ``"n_agents"`` when its keywords cannot be told
+    (the env then refuses it if it does not take it).
+
+    Raises:
+        ValueError: the env takes none of them (the message names the counts it does take, e.g.
+            predator_prey's ``n_predators``, ``n_prey`` and ``n_landmarks``).
+        UnknownEnvError, AdapterUnavailableError: as :func:`make`.
+    """
+    accepted = accepted_kwargs(name)
+    if accepted is None:
+        return AGENT_COUNT_KWARGS[0]
+    for key in AGENT_COUNT_KWARGS:
+        if key in accepted:
+            return key
+    counts = [k for k in accepted if _COUNT_LIKE.match(k) and k not in _NOT_AGENT_COUNTS]
+    if counts:
+        what = f"its counts are: {', '.join(counts)}"
+    else:
+        what = f"it accepts: {', '.join(accepted) or 'no keyword arguments'}"
+    raise ValueError(
+        f"env {name!r} takes no agent-count argument ({', '.join(AGENT_COUNT_KWARGS)}); {what}"
+    )
