@@ -58,4 +58,5 @@ for _name, _description, _requires, _extra in _BUILTIN:
         requires=_requires,
         extra=_extra,
         scenarios=_lazy(_name, "list_scenarios"),
+        accepted_kwargs=_lazy(_name, "accepted_kwargs"),
     )

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from marlkit._utils import check_int
 from marlkit.adapters._dict_env import (
     DictEnv,
     IllegalActions,
@@ -50,8 +51,7 @@ __all__ = [
 
 
 def _instances(simulator: Any, num_envs: int) -> list[Any]:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    check_int("num_envs", num_envs, low=1)
     if not isinstance(simulator, type) and callable(getattr(simulator, "step", None)):
         if num_envs != 1:
             raise ValueError(
@@ -182,8 +182,7 @@ class BatchedEnv(EnvBase):
         device: str | torch.device = "cpu",
         validate_actions: bool = True,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        check_int("num_envs", num_envs, low=1)
         if array_type not in ("numpy", "torch"):
             raise ValueError(f"array_type must be 'numpy' or 'torch', got {array_type!r}")
         super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)

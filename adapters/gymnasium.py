@@ -35,7 +35,7 @@ ones such as CartPole's own, wrapped ones) are refused.
 
 from __future__ import annotations
 
-import difflib
+import importlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -44,7 +44,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import has_module, import_optional
+from marlkit._utils import (
+    check_int,
+    check_kwargs,
+    did_you_mean,
+    has_module,
+    import_optional,
+    keyword_names,
+)
 from marlkit.adapters._spaces import spec_from_space, to_space, to_tensor
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
@@ -62,7 +69,7 @@ from marlkit.data.specs import Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
 from marlkit.envs.registry import UnknownEnvError
 
-__all__ = ["AGENT_NAME", "GymnasiumEnv", "list_scenarios", "make_env"]
+__all__ = ["AGENT_NAME", "GymnasiumEnv", "accepted_kwargs", "list_scenarios", "make_env"]
 
 #: The name of the one agent in the group.
 AGENT_NAME = "agent_0"
@@ -417,11 +424,57 @@ def _prepare_headless_rendering() -> None:
 def _check_id(gym: Any, scenario: str) -> None:
     if ":" in scenario or scenario in gym.registry:  # "module:Env-v0" imports its module first
         return
-    close = difflib.get_close_matches(scenario, list(gym.registry), n=5, cutoff=0.5)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    hint = did_you_mean(scenario, gym.registry, n=5, cutoff=0.5)
     raise UnknownEnvError(
         f"gymnasium has no env {scenario!r}.{hint} `marlkit list --all` shows the ids"
     )
+
+
+#: ``gymnasium.make_vec`` arguments that :func:`make_env` sets itself.
+_MAKE_VEC_OWN = ("id", "num_envs", "vectorization_mode", "vector_kwargs")
+
+
+def _gym_options(gym: Any, vector: bool) -> list[str]:
+    """``gymnasium.make``'s own keywords (``max_episode_steps``, ``disable_env_checker``), and
+    ``gymnasium.make_vec``'s (``wrappers``) for a vector env."""
+    names = keyword_names(gym.make, skip=("id",), partial=True) or []
+    if vector:
+        names += keyword_names(gym.make_vec, skip=_MAKE_VEC_OWN, partial=True) or []
+    return names
+
+
+def _constructor_kwargs(gym: Any, scenario: str) -> list[str] | None:
+    """The keywords the env's constructor (its registered entry point) takes, or ``None`` when
+    that cannot be told: it takes ``**kwargs``, or the entry point does not load (then
+    ``gymnasium.make`` says why)."""
+    module, _, env_id = scenario.rpartition(":")
+    try:
+        if module:  # "module:Env-v0": the module registers the id
+            importlib.import_module(module)
+        entry = gym.spec(env_id).entry_point
+        creator = entry if callable(entry) else gym.envs.registration.load_env_creator(entry)
+    except Exception:  # best effort: gymnasium.make raises the real error
+        return None
+    return keyword_names(creator)
+
+
+def _options() -> list[str]:
+    """The keywords :func:`make_env` takes itself."""
+    return keyword_names(make_env, skip=("scenario",), partial=True) or []
+
+
+def accepted_kwargs(scenario: str) -> list[str] | None:
+    """The keywords ``marlkit.make(f"gymnasium/{scenario}")`` takes: the env constructor's,
+    ``gymnasium.make``'s own options and :func:`make_env`'s; ``None`` when the constructor's
+    cannot be told (it takes ``**kwargs``, as MuJoCo's envs do).
+
+    Raises:
+        UnknownEnvError: no such Gymnasium id.
+    """
+    gym = _gym()
+    _check_id(gym, scenario)
+    names = _constructor_kwargs(gym, scenario)
+    return None if names is None else [*names, *_gym_options(gym, True), *_options()]
 
 
 def make_env(
@@ -455,11 +508,19 @@ def make_env(
     Raises:
         UnknownEnvError: no such Gymnasium id (the message lists close matches).
         ValueError: a bad ``num_envs`` or ``vectorization``.
+        TypeError: a keyword that neither the env's constructor nor ``gymnasium.make`` nor this
+            function takes (checked where the constructor's signature can be read; the message
+            suggests the closest ones and lists them all).
     """
     gym = _gym()
     if not isinstance(scenario, str) or not scenario:
         raise ValueError(f"a gymnasium env id must be a non-empty str, got {scenario!r}")
     _check_id(gym, scenario)
+    check_int("num_envs", num_envs, low=1, allow_none=True)
+    names = _constructor_kwargs(gym, scenario)
+    if names is not None:  # None: the constructor checks them itself
+        accepted = [*names, *_gym_options(gym, num_envs is not None), *_options()]
+        check_kwargs(f"env 'gymnasium/{scenario}'", gym_kwargs, accepted)
     if render_mode is not None:  # passed only when given: some envs take no render_mode
         gym_kwargs["render_mode"] = render_mode
         if render_mode == "rgb_array":
@@ -467,8 +528,6 @@ def make_env(
     if num_envs is None:
         env = gym.make(scenario, **gym_kwargs)
     else:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be None or an int >= 1, got {num_envs!r}")
         mode = "sync" if vectorization is None else vectorization
         if mode not in ("sync", "async"):
             raise ValueError(f"vectorization must be 'sync', 'async' or None, got {mode!r}")

@@ -32,7 +32,6 @@ without a GPU); ``make system-deps`` installs them.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
 import math
 import os
@@ -46,7 +45,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import get_logger, import_optional
+from marlkit._utils import (
+    check_int,
+    check_kwargs,
+    did_you_mean,
+    get_logger,
+    import_optional,
+    keyword_names,
+)
 from marlkit.adapters._mujoco_partitions import PARTITIONS, Layout, Partition, build_layout
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
@@ -55,7 +61,7 @@ from marlkit.data.specs import Bounded, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
 from marlkit.envs.registry import UnknownEnvError
 
-__all__ = ["PARTITIONS", "MultiAgentMujocoEnv", "list_scenarios", "make_env"]
+__all__ = ["PARTITIONS", "MultiAgentMujocoEnv", "accepted_kwargs", "list_scenarios", "make_env"]
 
 _log = get_logger("adapters.mujoco")
 
@@ -90,14 +96,6 @@ def _load_model(mujoco: ModuleType, path: Path) -> Any:
 # ---------------------------------------------------------------------------- option checks
 def _is_int(value: object) -> TypeGuard[int | np.integer]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _int(name: str, value: object, low: int) -> int:
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int >= {low}, got {type(value).__name__}: {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
 
 
 def _real(name: str, value: object, *, nonnegative: bool = False) -> float:
@@ -142,7 +140,7 @@ def _robot_options(partition: Partition, given: dict[str, Any]) -> dict[str, Any
                 f"{why} in {robot.gymnasium_id}"
             )
         out[name] = value
-    out["frame_skip"] = _int("frame_skip", out["frame_skip"], 1)
+    out["frame_skip"] = check_int("frame_skip", out["frame_skip"], low=1)
     weights = ("forward_reward_weight", "ctrl_cost_weight", "contact_cost_weight", "healthy_reward")
     for name in weights:
         if name in out:
@@ -402,15 +400,14 @@ class MultiAgentMujocoEnv(EnvBase):
         validate_actions: bool = True,
     ):
         if scenario not in PARTITIONS:
-            close = difflib.get_close_matches(str(scenario), list(PARTITIONS), n=3, cutoff=0.4)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            hint = did_you_mean(scenario, PARTITIONS, n=3, cutoff=0.4)
             raise UnknownEnvError(
                 f"no MuJoCo partition named {scenario!r}.{hint} Known: {', '.join(PARTITIONS)}"
             )
-        num_envs = _int("num_envs", num_envs, 1)
-        self.agent_obsk = _int("agent_obsk", agent_obsk, 0)
+        num_envs = check_int("num_envs", num_envs, low=1)
+        self.agent_obsk = check_int("agent_obsk", agent_obsk, low=0)
         threads = _default_threads(num_envs) if num_threads is None else num_threads
-        self.num_threads = _int("num_threads", threads, 1)
+        self.num_threads = check_int("num_threads", threads, low=1)
         self.render_size = _render_size(render_size)
         if not isinstance(render_effects, bool):
             raise TypeError(f"render_effects must be a bool, got {render_effects!r}")
@@ -654,18 +651,18 @@ def list_scenarios() -> list[str]:
     return sorted(PARTITIONS)
 
 
+def accepted_kwargs(scenario: str) -> list[str]:
+    """The keywords ``marlkit.make(f"mujoco/{scenario}")`` takes: those of
+    :class:`MultiAgentMujocoEnv` (the same for every partition; the agents are the partition's)."""
+    return keyword_names(MultiAgentMujocoEnv, skip=("scenario",)) or []
+
+
 def make_env(scenario: str, **kwargs: Any) -> MultiAgentMujocoEnv:
     """``marlkit.make("mujoco/<scenario>", **kwargs)``: see :class:`MultiAgentMujocoEnv`.
 
     Raises:
-        TypeError: an option :class:`MultiAgentMujocoEnv` does not take (the message lists them).
+        TypeError: an option :class:`MultiAgentMujocoEnv` does not take (the message suggests
+            the closest ones and lists them all).
     """
-    import inspect
-
-    accepted = [p for p in inspect.signature(MultiAgentMujocoEnv).parameters if p != "scenario"]
-    unknown = sorted(set(kwargs) - set(accepted))
-    if unknown:
-        raise TypeError(
-            f"mujoco/{scenario} got unknown option(s) {unknown}; it takes {', '.join(accepted)}"
-        )
+    check_kwargs(f"env 'mujoco/{scenario}'", kwargs, accepted_kwargs(scenario))
     return MultiAgentMujocoEnv(scenario, **kwargs)

@@ -3,9 +3,10 @@
 ``marlkit.make("pettingzoo/mpe2.simple_spread_v3", N=3, num_envs=4, seed=0)`` imports the module
 ``mpe2.simple_spread_v3`` and builds ``num_envs`` instances of its ``parallel_env`` (or of its
 ``env``, the AEC one, when it has no parallel version, or with ``api="aec"``); every other
-keyword goes to the PettingZoo constructor. :class:`PettingZooEnv` wraps an env object or a
-factory directly. The batch ``[num_envs]`` is stepped in a Python loop (PettingZoo offers nothing
-batched); wrap it in :class:`~marlkit.envs.ParallelEnv` to spread it over processes.
+keyword goes to the PettingZoo constructor, and one the constructor does not take is refused
+with the closest names it does take (``n=3`` -> ``N``). :class:`PettingZooEnv` wraps an env
+object or a factory directly. The batch ``[num_envs]`` is stepped in a Python loop (PettingZoo
+offers nothing batched); wrap it in :class:`~marlkit.envs.ParallelEnv` to spread it over processes.
 
 Keys (see :mod:`marlkit.adapters._dict_env` for the whole layout):
 
@@ -33,7 +34,6 @@ not acting allows every action (its action is ignored), so that any policy outpu
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import os
@@ -44,7 +44,14 @@ from typing import Any, Literal
 
 import torch
 
-from marlkit._utils import has_module, import_optional
+from marlkit._utils import (
+    check_int,
+    check_kwargs,
+    did_you_mean,
+    has_module,
+    import_optional,
+    keyword_names,
+)
 from marlkit.adapters._dict_env import (
     ACTING,
     DictEnv,
@@ -54,7 +61,14 @@ from marlkit.adapters._dict_env import (
 )
 from marlkit.data.group_map import GroupMapLike
 
-__all__ = ["ACTING", "PettingZooEnv", "SimulatorOutputError", "list_scenarios", "make_env"]
+__all__ = [
+    "ACTING",
+    "PettingZooEnv",
+    "SimulatorOutputError",
+    "accepted_kwargs",
+    "list_scenarios",
+    "make_env",
+]
 
 Api = Literal["auto", "parallel", "aec"]
 
@@ -123,8 +137,7 @@ def _import_scenario(name: str) -> ModuleType:
                 f"PettingZoo scenario {name!r} needs the module {missing!r}, which is not "
                 f"installed ({err})"
             ) from err
-        close = difflib.get_close_matches(name, list(_SCENARIOS), n=3, cutoff=0.6)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, _SCENARIOS, n=3, cutoff=0.6)
         raise KeyError(
             f"no PettingZoo env module {name!r}.{hint} Known here: {', '.join(list_scenarios())}"
         ) from None
@@ -198,8 +211,7 @@ class PettingZooEnv(DictEnv):
         device: str | torch.device = "cpu",
         validate_actions: bool = True,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        check_int("num_envs", num_envs, low=1)
         if api not in ("auto", "parallel", "aec"):
             raise ValueError(f"api must be 'auto', 'parallel' or 'aec', got {api!r}")
         if _is_instance(env):
@@ -278,6 +290,48 @@ class PettingZooEnv(DictEnv):
         )
 
 
+def _constructor(module: ModuleType, api: Api) -> tuple[str, Callable[..., Any]]:
+    """``(attribute, constructor)`` of an env module: ``parallel_env`` for ``api`` ``"auto"`` or
+    ``"parallel"`` when the module has one, else ``env`` (AEC)."""
+    has_parallel = callable(getattr(module, "parallel_env", None))
+    if api == "parallel" and not has_parallel:
+        raise ValueError(f"{module.__name__} has no parallel_env (it is AEC only); use api='aec'")
+    attr = "parallel_env" if api in ("auto", "parallel") and has_parallel else "env"
+    build = getattr(module, attr, None)
+    if not callable(build):
+        raise KeyError(f"{module.__name__} is not a PettingZoo env module (no env/parallel_env)")
+    return attr, build
+
+
+def _constructor_kwargs(module: ModuleType, build: Callable[..., Any]) -> list[str] | None:
+    """The keywords the constructor takes, or ``None`` when they cannot be told. PettingZoo's
+    ``env`` and ``parallel_env`` take ``**kwargs`` and hand them to the module's ``raw_env``
+    (the convention of its env modules), whose signature is then the one that counts."""
+    names = keyword_names(build)
+    if names is not None:
+        return names
+    raw_env = getattr(module, "raw_env", None)
+    return keyword_names(raw_env) if callable(raw_env) else None
+
+
+def _options() -> list[str]:
+    """The keywords :func:`make_env` takes itself (every other one goes to the constructor)."""
+    return keyword_names(make_env, skip=("scenario",), partial=True) or []
+
+
+def accepted_kwargs(scenario: str) -> list[str] | None:
+    """The keywords ``marlkit.make(f"pettingzoo/{scenario}")`` takes: the PettingZoo
+    constructor's, then :func:`make_env`'s own; ``None`` when the constructor's cannot be told
+    (it takes ``**kwargs`` and its module has no ``raw_env`` that says more).
+
+    Raises:
+        KeyError: no such module.
+    """
+    module = _import_scenario(scenario)
+    names = _constructor_kwargs(module, _constructor(module, "auto")[1])
+    return None if names is None else [*names, *_options()]
+
+
 def make_env(
     scenario: str,
     *,
@@ -304,18 +358,16 @@ def make_env(
     Raises:
         KeyError: no such module (the message lists the known scenarios).
         ValueError: ``api="parallel"`` for an env that only has an AEC version.
+        TypeError: a keyword that neither this function nor the constructor takes (the message
+            suggests the closest ones and lists them all).
     """
     if api not in ("auto", "parallel", "aec"):
         raise ValueError(f"api must be 'auto', 'parallel' or 'aec', got {api!r}")
     module = _import_scenario(scenario)
-    has_parallel = callable(getattr(module, "parallel_env", None))
-    if api == "parallel" and not has_parallel:
-        raise ValueError(f"{module.__name__} has no parallel_env (it is AEC only); use api='aec'")
-    kind = "parallel" if api in ("auto", "parallel") and has_parallel else "aec"
-    attr = "parallel_env" if kind == "parallel" else "env"
-    build = getattr(module, attr, None)
-    if not callable(build):
-        raise KeyError(f"{module.__name__} is not a PettingZoo env module (no env/parallel_env)")
+    attr, build = _constructor(module, api)
+    names = _constructor_kwargs(module, build)
+    if names is not None:  # None: the constructor checks them itself (see _construct)
+        check_kwargs(f"env 'pettingzoo/{scenario}'", env_kwargs, [*names, *_options()])
     if render_mode is not None:
         if render_mode != "rgb_array":
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -325,7 +377,7 @@ def make_env(
     return PettingZooEnv(
         factory,
         num_envs=num_envs,
-        api=kind,
+        api="parallel" if attr == "parallel_env" else "aec",
         group_map=group_map,
         illegal_actions=illegal_actions,
         seed=seed,

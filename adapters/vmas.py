@@ -39,7 +39,6 @@ process share that stream. On CUDA, VMAS draws from torch's global CUDA generato
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import pathlib
 import re
@@ -52,7 +51,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import get_logger, import_optional
+from marlkit._utils import (
+    check_int,
+    did_you_mean,
+    get_logger,
+    import_optional,
+    keyword_names,
+    unexpected_kwargs_message,
+)
 from marlkit.adapters._spaces import spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
@@ -61,7 +67,7 @@ from marlkit.data.specs import Unbounded
 from marlkit.envs import EnvBase, UnknownEnvError, make_done_spec, make_reward_spec
 from marlkit.native.render import LANDMARK_COLOR, Circles, render_frame
 
-__all__ = ["INFO", "VmasEnv", "list_scenarios", "make_env"]
+__all__ = ["INFO", "VmasEnv", "accepted_kwargs", "list_scenarios", "make_env"]
 
 #: Sub-key of each group holding the scenario's per-agent info entries.
 INFO = "info"
@@ -79,18 +85,6 @@ _REFUSED_OPTIONS = {
     "wrapper_kwargs": "the adapter is the wrapper",
     "grad_enabled": "differentiable stepping is not supported by the adapter",
 }
-_OPTIONS = (
-    "num_envs",
-    "device",
-    "continuous_actions",
-    "seed",
-    "group_map",
-    "max_steps",
-    "multidiscrete_actions",
-    "dict_spaces",
-    "validate_actions",
-    "render_backend",
-)
 _UNUSED_KWARGS = r"Scenario kwargs: .* passed but not used"
 _KWARG_NAME = re.compile(r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']")
 
@@ -117,8 +111,7 @@ def _load_scenario(name: str) -> Any:
     """A fresh instance of the VMAS scenario called ``name``."""
     known = list_scenarios()
     if name not in known:
-        close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, known, n=5, cutoff=0.5)
         raise UnknownEnvError(
             f"VMAS has no scenario {name!r}.{hint} Scenarios: {', '.join(known)}."
         )
@@ -149,19 +142,33 @@ def _scenario_kwarg_names(scenario: Any) -> list[str]:
     return sorted(set(_KWARG_NAME.findall(source)))
 
 
+def _options() -> list[str]:
+    """The keywords :class:`VmasEnv` takes itself (every other one goes to the scenario)."""
+    return keyword_names(VmasEnv, skip=("scenario",), partial=True) or []
+
+
+def accepted_kwargs(scenario: str) -> list[str]:
+    """The keywords ``marlkit.make(f"vmas/{scenario}")`` takes: :class:`VmasEnv`'s options, then
+    those the scenario's source reads (best effort: VMAS itself reports any it did not use).
+
+    Raises:
+        UnknownEnvError: no VMAS scenario has that name.
+    """
+    return [*_options(), *_scenario_kwarg_names(_load_scenario(scenario))]
+
+
 def _unused_kwargs_error(name: str, scenario: Any, kwargs: Mapping[str, Any], err: Warning) -> str:
-    accepted = _scenario_kwarg_names(scenario)
-    unknown = [k for k in kwargs if k not in accepted] if accepted else sorted(kwargs)
-    hints = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, [*accepted, *_OPTIONS], n=2, cutoff=0.6)
-        if close:
-            hints.append(f"{key!r} -> {' or '.join(map(repr, close))}?")
-    return (
-        f"vmas/{name}: unknown keyword argument(s) {unknown}, used neither by VmasEnv nor by the "
-        f"scenario.{' Did you mean: ' + ', '.join(hints) if hints else ''} The scenario reads: "
-        f"{accepted or 'nothing that could be listed'}; VmasEnv takes: {list(_OPTIONS)}. "
-        f"(VMAS said: {err})"
+    reads, options = _scenario_kwarg_names(scenario), _options()
+    unknown = [k for k in kwargs if k not in reads] if reads else sorted(kwargs)
+    return unexpected_kwargs_message(
+        f"env 'vmas/{name}'",
+        unknown,
+        [*reads, *options],
+        accepts=(
+            f"used neither by VmasEnv nor by the scenario, which reads: "
+            f"{', '.join(reads) or 'nothing that could be listed'}; VmasEnv takes: "
+            f"{', '.join(options)} (VMAS said: {err})"
+        ),
     )
 
 
@@ -296,12 +303,8 @@ class VmasEnv(EnvBase):
         render_backend: Any,
         scenario_kwargs: Mapping[str, Any],
     ) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        if max_steps is not None and (
-            isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
-        ):
-            raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
+        check_int("num_envs", num_envs, low=1)
+        check_int("max_steps", max_steps, low=1, allow_none=True)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         if render_backend not in ("auto", "vmas", "native"):

@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._utils import check_int
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
@@ -24,7 +25,6 @@ __all__ = [
     "DISCRETE_DIRECTIONS",
     "Backend",
     "HomogeneousScenario",
-    "check_count",
     "resolve_backend",
 ]
 
@@ -48,13 +48,6 @@ def resolve_backend(backend: Backend, device: torch.device) -> Literal["native",
     if device.type == "cpu" and native_or_fallback("the native scenarios"):
         return "native"
     return "torch"
-
-
-def check_count(name: str, value: object, low: int) -> int:
-    """``value`` as an int ``>= low``, or a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 class HomogeneousScenario(EnvBase):
@@ -84,9 +77,9 @@ class HomogeneousScenario(EnvBase):
         validate_actions: bool,
         render_size: int,
     ):
-        check_count("num_envs", num_envs, 1)
-        check_count("n_agents", n_agents, 1)
-        check_count("k_nearest", k_nearest, 0)
+        num_envs = check_int("num_envs", num_envs, low=1)
+        n_agents = check_int("n_agents", n_agents, low=1)
+        k_nearest = check_int("k_nearest", k_nearest, low=0)
         super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
         self.num_envs, self.n_agents = num_envs, n_agents
         self.k = min(k_nearest, n_agents - 1)

@@ -58,6 +58,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._utils import check_int
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, agent_type, make_group_map
@@ -101,12 +102,6 @@ PREDATOR_COLOR = GROUP_COLORS[3]
 PREY_COLOR = GROUP_COLORS[2]
 
 _PREDATOR, _PREY = "predator", "prey"
-
-
-def _count(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 def _number(name: str, value: object, *, low: float = 0.0, strict: bool = True) -> float:
@@ -247,14 +242,13 @@ class PredatorPreyEnv(EnvBase):
         validate_actions: bool = True,
         render_size: int = 256,
     ):
-        _count("num_envs", num_envs, 1)
-        self.n_predators = _count("n_predators", n_predators, 1)
-        self.n_prey = _count("n_prey", n_prey, 1)
-        self.n_landmarks = _count("n_landmarks", n_landmarks, 0)
-        _count("k_nearest_prey", k_nearest_prey, 0)
-        _count("k_nearest_predators", k_nearest_predators, 0)
-        if max_steps is not None:
-            _count("max_steps", max_steps, 1)
+        num_envs = check_int("num_envs", num_envs, low=1)
+        self.n_predators = check_int("n_predators", n_predators, low=1)
+        self.n_prey = check_int("n_prey", n_prey, low=1)
+        self.n_landmarks = check_int("n_landmarks", n_landmarks, low=0)
+        k_nearest_prey = check_int("k_nearest_prey", k_nearest_prey, low=0)
+        k_nearest_predators = check_int("k_nearest_predators", k_nearest_predators, low=0)
+        max_steps = check_int("max_steps", max_steps, low=1, allow_none=True)
         super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
         self.num_envs = num_envs
         if not isinstance(continuous_actions, bool):
@@ -291,7 +285,7 @@ class PredatorPreyEnv(EnvBase):
             )
         }
         self.backend = resolve_backend(backend, self.device)
-        self.render_size = _count("render_size", render_size, 1)
+        self.render_size = check_int("render_size", render_size, low=1)
         self._build_groups(group_map)
         self._build_specs()
 
@@ -346,7 +340,7 @@ class PredatorPreyEnv(EnvBase):
             "mass": _number("mass", mass),
             "drag": drag_value,
             "dt": _number("dt", dt),
-            "substeps": _count("substeps", substeps, 1),
+            "substeps": check_int("substeps", substeps, low=1),
             "stiffness": _number("contact_stiffness", contact_stiffness, strict=False),
             "half_extent": self.half_extent,
         }

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._utils import check_int
 from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, render_frame
@@ -131,10 +132,7 @@ class SwarmEnv(HomogeneousScenario):
         validate_actions: bool = True,
         render_size: int = 256,
     ):
-        if max_steps is not None and (
-            isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
-        ):
-            raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
+        check_int("max_steps", max_steps, low=1, allow_none=True)
         super().__init__(
             num_envs=num_envs,
             n_agents=n_agents,

@@ -103,3 +103,64 @@ def test_runs_in_the_same_second_get_their_own_folders(tmp_path: pathlib.Path) -
     folders = [_new_run_dir(tmp_path / "runs") for _ in range(3)]
     assert len(set(folders)) == 3 and all(f.is_dir() and not any(f.iterdir()) for f in folders)
     assert all(re.fullmatch(r"\d{8}-\d{6}(-[23])?", f.name) for f in folders)
+
+
+def test_agents_is_the_envs_own_agent_count(tmp_path: pathlib.Path) -> None:
+    # MPE's simple_spread counts its agents with N: --agents sets N.
+    flags = ["--agents", "4", "--envs", "2", "--steps", "3", "--no-progress", "--out"]
+    out = marlkit_cmd("run", "pettingzoo/mpe2.simple_spread_v3", *flags, str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["agents"] == {"agents": 4} and summary["env_kwargs"]["N"] == 4
+
+
+def test_agents_without_an_agent_count_is_a_clean_error() -> None:
+    out = marlkit_cmd("run", "pettingzoo/mpe2.simple_tag_v3", "--agents", "3", "--steps", "1")
+    assert out.returncode == 2
+    assert out.stderr.startswith(
+        "marlkit: error: --agents: env 'pettingzoo/mpe2.simple_tag_v3' takes no agent-count "
+        "argument (n_agents, num_agents, N, num_players, n_pistons, n_walkers); its counts are: "
+        "num_good, num_adversaries, num_obstacles"
+    )
+    assert "--env-arg KEY=VALUE sets any of them" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "counted"),
+    [("vmas/navigation", {"agents": 3}), ("predator_prey", None), ("swarm", {"agents": 3})],
+)
+def test_agents_across_families(
+    env: str, counted: dict[str, int] | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", env, "--agents", "3", "--envs", "2", "--steps", "2", "--no-progress"])
+    captured = capsys.readouterr()
+    if counted is None:
+        assert code == 2
+        assert "its counts are: n_predators, n_prey, n_landmarks" in captured.err
+    else:
+        assert code == 0, captured.err
+        assert f"agents {counted}" in captured.out
+
+
+def test_agents_of_single_agent_and_fixed_envs(capsys: pytest.CaptureFixture[str]) -> None:
+    for env in ("gymnasium/CartPole-v1", "mujoco/ant_2x4"):
+        assert main(["run", env, "--agents", "2", "--steps", "1", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"--agents: env '{env}' takes no agent-count argument" in err, err
+        assert "it accepts: " in err
+
+
+def test_agents_and_env_arg_may_not_both_set_the_count(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "pettingzoo/mpe2.simple_spread_v3", "--agents", "2", "--env-arg", "N=3"]
+    assert main([*args, "--steps", "1"]) == 2
+    assert "--env-arg repeats ['N'], already set by their own flags" in capsys.readouterr().err
+
+
+def test_unknown_env_arg_is_refused_with_close_matches() -> None:
+    out = marlkit_cmd("run", "navigation", "--env-arg", "n_agent=3", "--steps", "1")
+    assert out.returncode == 2
+    assert (
+        "marlkit: error: env 'navigation' got an unexpected keyword argument 'n_agent' "
+        "(did you mean 'n_agents'?); it accepts: num_envs, n_agents," in out.stderr
+    )

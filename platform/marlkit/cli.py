@@ -24,7 +24,12 @@ from marlkit.bench._cli import add_bench_parser  # --- section: bench
 from marlkit.data.keys import DONE, EPISODE_REWARD, NEXT
 from marlkit.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
 from marlkit.envs.registry import UnknownEnvError, registered, registered_adapters
-from marlkit.record._cli import add_record_parser, demo_video, parse_env_args
+from marlkit.record._cli import (
+    add_record_parser,
+    check_positive_flags,
+    demo_video,
+    flag_env_kwargs,
+)
 
 __all__ = ["RunSummary", "main", "run_random"]
 
@@ -148,19 +153,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"num_envs": args.envs}
-    if args.agents is not None:  # not every env takes n_agents (gymnasium/..., mujoco/...)
-        kwargs["n_agents"] = args.agents
+    flags: dict[str, Any] = {"num_envs": args.envs}
     if args.discrete:
-        kwargs["continuous_actions"] = False
+        flags["continuous_actions"] = False
     if args.device:
-        kwargs["device"] = args.device
-    extra = parse_env_args(args.env_arg)
-    clash = sorted(set(extra) & set(kwargs))
-    if clash:
-        raise ValueError(f"--env-arg repeats {clash}, already set by their own flags")
-    kwargs.update(extra)
-    return kwargs
+        flags["device"] = args.device
+    return flag_env_kwargs(args.env, flags, args.agents, args.env_arg)
 
 
 def _write_summary(summary: RunSummary, out: pathlib.Path) -> pathlib.Path:
@@ -241,7 +239,11 @@ def _parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="step a random policy and report throughput and rewards")
     p_run.add_argument("env", help="registered env name (see `marlkit list`)")
     p_run.add_argument(
-        "--agents", type=int, default=None, help="agents per env (n_agents; the env's default)"
+        "--agents",
+        type=int,
+        default=None,
+        help="agents per env, as the env's own agent-count argument (n_agents for native "
+        "scenarios and VMAS, N for MPE's simple_spread, ...; default the env's)",
     )
     p_run.add_argument("--envs", type=int, default=32, help="envs in the batch (default 32)")
     p_run.add_argument("--steps", type=int, default=200, help="steps to run (default 200)")
@@ -272,19 +274,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(args: argparse.Namespace, names: Sequence[str]) -> None:
-    for name in names:
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``marlkit`` command; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        _positive(args, ("agents", "envs", "steps", "max_episode_steps"))
+        check_positive_flags(args, ("agents", "envs", "steps", "max_episode_steps"))
         return int(args.func(args))
     except UnknownEnvError as err:
         print(f"marlkit: error: {err}", file=sys.stderr)

@@ -12,7 +12,13 @@ import torch
 import marlkit
 from marlkit.data import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from marlkit.data.keys import NEXT
-from marlkit.envs import InvalidActionError, MissingActionError, StepCounter, TransformedEnv
+from marlkit.envs import (
+    InvalidActionError,
+    MissingActionError,
+    StepCounter,
+    TransformedEnv,
+    accepted_kwargs,
+)
 from marlkit.envs.registry import UnknownEnvError
 from marlkit.testing import check_adapter
 
@@ -400,8 +406,10 @@ def test_protocol_errors(closing: Any) -> None:
 def test_bad_arguments(closing: Any) -> None:
     with pytest.raises(UnknownEnvError, match="Did you mean: CartPole-v1"):
         marlkit.make("gymnasium/CartPol-v1")
-    with pytest.raises(ValueError, match="num_envs must be None or an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="num_envs must be an int >= 1 or None, got 0"):
         marlkit.make("gymnasium/CartPole-v1", num_envs=0)
+    with pytest.raises(TypeError, match=r"num_envs must be an int >= 1 or None, got float: 2\.0"):
+        marlkit.make("gymnasium/CartPole-v1", num_envs=2.0)
     with pytest.raises(ValueError, match="vectorization must be 'sync', 'async' or None"):
         marlkit.make("gymnasium/CartPole-v1", num_envs=2, vectorization="ray")
     with pytest.raises(ValueError, match="'next' cannot name a group"):
@@ -410,6 +418,43 @@ def test_bad_arguments(closing: Any) -> None:
         GymnasiumEnv(object())
     with pytest.raises(TypeError, match="unexpected keyword argument 'n_agents'"):
         marlkit.make("gymnasium/CartPole-v1", n_agents=4)
+
+
+@pytest.mark.parametrize("num_envs", [None, 2])
+def test_unknown_env_arguments_are_refused_with_close_matches(
+    closing: Any, num_envs: int | None
+) -> None:
+    # Checked against CartPoleEnv's signature before gymnasium builds anything.
+    expected = (
+        r"env 'gymnasium/CartPole-v1' got an unexpected keyword argument 'sutton_barto' "
+        r"\(did you mean 'sutton_barto_reward'\?\); it accepts: sutton_barto_reward, "
+        r"render_mode, max_episode_steps, disable_env_checker"
+    )
+    with pytest.raises(TypeError, match=expected):
+        marlkit.make("gymnasium/CartPole-v1", num_envs=num_envs, sutton_barto=True)
+    with pytest.raises(TypeError, match=r"'num_env' \(did you mean 'num_envs'\?\)"):
+        marlkit.make("gymnasium/CartPole-v1", num_env=2)
+    # The constructor's own arguments and gymnasium.make's options still pass.
+    env = make(
+        closing,
+        "gymnasium/CartPole-v1",
+        num_envs=num_envs,
+        sutton_barto_reward=True,
+        max_episode_steps=3,
+        disable_env_checker=True,
+    )
+    td = env.rollout(10)
+    assert td.batch_size[-1] == 3 and td["next", "truncated"][..., -1, :].all()  # gymnasium's
+    assert accepted_kwargs("gymnasium/CartPole-v1")[:2] == ["sutton_barto_reward", "render_mode"]
+
+
+def test_env_arguments_of_an_open_constructor_go_to_gymnasium(closing: Any) -> None:
+    # Ant-v5 takes **kwargs (handed to MujocoEnv): gymnasium's own error, not marlkit's.
+    assert accepted_kwargs("gymnasium/Ant-v5") is None
+    with pytest.raises(TypeError, match=r"MujocoEnv\.__init__\(\) got an unexpected keyword"):
+        marlkit.make("gymnasium/Ant-v5", bogus=1)
+    env = make(closing, "gymnasium/Ant-v5", ctrl_cost_weight=0.1, max_episode_steps=2)
+    assert env.gym_env.unwrapped._ctrl_cost_weight == 0.1
 
 
 # ---------------------------------------------------------------------- seeding

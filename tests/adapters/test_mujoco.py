@@ -308,7 +308,16 @@ def test_bad_actions_are_rejected_and_leave_the_state(
         ({"render_size": 8}, ValueError, "render_size must be at least 16 pixels, got 8"),
         ({"render_size": (32, "wide")}, TypeError, r"render_size must be an int or \(height"),
         ({"group_map": "by_colour"}, ValueError, "unknown group map 'by_colour'"),
-        ({"colour": "red"}, TypeError, r"unknown option\(s\) \['colour'\]"),
+        (
+            {"colour": "red"},
+            TypeError,
+            r"mujoco/ant_2x4' got an unexpected keyword argument 'colour'",
+        ),
+        (
+            {"agent_obs_k": 2},
+            TypeError,
+            r"'agent_obs_k' \(did you mean 'agent_obsk'\?\); it accepts: num_envs, agent_obsk",
+        ),
     ],
 )
 def test_bad_options(kwargs: dict, error: type, match: str) -> None:

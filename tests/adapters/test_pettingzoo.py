@@ -13,7 +13,7 @@ import torch
 import marlkit
 from marlkit.adapters.pettingzoo import PettingZooEnv, list_scenarios
 from marlkit.data import Bounded, Categorical, Unbounded
-from marlkit.envs import InvalidActionError, check_env_specs
+from marlkit.envs import InvalidActionError, accepted_kwargs, check_env_specs
 from marlkit.testing import check_adapter
 
 pytest.importorskip("mpe2")
@@ -283,7 +283,9 @@ def test_make_errors_say_what_is_wrong():
         marlkit.make("pettingzoo/mpe2.simple_sprad_v3")
     with pytest.raises(ValueError, match="has no parallel_env"):
         marlkit.make(TTT, api="parallel")
-    with pytest.raises(TypeError, match=r"parallel_env\(\) rejected the arguments \['N', 'bogus'"):
+    with pytest.raises(
+        TypeError, match=r"simple_spread_v3' got an unexpected keyword argument 'bogus'"
+    ):
         marlkit.make(SPREAD, N=3, bogus=1)
     with pytest.raises(ValueError, match="num_envs must be an int >= 1"):
         marlkit.make(SPREAD, num_envs=0)
@@ -294,6 +296,33 @@ def test_make_errors_say_what_is_wrong():
     fresh = spread(num_envs=2)
     with pytest.raises(RuntimeError, match=r"envs \[1\] were never reset"):
         fresh.step(fresh.rand_action())
+
+
+def test_unknown_constructor_arguments_suggest_the_constructors_own() -> None:
+    # Read from raw_env's signature: mpe2's env and parallel_env only take **kwargs.
+    expected = (
+        r"env 'pettingzoo/mpe2.simple_spread_v3' got an unexpected keyword argument 'n' "
+        r"\(did you mean 'N'\?\); it accepts: N, local_ratio, max_cycles"
+    )
+    with pytest.raises(TypeError, match=expected):
+        marlkit.make(SPREAD, n=3)
+    with pytest.raises(TypeError, match=r"'num_env' \(did you mean 'num_envs'\?\)"):
+        marlkit.make(SPREAD, num_env=2)
+    with pytest.raises(TypeError, match=r"'screen_heigth' \(did you mean 'screen_height'\?\)"):
+        marlkit.make(TTT, screen_heigth=100)  # an AEC-only env: its env() hands on to raw_env
+    names = accepted_kwargs(SPREAD)
+    assert names[:2] == ["N", "local_ratio"] and "num_envs" in names
+    assert names.count("render_mode") == 1
+
+
+def test_constructor_without_a_readable_signature_checks_its_own_arguments() -> None:
+    # pursuit's raw_env takes (*args, **kwargs): its constructor refuses what it does not take.
+    pursuit = "pettingzoo/pettingzoo.sisl.pursuit_v5"
+    assert accepted_kwargs(pursuit) is None
+    with pytest.raises(TypeError, match=r"pursuit_v5\.parallel_env\(\) rejected the arguments"):
+        marlkit.make(pursuit, bogus=1)
+    env = marlkit.make(pursuit, n_evaders=3, max_cycles=5)
+    assert env.batch_size == (1,)
 
 
 #: Scenarios whose simulator cannot repeat a seeded episode (PettingZoo's own behaviour).

@@ -17,7 +17,12 @@ vmas = pytest.importorskip("vmas")
 import marlkit  # noqa: E402
 from marlkit.adapters.vmas import INFO, VmasEnv, list_scenarios  # noqa: E402
 from marlkit.data import Bounded, Categorical, Composite, MultiCategorical, Unbounded  # noqa: E402
-from marlkit.envs import InvalidActionError, MissingActionError, UnknownEnvError  # noqa: E402
+from marlkit.envs import (  # noqa: E402
+    InvalidActionError,
+    MissingActionError,
+    UnknownEnvError,
+    accepted_kwargs,
+)
 from marlkit.testing import check_adapter  # noqa: E402
 
 
@@ -318,10 +323,21 @@ def test_unknown_scenario_lists_close_matches() -> None:
 
 
 def test_unknown_kwargs_are_errors_with_suggestions() -> None:
-    with pytest.raises(TypeError, match=r"\['n_agent'\].*'n_agent' -> 'n_agents'"):
+    expected = (
+        r"env 'vmas/navigation' got an unexpected keyword argument 'n_agent' \(did you mean "
+        r"'n_agents'\?\); used neither by VmasEnv nor by the scenario, which reads: .*n_agents.*; "
+        r"VmasEnv takes: num_envs, device, .* \(VMAS said: Scenario kwargs: \{'n_agent': 3\}"
+    )
+    with pytest.raises(TypeError, match=expected):
         _make("navigation", n_agent=3)
-    with pytest.raises(TypeError, match=r"'num_env' -> 'num_envs'"):
+    with pytest.raises(TypeError, match=r"'num_env' \(did you mean 'num_envs'\?\)"):
         marlkit.make("vmas/navigation", num_env=3)
+    with pytest.raises(
+        TypeError, match=r"arguments 'n_agent' \(did you mean 'n_agents'\?\), 'zzz';"
+    ):
+        marlkit.make("vmas/navigation", n_agent=3, zzz=1)
+    names = accepted_kwargs("vmas/navigation")
+    assert names[:2] == ["num_envs", "device"] and "n_agents" in names
     with pytest.raises(TypeError, match=r"does not take the VMAS option.*clamp_actions"):
         _make("navigation", clamp_actions=True)
 

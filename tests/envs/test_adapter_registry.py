@@ -9,6 +9,8 @@ from marlkit.cli import main
 from marlkit.envs import (
     AdapterUnavailableError,
     UnknownEnvError,
+    accepted_kwargs,
+    agent_count_kwarg,
     register,
     register_adapter,
     registered_adapters,
@@ -86,6 +88,26 @@ def test_bad_family_names_and_lookups() -> None:
         register_adapter("notcallable", "nope")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cannot contain '/'"):
         register("x/y", _navigation_family)
+
+
+def test_families_say_which_keywords_their_scenarios_take() -> None:
+    def kwargs_of(scenario: str) -> list[str] | None:
+        return ["n_agents", "seed", "seed"] if scenario == "small" else None
+
+    register_adapter("testfam", _navigation_family, accepted_kwargs=kwargs_of)
+    register_adapter("quietfam", _navigation_family)  # says nothing
+    assert accepted_kwargs("testfam/small") == ["n_agents", "seed"]
+    assert agent_count_kwarg("testfam/small") == "n_agents"
+    assert accepted_kwargs("testfam/other") is None
+    assert accepted_kwargs("quietfam/small") is None
+    assert agent_count_kwarg("quietfam/small") == "n_agents"  # cannot tell: marlkit's name
+    with pytest.raises(UnknownEnvError, match="Did you mean: testfam/"):
+        accepted_kwargs("testfan/small")
+    register_adapter(
+        "ghostsim2", _navigation_family, requires=("ghostsim_package_that_does_not_exist",)
+    )
+    with pytest.raises(AdapterUnavailableError, match="pip install"):
+        agent_count_kwarg("ghostsim2/small")
 
 
 def test_a_broken_scenario_lister_does_not_break_list(caplog: pytest.LogCaptureFixture) -> None:

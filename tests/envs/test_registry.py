@@ -12,7 +12,16 @@ import pytest
 
 import marlkit
 import marlkit.scenarios
-from marlkit.envs import EnvBase, UnknownEnvError, list_envs, make, register, registered
+from marlkit.envs import (
+    EnvBase,
+    UnknownEnvError,
+    accepted_kwargs,
+    agent_count_kwarg,
+    list_envs,
+    make,
+    register,
+    registered,
+)
 from marlkit.envs import registry as registry_module
 from marlkit.scenarios import NavigationEnv
 
@@ -58,6 +67,72 @@ def test_make_passes_kwargs():
         make("navigation", bogus=1)
     with pytest.raises(ValueError, match="num_envs must be an int >= 1, got 0"):
         make("navigation", num_envs=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "expected"),
+    [
+        (
+            "navigation",
+            {"n_agent": 3},
+            "unexpected keyword argument 'n_agent' (did you mean 'n_agents'?)",
+        ),
+        ("swarm", {"k_neighbours": 3}, "'k_neighbours'; it accepts: num_envs, n_agents"),
+        ("predator_prey", {"n_predator": 1}, "'n_predator' (did you mean 'n_predators'?)"),
+    ],
+)
+def test_make_refuses_unknown_kwargs_with_close_matches(name, kwargs, expected):
+    with pytest.raises(TypeError) as info:
+        make(name, num_envs=2, **kwargs)
+    message = str(info.value)
+    assert message.startswith(f"env {name!r} got an") and expected in message
+    # ... and lists every keyword the env accepts, from its signature
+    assert message.endswith(", ".join(accepted_kwargs(name)))
+    assert "render_size" in message
+
+
+def test_factories_are_checked_by_their_signature(point_mass_cls):
+    def explicit(num_envs: int = 2, *, bound: float = 1.0):
+        return point_mass_cls(num_envs=num_envs, bound=bound)
+
+    def open_ended(**kwargs):  # checks (here: hands on) its own keywords
+        return point_mass_cls(**kwargs)
+
+    register("test-explicit", explicit)
+    register("test-open", open_ended)
+    assert accepted_kwargs("test-explicit") == ["num_envs", "bound"]
+    assert accepted_kwargs("test-open") is None
+    with pytest.raises(
+        TypeError, match=r"^env 'test-explicit' got an unexpected keyword argument "
+    ):
+        make("test-explicit", bond=2.0)  # refused before the factory runs
+    with pytest.raises(TypeError, match=r"'bond' \(did you mean 'bound'\?\)"):
+        make("test-explicit", bond=2.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bond'"):
+        make("test-open", bond=2.0)  # the class's own check, from Python
+    assert make("test-explicit", bound=2.0).bound == 2.0
+
+
+def test_agent_count_kwarg_of_registered_envs(point_mass_cls):
+    assert agent_count_kwarg("navigation") == "n_agents"
+    assert agent_count_kwarg("swarm") == "n_agents"
+    expected = (
+        "env 'predator_prey' takes no agent-count argument (n_agents, num_agents, N, "
+        "num_players, n_pistons, n_walkers); its counts are: n_predators, n_prey, n_landmarks"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        agent_count_kwarg("predator_prey")
+    register("test-point-mass", point_mass_cls)  # PointMassEnv counts groups, not agents
+    with pytest.raises(ValueError, match=r"takes no agent-count argument .*; it accepts: num_envs"):
+        agent_count_kwarg("test-point-mass")
+
+    def open_ended(**kwargs):
+        return point_mass_cls(**kwargs)
+
+    register("test-open", open_ended)
+    assert agent_count_kwarg("test-open") == "n_agents"  # cannot tell: marlkit's own name
+    with pytest.raises(UnknownEnvError, match="Did you mean: navigation"):
+        agent_count_kwarg("navigaton")
 
 
 def test_unknown_name_suggests_close_matches():

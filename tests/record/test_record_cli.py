@@ -73,6 +73,25 @@ def test_record_asks_adapters_for_rgb_array(
     assert read_video(out).shape[0] == 4
 
 
+def test_record_agents_is_the_envs_own_agent_count(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    from marlkit.cli import _parser
+    from marlkit.record._cli import _make_env
+
+    out = tmp_path / "spread.mp4"
+    argv = ["record", "pettingzoo/mpe2.simple_spread_v3", "--agents", "2", "--envs", "2"]
+    argv += ["--steps", "2", "--no-progress", "--out", str(out)]
+    env = _make_env(_parser().parse_args(argv))  # what the command films: N=2, rendering
+    try:
+        assert env.group_map == {"agents": ["agent_0", "agent_1"]}
+        assert "rgb_array" in env.render_modes
+    finally:
+        env.close()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert read_video(out).shape[0] == 3
+
+
 def test_record_is_seeded(tmp_path: pathlib.Path) -> None:
     args = ["record", "navigation", "--steps", "6", "--env-arg", "render_size=32", "--no-progress"]
     for name, seed in (("a.gif", "1"), ("b.gif", "1"), ("c.gif", "2")):
@@ -194,7 +213,9 @@ def test_bad_inputs_exit_2(
         (["navigation", "--out", mp4, "--fps", "0"], "--fps must be > 0, got 0.0"),
         (["navigation", "--out", mp4, "--env-arg", "n agents=3"], "takes key=value"),
         (["navigation", "--out", mp4, "--env-arg", "bogus=1"], "bogus"),
-        (["navigation", "--out", mp4, "--envs", "2", "--env-arg", "num_envs=2"], "once"),
+        (["navigation", "--out", mp4, "--envs", "2", "--env-arg", "num_envs=2"], "repeats"),
+        (["navigation", "--out", mp4, "--agents", "0"], "--agents must be >= 1, got 0"),
+        (["predator_prey", "--out", mp4, "--agents", "3"], "counts are: n_predators, n_prey"),
         (["navigation", "--out", mp4, "--envs", "65", "--tile"], "at most 64"),
     ]
     for args, message in cases:

@@ -172,7 +172,7 @@ def test_render_colours_agents_by_heading() -> None:
     ("kwargs", "error", "match"),
     [
         ({"n_agents": 0}, ValueError, "n_agents must be an int >= 1"),
-        ({"num_envs": 1.5}, ValueError, "num_envs must be an int >= 1"),
+        ({"num_envs": 1.5}, TypeError, "num_envs must be an int >= 1, got float: 1.5"),
         ({"k_nearest": -2}, ValueError, "k_nearest must be an int >= 0"),
         ({"sensing_radius": 0.0}, ValueError, r"sensing_radius must be a finite number > 0"),
         ({"max_speed": math.inf}, ValueError, r"max_speed must be a finite number > 0"),

@@ -9,6 +9,8 @@ from marlkit.envs.common import EnvBase, IllegalActions, InvalidActionError, Mis
 from marlkit.envs.registry import (
     AdapterUnavailableError,
     UnknownEnvError,
+    accepted_kwargs,
+    agent_count_kwarg,
     list_envs,
     make,
     register,
@@ -50,6 +52,8 @@ __all__ = [
     "TransformedEnv",
     "UnknownEnvError",
     "WorkerError",
+    "accepted_kwargs",
+    "agent_count_kwarg",
     "check_env_specs",
     "done_levels",
     "list_envs",

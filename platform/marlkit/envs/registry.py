@@ -8,25 +8,34 @@ entry-point groups ``marlkit.adapters`` or ``marlkit.envs`` (each entry point is
 import, or a callable that is called with no arguments and registers what it provides).
 An adapter whose simulator is not installed stays listed, as unavailable, with the pip command
 that fixes it; registering one never imports its simulator.
+
+Keyword arguments an env does not take are refused with a ``TypeError`` that names the env,
+suggests the closest accepted names and lists them all: ``make`` reads a registered factory's
+signature (a factory taking ``**kwargs`` checks its own), and each adapter family checks the
+options of its scenarios. :func:`accepted_kwargs` tells which keywords an env takes, and
+:func:`agent_count_kwarg` which of them sets its number of agents (``marlkit run --agents``).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marlkit._utils import get_logger, has_module
+from marlkit._utils import check_kwargs, did_you_mean, get_logger, has_module, keyword_names
 from marlkit.envs.common import EnvBase
 
 __all__ = [
+    "AGENT_COUNT_KWARGS",
     "AdapterEntry",
     "AdapterUnavailableError",
     "EnvEntry",
     "UnknownEnvError",
+    "accepted_kwargs",
+    "agent_count_kwarg",
     "list_envs",
     "make",
     "register",
@@ -40,6 +49,15 @@ ENTRY_POINT_GROUPS = ("marlkit.adapters", "marlkit.envs")
 _BUILTIN_MODULES = ("marlkit.scenarios", "marlkit.adapters")
 
 _log = get_logger("registry")
+
+#: Keyword arguments that set an env's number of agents, in the order they are looked for: marlkit's
+#: and VMAS's ``n_agents``, ``num_agents``, MPE's ``N`` (simple_spread; simple_adversary's ``N``
+#: counts the good agents, its adversary comes on top), PettingZoo's ``num_players`` (card games),
+#: ``n_pistons`` (pistonball) and ``n_walkers`` (multiwalker).
+AGENT_COUNT_KWARGS = ("n_agents", "num_agents", "N", "num_players", "n_pistons", "n_walkers")
+_COUNT_LIKE = re.compile(r"^(n|num)_\w+$")
+#: Counts that are marlkit's options, not the env's agents.
+_NOT_AGENT_COUNTS = ("num_envs", "num_threads")
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,9 @@ class AdapterEntry:
     extra: str | None = None
     scenarios: Callable[[], Iterable[str]] | None = field(default=None, compare=False)
     source: str = ""
+    accepted_kwargs: Callable[[str], Sequence[str] | None] | None = field(
+        default=None, compare=False
+    )
 
     @property
     def missing(self) -> list[str]:
@@ -150,10 +171,11 @@ def register_adapter(
     requires: Sequence[str] = (),
     extra: str | None = None,
     scenarios: Callable[[], Iterable[str]] | None = None,
+    accepted_kwargs: Callable[[str], Sequence[str] | None] | None = None,
     override: bool = False,
 ) -> None:
     """Register a family of envs: ``marlkit.make(f"{name}/{scenario}", **kw)`` then calls
-    ``factory(scenario, **kw)``.
+    ``factory(scenario, **kw)``, which refuses keywords it does not take.
 
     Args:
         name: the family, e.g. ``"vmas"`` (no ``/``).
@@ -163,6 +185,8 @@ def register_adapter(
             unavailable and ``make`` raises :class:`AdapterUnavailableError`.
         extra: the marlkit pip extra that installs ``requires`` (for the message).
         scenarios: a callable listing known scenario names (called lazily, by ``marlkit list``).
+        accepted_kwargs: ``accepted_kwargs(scenario)`` lists the keywords ``factory(scenario,
+            ...)`` takes (``None`` when it cannot tell); read by :func:`accepted_kwargs`.
         override: replace an existing registration.
     """
     if not isinstance(name, str) or not name.strip() or "/" in name:
@@ -177,7 +201,7 @@ def register_adapter(
         )
     source = getattr(factory, "__module__", "") or ""
     _ADAPTERS[name] = AdapterEntry(
-        name, factory, description, tuple(requires), extra, scenarios, source
+        name, factory, description, tuple(requires), extra, scenarios, source, accepted_kwargs
     )
 
 
@@ -215,13 +239,13 @@ def list_envs() -> list[str]:
     return sorted([*registered(), *(f"{name}/" for name in registered_adapters())])
 
 
-def _make_from_adapter(name: str, kwargs: dict[str, Any]) -> EnvBase:
+def _adapter_for(name: str) -> tuple[AdapterEntry, str]:
+    """The available adapter and the scenario named by ``"family/scenario"``."""
     family, _, scenario = name.partition("/")
     adapters = registered_adapters()
     entry = adapters.get(family)
     if entry is None:
-        close = difflib.get_close_matches(family, list(adapters), n=3, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(c + '/' for c in close)}?" if close else ""
+        hint = did_you_mean(f"{family}/", [f"{a}/" for a in adapters], n=3, cutoff=0.5)
         raise UnknownEnvError(
             f"no adapter registered as {family!r} (from {name!r}).{hint} Adapters: "
             f"{', '.join(adapters) or 'none'}."
@@ -233,7 +257,19 @@ def _make_from_adapter(name: str, kwargs: dict[str, Any]) -> EnvBase:
             f"the {family!r} adapter needs {', '.join(entry.missing)}, which is not installed. "
             f"Install it with: {entry.install_hint}"
         )
-    return entry.factory(scenario, **kwargs)
+    return entry, scenario
+
+
+def _entry_for(name: str) -> EnvEntry:
+    entries = registered()
+    entry = entries.get(name)
+    if entry is None:
+        hint = did_you_mean(name, entries, n=5, cutoff=0.5)
+        raise UnknownEnvError(
+            f"no env registered as {name!r}.{hint} `marlkit list` shows them all "
+            f"({len(entries)} registered)."
+        )
+    return entry
 
 
 def make(name: str, **kwargs: Any) -> EnvBase:
@@ -245,12 +281,19 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         UnknownEnvError: no such name; the message lists the closest matches.
         AdapterUnavailableError: the adapter's simulator is not installed (an ``ImportError``
             whose message gives the pip command).
+        TypeError: a keyword the env does not take; the message suggests the closest accepted
+            ones and lists them all.
     """
     if isinstance(name, str) and "/" in name:
-        env = _make_from_adapter(name, kwargs)
-        source = name.partition("/")[0]
+        adapter, scenario = _adapter_for(name)
+        env: Any = adapter.factory(scenario, **kwargs)
+        source = adapter.name
     else:
-        env, source = _make_single(name, kwargs)
+        entry = _entry_for(name)
+        accepted = keyword_names(entry.factory)
+        if accepted is not None:  # None: the factory takes **kwargs and checks them itself
+            check_kwargs(f"env {name!r}", kwargs, accepted)
+        env, source = entry.factory(**kwargs), entry.source
     if not isinstance(env, EnvBase):
         raise TypeError(
             f"the factory behind {name!r} ({source}) returned {type(env).__name__}, not an EnvBase"
@@ -258,14 +301,43 @@ def make(name: str, **kwargs: Any) -> EnvBase:
     return env
 
 
-def _make_single(name: str, kwargs: dict[str, Any]) -> tuple[Any, str]:
-    entries = registered()
-    entry = entries.get(name)
-    if entry is None:
-        close = difflib.get_close_matches(str(name), list(entries), n=5, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise UnknownEnvError(
-            f"no env registered as {name!r}.{hint} `marlkit list` shows them all "
-            f"({len(entries)} registered)."
-        )
-    return entry.factory(**kwargs), entry.source
+def accepted_kwargs(name: str) -> list[str] | None:
+    """The keyword arguments ``make(name, ...)`` takes, or ``None`` when that cannot be told (a
+    factory taking ``**kwargs``, an adapter that does not say).
+
+    Raises:
+        UnknownEnvError, AdapterUnavailableError: as :func:`make`.
+    """
+    if isinstance(name, str) and "/" in name:
+        adapter, scenario = _adapter_for(name)
+        if adapter.accepted_kwargs is None:
+            return None
+        names = adapter.accepted_kwargs(scenario)
+        return None if names is None else list(dict.fromkeys(names))
+    return keyword_names(_entry_for(name).factory)
+
+
+def agent_count_kwarg(name: str) -> str:
+    """The keyword argument that sets the number of agents of env ``name``: the first of
+    :data:`AGENT_COUNT_KWARGS` it takes, or ``"n_agents"`` when its keywords cannot be told
+    (the env then refuses it if it does not take it).
+
+    Raises:
+        ValueError: the env takes none of them (the message names the counts it does take, e.g.
+            predator_prey's ``n_predators``, ``n_prey`` and ``n_landmarks``).
+        UnknownEnvError, AdapterUnavailableError: as :func:`make`.
+    """
+    accepted = accepted_kwargs(name)
+    if accepted is None:
+        return AGENT_COUNT_KWARGS[0]
+    for key in AGENT_COUNT_KWARGS:
+        if key in accepted:
+            return key
+    counts = [k for k in accepted if _COUNT_LIKE.match(k) and k not in _NOT_AGENT_COUNTS]
+    if counts:
+        what = f"its counts are: {', '.join(counts)}"
+    else:
+        what = f"it accepts: {', '.join(accepted) or 'no keyword arguments'}"
+    raise ValueError(
+        f"env {name!r} takes no agent-count argument ({', '.join(AGENT_COUNT_KWARGS)}); {what}"
+    )

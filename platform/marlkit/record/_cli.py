@@ -1,10 +1,11 @@
 """``marlkit record``: film a rollout of any registered env into an MP4 or a GIF.
 
-``marlkit record ENV [--policy PATH|module:function] [--steps N] [--envs N --tile]
+``marlkit record ENV [--policy PATH|module:function] [--steps N] [--envs N --tile] [--agents N]
 [--env-arg key=value ...] [--seed S] [--fps F] --out rollout.mp4|rollout.gif``
 
-The command line (``marlkit.cli``) adds the subcommand with :func:`add_record_parser`; ``marlkit
-demo`` films its navigation run with :func:`demo_video`. Errors in what the user gave (an unknown
+The command line (``marlkit.cli``) adds the subcommand with :func:`add_record_parser`, and builds
+the env arguments of ``run`` and ``record`` alike with :func:`flag_env_kwargs`; ``marlkit demo``
+films its navigation run with :func:`demo_video`. Errors in what the user gave (an unknown
 env, an env that does not render, a bad policy, a bad suffix) exit with status 2 and one line
 that says what was wrong.
 """
@@ -19,7 +20,7 @@ import pathlib
 import sys
 import warnings
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,10 +30,19 @@ from tqdm import tqdm
 import marlkit
 from marlkit.data.keys import ACTION, OBSERVATION
 from marlkit.envs import EnvBase, StepCounter, TransformedEnv
+from marlkit.envs.registry import agent_count_kwarg
 from marlkit.record.recorder import RecordResult, record_rollout
 from marlkit.record.video import open_video
 
-__all__ = ["add_record_parser", "demo_video", "load_policy", "parse_env_args", "run_record"]
+__all__ = [
+    "add_record_parser",
+    "check_positive_flags",
+    "demo_video",
+    "flag_env_kwargs",
+    "load_policy",
+    "parse_env_args",
+    "run_record",
+]
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
 _MAX_TILED_ENVS = 64
@@ -63,6 +73,41 @@ def parse_env_args(items: Sequence[str]) -> dict[str, Any]:
             value = raw
         kwargs[key] = value
     return kwargs
+
+
+def flag_env_kwargs(
+    env: str, flags: Mapping[str, Any], agents: int | None, env_args: Sequence[str]
+) -> dict[str, Any]:
+    """The keyword arguments of ``marlkit.make(env, ...)`` from the command line: ``flags`` (what
+    the command's own flags set, e.g. ``{"num_envs": 4}``), ``--agents`` as the env's own
+    agent-count keyword (:func:`~marlkit.envs.registry.agent_count_kwarg`: ``n_agents``, ``N``
+    for MPE's simple_spread, ...), then the ``--env-arg`` items, which may not set any of those
+    again.
+
+    Raises:
+        RecordError: the env has no agent-count keyword, an ``--env-arg`` repeats a flag or is
+            not ``key=value``.
+    """
+    kwargs = dict(flags)
+    if agents is not None:
+        try:
+            kwargs[agent_count_kwarg(env)] = agents
+        except ValueError as err:
+            raise RecordError(f"--agents: {err}; --env-arg KEY=VALUE sets any of them") from None
+    extra = parse_env_args(env_args)
+    clash = sorted(set(extra) & set(kwargs))
+    if clash:
+        raise RecordError(f"--env-arg repeats {clash}, already set by their own flags")
+    kwargs.update(extra)
+    return kwargs
+
+
+def check_positive_flags(args: argparse.Namespace, names: Sequence[str]) -> None:
+    """Refuse an integer flag (``args.<name>``) that is given and below 1."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise RecordError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
 class _ScriptedPolicy:
@@ -165,11 +210,8 @@ def load_policy(spec: str, env: EnvBase) -> Policy:
 
 
 def _make_env(args: argparse.Namespace) -> EnvBase:
-    kwargs = parse_env_args(args.env_arg or [])
-    if args.envs is not None:
-        if "num_envs" in kwargs:
-            raise RecordError("give the number of envs once: --envs or --env-arg num_envs=...")
-        kwargs["num_envs"] = args.envs
+    flags = {} if args.envs is None else {"num_envs": args.envs}
+    kwargs = flag_env_kwargs(args.env, flags, args.agents, args.env_arg or [])
     env = marlkit.make(args.env, **kwargs)
     if "rgb_array" not in env.render_modes and "render_mode" not in kwargs:
         # Adapters of simulators that choose the render mode at construction (PettingZoo,
@@ -205,10 +247,7 @@ def _indices(args: argparse.Namespace, env: EnvBase) -> tuple[list[int], bool]:
 def run_record(args: argparse.Namespace) -> int:
     """``marlkit record``: see the module docstring. Returns the exit status."""
     out = pathlib.Path(args.out)
-    for name in ("steps", "envs", "max_episode_steps"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise RecordError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    check_positive_flags(args, ("steps", "envs", "agents", "max_episode_steps"))
     if not args.fps > 0:
         raise RecordError(f"--fps must be > 0, got {args.fps}")
     # An unknown suffix or a missing video extra fails before the env is made (no file yet).
@@ -301,6 +340,12 @@ def add_record_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=200, help="steps to film (default 200)")
     p.add_argument("--envs", type=int, default=None, help="envs in the batch (num_envs)")
+    p.add_argument(
+        "--agents",
+        type=int,
+        default=None,
+        help="agents per env, as the env's own agent-count argument (n_agents, N, ...)",
+    )
     p.add_argument("--tile", action="store_true", help="show every env of the batch, tiled")
     p.add_argument(
         "--env-arg",
