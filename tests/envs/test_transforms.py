@@ -125,10 +125,14 @@ def test_step_counter_custom_key(point_mass_cls):
     assert env.rollout(2).get(("next", "t"))[:, :, 0].tolist() == [[1, 2], [1, 2]]
 
 
-@pytest.mark.parametrize("max_steps", [0, -1, 2.5, True, "3"])
-def test_step_counter_rejects_bad_max_steps(max_steps):
-    with pytest.raises(ValueError, match="max_steps must be an int >= 1 or None, got"):
+@pytest.mark.parametrize(
+    ("max_steps", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError)]
+)
+def test_step_counter_rejects_bad_max_steps(max_steps, error):
+    with pytest.raises(error, match="max_steps must be an int >= 1 or None, got"):
         StepCounter(max_steps)
+    with pytest.raises(TypeError, match="max_steps must be an int >= 1 or None, got str: '3'"):
+        StepCounter("3")
 
 
 def test_step_counter_missing_count_is_rejected_before_the_simulator_runs(nav):

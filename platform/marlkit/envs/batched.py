@@ -32,7 +32,7 @@ import torch
 import torch.multiprocessing as mp
 from tensordict import TensorDictBase
 
-from marlkit._utils import get_logger
+from marlkit._utils import check_int, get_logger
 from marlkit.data.composite import Composite
 from marlkit.data.keys import NEXT, RESET, NestedKey
 from marlkit.envs.common import EnvBase
@@ -68,8 +68,7 @@ def _as_factories(
     create_env_fn: EnvFactory | Sequence[EnvFactory],
     create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
 ) -> list[tuple[EnvFactory, dict[str, Any]]]:
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+    check_int("num_workers", num_workers, low=1)
     fns = (
         list(create_env_fn)
         if isinstance(create_env_fn, Sequence)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._utils import check_int
 from marlkit.data.composite import Composite
 from marlkit.data.keys import (
     ACTION_MASK,
@@ -95,11 +96,7 @@ class StepCounter(Transform):
     """
 
     def __init__(self, max_steps: int | None = None, *, step_count_key: NestedKey = STEP_COUNT):
-        if max_steps is not None and (
-            isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
-        ):
-            raise ValueError(f"max_steps must be an int >= 1 or None, got {max_steps!r}")
-        self.max_steps = max_steps
+        self.max_steps = check_int("max_steps", max_steps, low=1, allow_none=True)
         self.step_count_key = _unravel(step_count_key)
         self._levels: list[tuple[tuple[str, ...], torch.Size]] = []
 
