@@ -65,6 +65,9 @@ lint: install
 	  --config-settings editable_mode=strict --target build/lint-site -e . 2>build/lint-install.log \
 	  || { cat build/lint-install.log >&2; exit 1; }
 	cd build/__editable__.marlkit-*/ && ../../$(VENV)/bin/lint-imports --no-cache ../../pyproject.toml
+	@# mypy on the same tree: the package as installed, adapters and scenarios included.
+	cd build/__editable__.marlkit-*/ && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml \
+	  --cache-dir ../mypy-cache -p marlkit
 
 test: lint
 	$(PY) -m pytest -x -q -p no:cacheprovider

@@ -32,6 +32,7 @@ Keys, per group (``n`` agents, ``B = [num_envs]``)::
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -113,6 +114,18 @@ class StepView:
     truncations: Mapping[str, Any] | None = None
     infos: Mapping[str, Any] | None = None
     acting: str | None = None
+
+
+def _nested_item(values: list[list[Any]], e: int, i: int) -> Any:
+    return values[e][i]
+
+
+def _array_item(values: np.ndarray, e: int, i: int) -> Any:
+    return values[e, i]
+
+
+def _space_item(space: Any, values: torch.Tensor, e: int, i: int) -> Any:
+    return to_space(space, values[e, i])
 
 
 # ---------------------------------------------------------------------- the env
@@ -751,13 +764,13 @@ class DictEnv(EnvBase):
                 if lay.masked:  # against the env's own masks, whatever the input carries
                     arr = self._legal(g, lay, arr.astype(np.int64, copy=False))
                 values = (arr + lay.action_start).tolist() if lay.action_start else arr.tolist()
-                out[g] = lambda e, i, v=values: v[e][i]
+                out[g] = functools.partial(_nested_item, values)
             elif lay.box:
                 arr = np.array(action.numpy(force=True), dtype=space.dtype)
-                out[g] = lambda e, i, a=arr: a[e, i]
+                out[g] = functools.partial(_array_item, arr)
             else:  # MultiDiscrete, MultiBinary, Dict, Tuple: the general conversion
                 value = action.detach().cpu().clone()
-                out[g] = lambda e, i, a=value, s=space: to_space(s, a[e, i])
+                out[g] = functools.partial(_space_item, space, value)
         return out
 
     def _legal(self, g: str, lay: GroupLayout, arr: np.ndarray) -> np.ndarray:

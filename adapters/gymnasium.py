@@ -317,15 +317,19 @@ class GymnasiumEnv(EnvBase):
             raw, _ = self._env.reset(seed=seed)
             self._obs = self._obs_value(raw)
         else:
+            obs, pending = self._obs, self._pending_obs
+            if obs is None:  # unreachable: the first reset resets every env (see _reset)
+                raise RuntimeError(f"{type(self).__name__}: a partial reset before any reset")
             if real.any():
                 seed = [s if r else None for s, r in zip(seeds, real)]
                 raw, _ = self._env.reset(
                     seed=None if all(s is None for s in seed) else seed,
                     options={"reset_mask": real.copy()},
                 )
-                self._obs = self._where(real, self._obs_value(raw), self._obs)
-            if cached.any():
-                self._obs = self._where(cached, self._pending_obs, self._obs)
+                obs = self._where(real, self._obs_value(raw), obs)
+            if cached.any() and pending is not None:  # cached envs hold a pending observation
+                obs = self._where(cached, pending, obs)
+            self._obs = obs
         self._seeds = [None if r else s for s, r in zip(seeds, real)]
         self._pending &= ~mask
         self._needs_reset &= ~mask

@@ -74,7 +74,7 @@ def _import_mujoco() -> ModuleType:
 
 def _asset_path(xml_file: str) -> Path:
     gymnasium = import_optional("gymnasium", extra="mujoco", purpose="the MuJoCo robot models")
-    path = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets" / xml_file
+    path = Path(str(gymnasium.__file__)).parent / "envs" / "mujoco" / "assets" / xml_file
     if not path.is_file():
         raise FileNotFoundError(
             f"gymnasium {gymnasium.__version__} ships no {xml_file} at {path}; "

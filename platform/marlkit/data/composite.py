@@ -186,10 +186,18 @@ class Composite:
             is_comp = isinstance(spec, Composite)
             if not (leaves_only and is_comp):
                 out.append((name, spec))
-            if include_nested and is_comp:
+            if include_nested and isinstance(spec, Composite):
                 for sub, sub_spec in spec.items(True, leaves_only):
                     out.append(((name, *_as_tuple(sub)), sub_spec))
         return out
+
+    def _leaf_items(self) -> list[tuple[NestedKey, TensorSpec]]:
+        """``(key, leaf spec)`` for every leaf, nested keys as tuples."""
+        return [
+            (key, spec)
+            for key, spec in self.items(include_nested=True, leaves_only=True)
+            if not isinstance(spec, Composite)
+        ]
 
     def update(self, other: Composite | Mapping[str, SpecLike]) -> Composite:
         """Set every leaf of ``other`` here (nested keys merged); returns ``self``."""
@@ -259,12 +267,12 @@ class Composite:
         if not isinstance(td, TensorDictBase):
             return [((), f"expected a TensorDict, got {type(td).__name__}")]
         problems: list[tuple[NestedKey, str]] = []
-        for key, spec in self.items(include_nested=True, leaves_only=True):
+        for key, spec in self._leaf_items():
             value = td.get(key, None)
             if value is None:
                 problems.append((key, f"missing (expected {spec!r})"))
                 continue
-            reason = spec.explain(value, leading_dims=leading_dims)  # type: ignore[union-attr]
+            reason = spec.explain(value, leading_dims=leading_dims)
             if reason is not None:
                 problems.append((key, reason))
         if strict:
@@ -281,9 +289,9 @@ class Composite:
     def project(self, td: TensorDictBase) -> TensorDictBase:
         """A new TensorDict with each described leaf of ``td`` projected onto its spec."""
         out = td.clone(False)
-        for key, spec in self.items(include_nested=True, leaves_only=True):
+        for key, spec in self._leaf_items():
             if key in td.keys(include_nested=True):
-                out.set(key, spec.project(td.get(key)))  # type: ignore[union-attr]
+                out.set(key, spec.project(td.get(key)))
         return out
 
     # ------------------------------------------------------------------ transforms

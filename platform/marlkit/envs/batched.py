@@ -33,6 +33,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDictBase
 
 from marlkit._utils import check_int, get_logger
+from marlkit.data._fast import stack_tensordicts
 from marlkit.data.composite import Composite
 from marlkit.data.keys import NEXT, RESET, NestedKey
 from marlkit.envs.common import EnvBase
@@ -146,7 +147,7 @@ class _BatchedEnv(EnvBase):
         self.num_workers = num_workers
         self.sub_batch_size = sub_batch
         self.group_map = meta["group_map"]
-        self.render_modes = tuple(meta["render_modes"])  # type: ignore[misc]
+        self.render_modes = tuple(meta["render_modes"])
         self.illegal_actions = meta["illegal_actions"]
         for name in self._SPEC_NAMES:
             self._set_spec(name, sub_specs[name].expand(num_workers, *sub_batch))
@@ -247,7 +248,7 @@ class SerialEnv(_BatchedEnv):
                 self._reset_worker(w, tensordict, mask)
                 for w, mask in enumerate(self._worker_masks(env_mask))
             ]
-        return torch.stack(
+        return stack_tensordicts(
             [_select(out, self._reset_keys, w, "reset") for w, out in enumerate(outs)], 0
         )
 
@@ -276,7 +277,7 @@ class SerialEnv(_BatchedEnv):
         for w, env in enumerate(self.envs):
             sub = tensordict[w].select(*self._root_keys, strict=False)
             outs.append(_select(env.step(sub).get(NEXT), self._next_keys, w, "step"))
-        return torch.stack(outs, 0)
+        return stack_tensordicts(outs, 0)
 
     def _set_seed(self, seed: int) -> int:
         for env in self.envs:
@@ -401,7 +402,7 @@ class ParallelEnv(_BatchedEnv):
         try:
             for i, payload in enumerate(factories):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(
+                proc = ctx.Process(  # type: ignore[attr-defined]  # a context has Process
                     target=_worker, args=(i, payload, child, torch_threads), daemon=True
                 )
                 proc.start()
@@ -519,6 +520,7 @@ class ParallelEnv(_BatchedEnv):
     ) -> TensorDictBase:
         if tensordict is not None:
             self._shared_in.update_(tensordict.select(*self._root_keys, strict=False))
+        calls: dict[int, tuple[str, torch.Tensor | None]]
         if env_mask is None:
             calls = {w: ("reset", None) for w in range(self.num_workers)}
         else:  # only the workers with a selected env; the others' outputs are current already

@@ -43,29 +43,26 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from marlkit.data._fast import stack_tensordicts
 from marlkit.data.composite import Composite
 from marlkit.data.keys import (
     ACTION_MASK,
     DONE,
-    DONE_KEYS,
-    MASK,
     NEXT,
     RESET,
-    TERMINATED,
-    TRUNCATED,
     NestedKey,
     join_key,
     key_path,
 )
 from marlkit.data.mdp import step_mdp_fn
 from marlkit.data.specs import Categorical, OneHot, TensorSpec, format_shape
+from marlkit.envs._done_rule import DonePlan, apply_done_rule, make_done_plan
 from marlkit.envs._spec_utils import done_levels, reshape_env_mask
 
 __all__ = ["EnvBase", "IllegalActions", "InvalidActionError", "MissingActionError"]
@@ -86,83 +83,6 @@ class MissingActionError(InvalidActionError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
-
-
-def _flag_like(value: torch.Tensor, batch: torch.Size, shape: torch.Size) -> torch.Tensor:
-    """A root flag ``[*B, 1]`` broadcast (a view) to a group level's ``shape`` ``[*B, n, 1]``."""
-    lead = value.reshape(*batch, *([1] * (len(shape) - len(batch))))
-    return lead.expand(shape)
-
-
-def _per_env(value: torch.Tensor, batch: torch.Size, reduce: str) -> torch.Tensor:
-    """``[*B, ...]`` bool reduced to ``[*B, 1]`` with ``all`` or ``any``."""
-    flat = value.reshape(*batch, -1)
-    return flat.all(-1, keepdim=True) if reduce == "all" else flat.any(-1, keepdim=True)
-
-
-@dataclass
-class _RootFlags:
-    """The root flags a ``_step`` returned (each ``[*B, 1]`` bool or ``None``)."""
-
-    done: torch.Tensor | None
-    terminated: torch.Tensor | None
-    truncated: torch.Tensor | None
-
-    def ended(self) -> torch.Tensor | None:
-        """Where the simulator says the episode is over (any root flag), or ``None``."""
-        out = None
-        for flag in (self.done, self.terminated, self.truncated):
-            if flag is not None:
-                out = flag if out is None else out | flag
-        return out
-
-    def terminated_only(self) -> torch.Tensor | None:
-        """The terminations to give every agent of a simulator that reports only the root."""
-        if self.terminated is not None:
-            return self.terminated
-        if self.done is not None and self.truncated is not None:
-            return self.done & ~self.truncated
-        return self.done
-
-
-@dataclass(frozen=True)
-class _LevelPlan:
-    """A group level of the done spec: where its flags live and which it declares."""
-
-    key: NestedKey  # the group (or nested level) holding the flags
-    shape: torch.Size  # [*B, n, 1]
-    mask_key: NestedKey | None  # (group, "mask") when the group declares one
-    keys: tuple[str, ...]  # the done-like keys declared there
-
-
-@dataclass
-class _Level:
-    """One group level's flags ``[*B, n, 1]`` while the done rule is applied."""
-
-    plan: _LevelPlan
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    present: torch.Tensor | None  # (group, "mask") of the step input, [*B, n]
-    done: torch.Tensor = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.done = self.terminated | self.truncated
-
-    def flag(self, name: str) -> torch.Tensor:
-        return {DONE: self.done, TERMINATED: self.terminated, TRUNCATED: self.truncated}[name]
-
-    def cut_short(self, ended: torch.Tensor) -> None:
-        """Truncate the agents not done in the envs ``ended`` (broadcast to the level)."""
-        extra = ended & ~self.done
-        self.truncated = self.truncated | extra
-        self.done = self.done | extra
-
-    def cut(self, batch: torch.Size) -> torch.Tensor:
-        """``[*B, 1]``: some agent present at the end of the transition was truncated."""
-        seen = self.truncated
-        if self.present is not None:
-            seen = seen & self.present.reshape(seen.shape)
-        return _per_env(seen, batch, "any")
 
 
 class EnvBase(abc.ABC):
@@ -432,22 +352,11 @@ class EnvBase(abc.ABC):
         where = (~allowed).nonzero()[0].tolist()
         return f"action {index[tuple(where)].item()} at index {where} is masked out by {mask_key!r}"
 
-    def _done_plan(self) -> tuple[list[_LevelPlan], tuple[str, ...]]:
-        """The group levels holding done flags, and the done keys the root declares."""
-
-        def build() -> tuple[list[_LevelPlan], tuple[str, ...]]:
-            observed = set(self.observation_spec.keys(True, True))
-            declared = set(self.done_spec.keys(True, True))
-            plan = []
-            for prefix, shape in self._done_levels():
-                if prefix:
-                    mask_key = join_key(prefix, MASK)
-                    keys = tuple(k for k in DONE_KEYS if join_key(prefix, k) in declared)
-                    present = mask_key if mask_key in observed else None
-                    plan.append(_LevelPlan(join_key(prefix), shape, present, keys))
-            return plan, tuple(k for k in DONE_KEYS if k in declared)
-
-        return self._cached("done_plan", build)
+    def _done_plan(self) -> DonePlan:
+        return self._cached(
+            "done_plan",
+            lambda: make_done_plan(self.done_spec, self.observation_spec, self.batch_size),
+        )
 
     def _apply_done_rule(
         self, next_td: TensorDictBase, tensordict: TensorDictBase | None = None
@@ -458,68 +367,7 @@ class EnvBase(abc.ABC):
             next_td: what ``_step`` returned (completed in place).
             tensordict: the step input, whose ``(group, "mask")`` says who was present.
         """
-        batch = self.batch_size
-        root = _RootFlags(*(next_td.get(k, None) for k in (DONE, TERMINATED, TRUNCATED)))
-        plan, root_keys = self._done_plan()
-        levels = [self._level_flags(next_td, tensordict, level, root) for level in plan]
-        ended = root.ended()
-        if not levels:  # no groups: the root flags are the one agent's
-            if ended is None:
-                raise KeyError(
-                    "_step() returned no done flag at the root and the env has no groups"
-                )
-            over = ended
-            cut = root.truncated if root.truncated is not None else torch.zeros_like(over)
-        else:
-            every = _per_env(levels[0].done, batch, "all")
-            for level in levels[1:]:
-                every = every & _per_env(level.done, batch, "all")
-            over = every if ended is None else every | ended
-            if ended is not None and bool((over & ~every).any()):
-                for level in levels:  # ended by the simulator: agents not done are cut short
-                    level.cut_short(_flag_like(over & ~every, batch, level.done.shape))
-            cut = levels[0].cut(batch)
-            for level in levels:
-                if level is not levels[0]:
-                    cut = cut | level.cut(batch)
-                for name in level.plan.keys:
-                    next_td.set(join_key(level.plan.key, name), level.flag(name))
-        truncated = over & cut
-        flags = {DONE: over, TRUNCATED: truncated, TERMINATED: over & ~truncated}
-        for name in root_keys:
-            next_td.set(name, flags[name])
-
-    def _level_flags(
-        self,
-        next_td: TensorDictBase,
-        tensordict: TensorDictBase | None,
-        plan: _LevelPlan,
-        root: _RootFlags,
-    ) -> _Level:
-        """A group level's terminated and truncated flags: its own, else the root's expanded."""
-        key, shape = plan.key, plan.shape
-        term = next_td.get(join_key(key, TERMINATED), None)
-        trunc = next_td.get(join_key(key, TRUNCATED), None)
-        if term is None and trunc is None:
-            term = next_td.get(join_key(key, DONE), None)
-            if term is None:  # a simulator that decides whole envs: the root's flags
-                if root.ended() is None:
-                    raise KeyError(
-                        f"_step() returned no terminated, truncated or done flag under {key!r} "
-                        "nor at the root"
-                    )
-                over = root.terminated_only()
-                term = None if over is None else _flag_like(over, self.batch_size, shape)
-                if root.truncated is not None:
-                    trunc = _flag_like(root.truncated, self.batch_size, shape)
-        if term is None or trunc is None:
-            zeros = torch.zeros(shape, dtype=torch.bool, device=self.device)
-            term = zeros if term is None else term
-            trunc = zeros if trunc is None else trunc
-        present = None
-        if plan.mask_key is not None and tensordict is not None:
-            present = tensordict.get(plan.mask_key, None)
-        return _Level(plan, term, trunc, present)
+        apply_done_rule(self._done_plan(), next_td, tensordict)
 
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Apply the actions in ``tensordict`` and write the result under ``"next"``.
@@ -639,7 +487,7 @@ class EnvBase(abc.ABC):
             else:
                 transition, td = self.step_and_maybe_reset(td)
                 steps.append(transition)
-        return torch.stack(steps, dim=len(self.batch_size))
+        return stack_tensordicts(steps, len(self.batch_size))
 
     # ------------------------------------------------------------------ misc
     def set_seed(self, seed: int) -> int:

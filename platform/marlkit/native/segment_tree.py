@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeGuard
 
 import numpy as np
 import torch
@@ -210,7 +210,7 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.reshape(-1).contiguous()
 
 
-def _plain_vector(data: Any, dtype: torch.dtype) -> bool:
+def _plain_vector(data: Any, dtype: torch.dtype) -> TypeGuard[torch.Tensor]:
     """True for a 1-D contiguous CPU tensor of exactly ``dtype`` outside autograd: the native
     kernels can take its memory as it is. (The fast path of the native trees: about 1 us of
     checks instead of several torch calls for conversion and reshaping.)"""

@@ -179,7 +179,7 @@ def _load_builder(spec: str, env: EnvBase) -> Policy:
             f"--policy {spec!r}: {attr}(env) must return a callable TensorDict -> TensorDict "
             f"policy, got {type(policy).__name__}"
         )
-    return policy  # type: ignore[no-any-return]
+    return policy
 
 
 def load_policy(spec: str, env: EnvBase) -> Policy:

@@ -166,7 +166,7 @@ class VideoRecorder(Transform):
                 "render_mode='rgb_array' when the env is made)"
             )
         n = env.batch_size.numel()
-        if self.env_indices == "all":
+        if isinstance(self.env_indices, str):  # "all"
             if n > _MAX_TILES:
                 raise ValueError(
                     f"env_indices='all' tiles at most {_MAX_TILES} envs; the batch has {n}: "

@@ -244,8 +244,8 @@ class TransformedEnv(EnvBase):
                 "a new env"
             )
 
-    @property  # type: ignore[override]
-    def illegal_actions(self) -> IllegalActions:
+    @property
+    def illegal_actions(self) -> IllegalActions:  # type: ignore[override]
         """The inner env's masking policy (validation here follows it)."""
         return self.base_env.illegal_actions
 
@@ -274,8 +274,8 @@ class TransformedEnv(EnvBase):
         finally:
             self.base_env.close()
 
-    @property  # type: ignore[override]
-    def render_modes(self) -> tuple[str, ...]:
+    @property
+    def render_modes(self) -> tuple[str, ...]:  # type: ignore[override]
         return self.base_env.render_modes
 
     def _render(self, env_index: int) -> object:

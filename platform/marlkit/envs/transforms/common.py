@@ -193,10 +193,9 @@ class RewardSum(Transform):
                     f"{specs.reward.keys(True, True)}"
                 )
             reward = specs.reward[in_key]
-            specs.observation[out_key] = Unbounded(
-                reward.shape, dtype=reward.dtype, device=reward.device
-            )
-            self._shapes.append((reward.shape, reward.dtype))
+            dtype = reward.dtype if reward.dtype is not None else torch.float32
+            specs.observation[out_key] = Unbounded(reward.shape, dtype=dtype, device=reward.device)
+            self._shapes.append((reward.shape, dtype))
         return specs
 
     def reset(
