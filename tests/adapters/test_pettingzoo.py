@@ -232,6 +232,24 @@ def test_tictactoe_illegal_moves_raise_or_are_masked():
     assert board[0, 0, 0] == 1 and board[0, 1, 1] == 1
 
 
+def test_the_masking_policy_holds_through_wrappers():
+    # The regression: inside TransformedEnv(..., StepCounter(10)) the outer layer validated with
+    # its own rule and refused the move that the bare env replaces.
+    from marlkit.envs import StepCounter, TransformedEnv
+
+    env = TransformedEnv(marlkit.make(TTT, seed=0, illegal_actions="mask"), StepCounter(10))
+    assert env.illegal_actions == "mask"
+    td = env._step_mdp(env.step(_set(env.reset(), 0)))
+    out = env.step(_set(td, 0))["next"]  # square 0 is taken: replaced by square 1, not refused
+    board = out[OBS][0, 0]
+    assert board[0, 0, 0] == 1 and board[0, 1, 1] == 1
+    assert out["step_count"].item() == 2
+    strict = TransformedEnv(marlkit.make(TTT, seed=0), StepCounter(10))
+    td = strict._step_mdp(strict.step(_set(strict.reset(), 0)))
+    with pytest.raises(InvalidActionError, match="masked out"):
+        strict.step(_set(td, 0))
+
+
 def _set(td, move: int):
     td["agents", "action"] = torch.full((1, 2), move)
     return td

@@ -222,6 +222,15 @@ def test_a_worker_that_fails_to_start_reports_its_exception_and_traceback() -> N
         ParallelEnv(1, _importing_factory)
 
 
+def _dying_factory() -> EnvBase:
+    os._exit(3)  # a simulator that takes the process down while it starts
+
+
+def test_a_worker_that_dies_while_starting_is_reported_with_its_exit_code() -> None:
+    with pytest.raises(WorkerError, match=r"worker 0 \(pid \d+\) .*exit(ed with)? code 3"):
+        ParallelEnv(1, _dying_factory)
+
+
 def test_a_factory_the_worker_cannot_load_is_reported(tmp_path: pathlib.Path) -> None:
     # A module importable here but not in the worker (deleted since): cloudpickle refers to it
     # by name, and loading it fails inside the worker, where it is caught and sent back.
