@@ -236,3 +236,13 @@ def test_c_lidar_rejects_bad_arrays() -> None:
     with pytest.raises(ValueError, match=r"radius must be a finite number > 0, got nan"):
         c.lidar(pos, angles, 0.35, math.nan, out)
     assert (out == 7.0).all()  # nothing written on error
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_twin_matches_the_kernel() -> None:
+    pos = _world(4, 64, seed=2, half=1.2)
+    cpu = lidar(pos, 12, 0.35, 0.1, backend="native")
+    gpu = lidar(pos.cuda(), 12, 0.35, 0.1)  # "auto" on a CUDA tensor: the torch twin
+    assert gpu.device.type == "cuda"
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-5, rtol=0)

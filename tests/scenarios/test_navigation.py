@@ -16,6 +16,8 @@ from marlkit.scenarios import NavigationEnv
 from marlkit.testing import check_adapter
 
 needs_ext = pytest.mark.skipif(not extension_available(), reason="marlkit._C not built")
+#: VMAS navigation's observation: its LiDAR, with its agent radius.
+LIDAR = dict(obs_mode="lidar", agent_radius=0.1)
 
 
 def _actions(env: NavigationEnv, steps: int, seed: int) -> list[torch.Tensor]:
@@ -177,8 +179,9 @@ def test_bad_actions_rejected_with_state_untouched() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu_torch_twin(rollout_with: Callable) -> None:
-    kwargs = dict(num_envs=8, n_agents=8, seed=3, backend="torch")
+@pytest.mark.parametrize("obs", [{}, LIDAR])
+def test_cuda_matches_cpu_torch_twin(rollout_with: Callable, obs: dict) -> None:
+    kwargs = dict(num_envs=8, n_agents=8, seed=3, backend="torch", **obs)
     cpu, gpu = NavigationEnv(**kwargs), NavigationEnv(**kwargs, device="cuda")
     actions = _actions(cpu, 50, seed=2)
     a = rollout_with(cpu, actions)
@@ -188,8 +191,6 @@ def test_cuda_matches_cpu_torch_twin(rollout_with: Callable) -> None:
 
 
 # ---- obs_mode="lidar": VMAS navigation's observation -------------------------------------------
-
-LIDAR = dict(obs_mode="lidar", agent_radius=0.1)
 
 
 @pytest.mark.parametrize(
