@@ -147,11 +147,16 @@ inline void lidar_slots(const Grid& g, const Rays& rays, std::int64_t s0, std::i
     g.rows_near(g.qs[static_cast<std::size_t>(s)], lo, hi);
     start_readings(rays, best.data());
     for (int w = 0; w < 3; ++w) {
-      for (std::int32_t t = lo[w]; t < hi[w]; ++t) {
-        const float wx = xs[t] - xi;
-        const float wy = ys[t] - yi;
-        if (t != s && wx * wx + wy * wy <= rays.reach2) {
-          cast_to_disc(rays, wx, wy, best.data());
+      // The prefilter kLanes candidates at a time (the arrays are padded), then the rays.
+      for (std::int32_t t0 = lo[w]; t0 < hi[w]; t0 += kLanes) {
+        Lanes d;
+        unsigned m = lanes_within(xs, ys, t0, xi, yi, rays.reach2, d) & lanes_below(t0, hi[w]);
+        while (m != 0) {
+          const std::int32_t t = t0 + lowest_bit(m);
+          m &= m - 1;
+          if (t != s) {
+            cast_to_disc(rays, xs[t] - xi, ys[t] - yi, best.data());
+          }
         }
       }
     }
@@ -167,7 +172,7 @@ inline std::vector<float>& lidar_buffer(const Rays& rays) {
 
 // Agents per cell of the LiDAR grid: its cells are as wide as the reach, so at most a few
 // agents lie in each at the densities it is used at; more cells than agents cost empty visits.
-constexpr double kLidarPerCell = 1.0;
+constexpr double kLidarPerCell = 0.25;
 
 inline void lidar_env(const float* pos, std::int64_t n, const Rays& rays, float* out, Grid& g,
                       bool parallel) {
