@@ -170,8 +170,9 @@ inline std::vector<float>& lidar_buffer(const Rays& rays) {
   return best;
 }
 
-// Agents per cell of the LiDAR grid: its cells are as wide as the reach, so at most a few
-// agents lie in each at the densities it is used at; more cells than agents cost empty visits.
+// Agents per cell of the LiDAR grid, tuned on navigation's densities (about 1 agent per unit
+// area, reach 0.45): low enough that cells shrink to the reach, their lower bound, so that the
+// 3x3 block holds few candidates beyond it (1.0 gave cells twice as wide, 25% slower).
 constexpr double kLidarPerCell = 0.25;
 
 inline void lidar_env(const float* pos, std::int64_t n, const Rays& rays, float* out, Grid& g,
