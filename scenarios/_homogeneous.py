@@ -149,6 +149,11 @@ class HomogeneousScenario(EnvBase):
         radius = float(self.physics["radius"])
         return lidar(self._pos, self.n_lidar_rays, self.lidar_range, radius, backend=self.backend)
 
+    def _lidar_observation(self) -> torch.Tensor:
+        """What the agents observe of their LiDAR, as VMAS writes it: ``lidar_range - reading``
+        ``[E, N, n_lidar_rays]`` (0 where nothing is in range)."""
+        return torch.rsub(self.lidar_readings(), self.lidar_range)
+
     def _build_specs(self, observation_dim: int, state_dim: int) -> None:
         """Per group: ``observation`` ``[E, n, observation_dim]`` and the action; root state
         ``[E, state_dim]``; rewards and done flags of the standard layout."""

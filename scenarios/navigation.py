@@ -188,7 +188,7 @@ class NavigationEnv(HomogeneousScenario):
     # ------------------------------------------------------------------ outputs
     def _observations(self) -> torch.Tensor:
         if self.obs_mode == "lidar":
-            sensed = self.lidar_range - self.lidar_readings()
+            sensed = self._lidar_observation()
             return torch.cat([self._pos, self._vel, self._pos - self._goal, sensed], dim=-1)
         parts = [self._pos, self._vel, self._goal - self._pos]
         if self.k > 0:

@@ -244,7 +244,7 @@ class SwarmEnv(HomogeneousScenario):
         parts = [vel, pos / self.half_extent]
         knn_obs = self.obs_mode == "knn"
         if not knn_obs:
-            parts.append(self.lidar_range - self.lidar_readings())
+            parts.append(self._lidar_observation())
         cohesion = torch.ones(e, n, device=self.device)  # nobody in sight: the largest penalty
         alignment = torch.zeros(e, n, device=self.device)
         if k > 0 and (knn_obs or contacts is not None):
