@@ -75,6 +75,23 @@ py::array checked(const py::object& obj, const char* fn, const char* name, const
   return a;
 }
 
+// The [E, N, 2] layout of an agent-state array, checked before E and N are read from it:
+// TypeError when it is not an array, ValueError for another shape (dtype and layout are checked
+// by `checked` once the sizes are known).
+py::array state_layout(const py::object& obj, const char* fn, const char* name) {
+  const std::string what =
+      std::string(fn) + ": " + name + " must be a float32 array of shape [E, N, 2], got ";
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(what + "an object of type " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (a.ndim() != 3 || a.shape(2) != 2) {
+    throw std::invalid_argument(what + "shape " + shape_str(a));
+  }
+  return a;
+}
+
 // The first array is written; it must not share memory with the second.
 void check_no_overlap(const py::array& out, const char* out_name, const py::array& other,
                       const char* other_name, const char* fn) {
@@ -121,16 +138,7 @@ void particle_step(const py::object& pos_obj, const py::object& vel_obj,
                    const py::object& active_obj, const py::object& landmarks_obj,
                    const py::object& landmark_radius) {
   const char* fn = "particle_step";
-  if (!py::isinstance<py::array>(pos_obj)) {
-    throw py::type_error("particle_step: pos must be a float32 array of shape [E, N, 2], got an "
-                         "object of type " +
-                         std::string(py::str(py::type::of(pos_obj).attr("__name__"))));
-  }
-  const auto pos0 = py::reinterpret_borrow<py::array>(pos_obj);
-  if (pos0.ndim() != 3 || pos0.shape(2) != 2) {
-    throw std::invalid_argument("particle_step: pos must be a float32 array of shape [E, N, 2], "
-                                "got shape " + shape_str(pos0));
-  }
+  const py::array pos0 = state_layout(pos_obj, fn, "pos");
   const py::ssize_t E = pos0.shape(0);
   const py::ssize_t N = pos0.shape(1);
   const std::vector<py::ssize_t> state{E, N, 2};
@@ -203,16 +211,7 @@ void particle_step(const py::object& pos_obj, const py::object& vel_obj,
 void knn(const py::object& pos_obj, std::int64_t k, double radius, const py::object& rel_obj,
          const py::object& idx_obj, const py::object& active_obj) {
   const char* fn = "knn";
-  if (!py::isinstance<py::array>(pos_obj)) {
-    throw py::type_error("knn: pos must be a float32 array of shape [E, N, 2], got an object of "
-                         "type " +
-                         std::string(py::str(py::type::of(pos_obj).attr("__name__"))));
-  }
-  const auto pos0 = py::reinterpret_borrow<py::array>(pos_obj);
-  if (pos0.ndim() != 3 || pos0.shape(2) != 2) {
-    throw std::invalid_argument("knn: pos must be a float32 array of shape [E, N, 2], got shape " +
-                                shape_str(pos0));
-  }
+  const py::array pos0 = state_layout(pos_obj, fn, "pos");
   const py::ssize_t E = pos0.shape(0);
   const py::ssize_t N = pos0.shape(1);
   if (k < 0 || k > std::max<py::ssize_t>(N - 1, 0)) {
@@ -248,16 +247,7 @@ void knn(const py::object& pos_obj, std::int64_t k, double radius, const py::obj
 void lidar(const py::object& pos_obj, const py::object& angles_obj, double max_range,
            double radius, const py::object& out_obj) {
   const char* fn = "lidar";
-  if (!py::isinstance<py::array>(pos_obj)) {
-    throw py::type_error("lidar: pos must be a float32 array of shape [E, N, 2], got an object "
-                         "of type " +
-                         std::string(py::str(py::type::of(pos_obj).attr("__name__"))));
-  }
-  const auto pos0 = py::reinterpret_borrow<py::array>(pos_obj);
-  if (pos0.ndim() != 3 || pos0.shape(2) != 2) {
-    throw std::invalid_argument("lidar: pos must be a float32 array of shape [E, N, 2], got "
-                                "shape " + shape_str(pos0));
-  }
+  const py::array pos0 = state_layout(pos_obj, fn, "pos");
   if (!py::isinstance<py::array>(angles_obj)) {
     throw py::type_error("lidar: angles must be a float32 array of shape [R], got an object of "
                          "type " +

@@ -214,6 +214,17 @@ def test_c_lidar_rejects_bad_arrays() -> None:
     c = load_extension()
     pos, angles = np.zeros((2, 3, 2), np.float32), lidar_angles(4).numpy()
     out = np.zeros((2, 3, 4), np.float32)
+    with pytest.raises(
+        TypeError,
+        match=r"lidar: pos must be a float32 array of shape \[E, N, 2\], got an object of type",
+    ):
+        c.lidar([[0.0, 0.0]], angles, 0.35, 0.1, out)
+    with pytest.raises(
+        ValueError, match=r"lidar: pos must be .*\[E, N, 2\], got shape \[2, 3, 3\]"
+    ):
+        c.lidar(np.zeros((2, 3, 3), np.float32), angles, 0.35, 0.1, out)
+    with pytest.raises(ValueError, match=r"pos must be a float32 array .*got dtype float64"):
+        c.lidar(pos.astype(np.float64), angles, 0.35, 0.1, out)
     with pytest.raises(ValueError, match=r"out must be a float32 array .*\[2, 3, 4\], got shape"):
         c.lidar(pos, angles, 0.35, 0.1, np.zeros((2, 3, 5), np.float32))
     with pytest.raises(ValueError, match=r"angles must be a float32 array .*got dtype float64"):
