@@ -1,95 +1,179 @@
 """Env-step throughput: native ``navigation`` through ``EnvBase.step`` vs raw VMAS ``navigation``.
 
-Both run in the same process, one after the other, on the same (envs, agents) cells, with
-random continuous actions drawn each step. Native goes through the full env API (validation
-off): ``step`` then ``step_mdp``, as a rollout does. VMAS is stepped raw: ``vmas.make_env`` and
-a list of per-agent action tensors. Prints one JSON object; ratios are what to compare.
+Like for like by default: native navigation computes VMAS navigation's work (its 12-ray LiDAR
+against the other agents, its 18-value observation, agent radius 0.1, 2 substeps, a box as wide
+as VMAS's spawning square; see ``marlkit.bench.work``), and VMAS runs its defaults. The old
+native figure (k nearest neighbours, no LiDAR, radius 0.05, 4 substeps) is measured too, as
+``native_knn``: different work, kept to compare with earlier runs.
 
-    python benchmarks/env_step.py                       # the cells of the issue
-    python benchmarks/env_step.py --cells 1024x4 --min-seconds 3
+Every cell runs its sides in the same process, in alternating rounds (the order flips each
+round), so that load from other processes hits them alike; each side is timed for about
+``--round-seconds`` per round, and the ratios are the medians of the per-round ratios. Native
+goes through the whole env API (validation off): ``step`` then ``step_mdp``, as a rollout does;
+VMAS is stepped raw (``vmas.make_env`` and a list of per-agent action tensors). Fresh random
+actions every step. Prints one JSON object; each side's ``"work"`` says what it computed.
+
+    python benchmarks/env_step.py                        # cells 1024x4 and 64x64
+    python benchmarks/env_step.py --threads 1            # both sides on 1 thread (loaded machine)
+    python benchmarks/env_step.py --cells 1024x4 --rounds 9 --vmas-extras
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
+import statistics
 import sys
+from typing import Any
 
-import torch
-
-from marlkit.bench import CellSpec, make_stepper, time_steps
+from marlkit.bench import CellSpec, describe_environment, make_stepper, set_threads, time_steps
+from marlkit.bench.cells import Stepper
+from marlkit.bench.environment import load_average
 from marlkit.native import extension_available
 
+#: The issue's targets, in agent-steps/s: native (like for like) over VMAS, per (envs, agents).
+TARGETS = {(1024, 4): 10.0, (64, 64): 100.0}
 
-def bench_native(envs: int, agents: int, args: argparse.Namespace) -> dict:
-    backend = args.backend
-    if backend == "auto":
-        backend = "native" if extension_available() else "torch"
-    stepper = make_stepper(CellSpec(backend, "navigation", envs, agents))
-    try:
-        out = time_steps(
-            stepper.step,
-            min_seconds=args.min_seconds,
-            min_steps=args.min_steps,
-            warmup=args.warmup,
+
+def _native_backend(choice: str) -> str:
+    if choice == "auto":
+        return "native" if extension_available() else "torch"
+    return choice
+
+
+def _sides(envs: int, agents: int, args: argparse.Namespace) -> dict[str, Stepper]:
+    backend = _native_backend(args.backend)
+    sides = {"native": make_stepper(CellSpec(backend, "navigation", envs, agents, work="lidar"))}
+    if not args.no_knn:
+        sides["native_knn"] = make_stepper(
+            CellSpec(backend, "navigation", envs, agents, work="knn")
         )
+    if not args.no_vmas:
+        sides["vmas"] = make_stepper(CellSpec("vmas", "navigation", envs, agents))
+        if args.vmas_extras:
+            # A diagnostic, never the headline: VMAS with its agents' rotation switched off
+            # times the work (always 0 here) that the native side does not do.
+            stepper = make_stepper(CellSpec("vmas", "navigation", envs, agents))
+            for agent in stepper.env.world.agents:
+                agent._rotatable = False
+            sides["vmas_no_rotation"] = stepper
+    return sides
+
+
+def _round(step: Any, name: str, args: argparse.Namespace) -> dict[str, float]:
+    # VMAS steps take up to seconds where agents are many: at least one step per round.
+    min_steps = 1 if name.startswith("vmas") else args.min_steps
+    return time_steps(step, min_seconds=args.round_seconds, min_steps=min_steps)
+
+
+def _summary(rounds: list[dict[str, float]], envs: int, agents: int) -> dict[str, Any]:
+    rate = statistics.median(r["steps_per_s"] for r in rounds)
+    return {
+        "steps": sum(int(r["steps"]) for r in rounds),
+        "seconds": sum(r["seconds"] for r in rounds),
+        "steps_per_s": rate,
+        "env_steps_per_s": rate * envs,
+        "agent_steps_per_s": rate * envs * agents,
+        "rounds_steps_per_s": [r["steps_per_s"] for r in rounds],
+    }
+
+
+def _ratio(rounds: dict[str, list[dict[str, float]]], num: str, den: str) -> dict[str, Any]:
+    per_round = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(rounds[num], rounds[den])]
+    return {"median": statistics.median(per_round), "rounds": per_round}
+
+
+def bench_cell(envs: int, agents: int, args: argparse.Namespace) -> dict[str, Any]:
+    sides = _sides(envs, agents, args)
+    try:
+        for name, stepper in sides.items():
+            warmup = max(1, args.warmup // 5) if name.startswith("vmas") else args.warmup
+            for _ in range(warmup):
+                stepper.step()
+        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
+        order = list(sides)
+        for _ in range(args.rounds):
+            for name in order:
+                rounds[name].append(_round(sides[name].step, name, args))
+            order.reverse()
     finally:
-        stepper.close()
-    out["backend"] = stepper.info["kernel"]
-    return out
+        for stepper in sides.values():
+            stepper.close()
+    row: dict[str, Any] = {"envs": envs, "agents": agents}
+    for name, stepper in sides.items():
+        row[name] = {**_summary(rounds[name], envs, agents), **stepper.info}
+    if "vmas" in sides:
+        like = _ratio(rounds, "native", "vmas")
+        row["native_over_vmas"] = like["median"]
+        row["native_over_vmas_rounds"] = like["rounds"]
+        if "native_knn" in sides:
+            row["native_knn_over_vmas"] = _ratio(rounds, "native_knn", "vmas")["median"]
+            row["native_knn_note"] = "different work: no LiDAR on the native side"
+        if "vmas_no_rotation" in sides:
+            share = 1.0 - _ratio(rounds, "vmas", "vmas_no_rotation")["median"]
+            row["vmas_rotation_share_of_step"] = share
+            # A lower bound: VMAS without the rotation work the native side does not do.
+            bound = _ratio(rounds, "native", "vmas_no_rotation")["median"]
+            row["native_over_vmas_no_rotation"] = bound
+    return row
 
 
-def bench_vmas(envs: int, agents: int, args: argparse.Namespace) -> dict:
-    # marlkit.bench grows VMAS's spawning area with sqrt(agents): its default [-1, 1]^2 spawning
-    # with a minimum spacing never finishes for 64 agents.
-    stepper = make_stepper(CellSpec("vmas", "navigation", envs, agents))
-    # VMAS costs grow with agents squared: fewer steps where one step takes long.
-    out = time_steps(
-        stepper.step,
-        min_seconds=args.min_seconds,
-        min_steps=max(2, args.min_steps // 10),
-        warmup=max(1, args.warmup // 5),
-    )
-    out["world_spawning"] = stepper.info["world_spawning"]
+def _targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for (envs, agents), threshold in TARGETS.items():
+        row = next((r for r in results if (r["envs"], r["agents"]) == (envs, agents)), None)
+        value = None if row is None else row.get("native_over_vmas")
+        out.append(
+            {
+                "cell": f"{envs}x{agents}",
+                "description": f"native >= {threshold:g}x VMAS at {envs} envs x {agents} agents, "
+                "like for like, in agent-steps/s",
+                "threshold": threshold,
+                "value": value,
+                "met": None if value is None else value >= threshold,
+            }
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", default="1024x4,64x64", help="comma list of ENVSxAGENTS")
-    parser.add_argument("--min-seconds", type=float, default=2.0)
-    parser.add_argument("--min-steps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per cell")
+    parser.add_argument(
+        "--round-seconds", type=float, default=0.5, help="seconds each side is timed per round"
+    )
+    parser.add_argument("--min-steps", type=int, default=5, help="native steps per round")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--threads", type=int, help="torch and native threads, both sides")
     parser.add_argument("--backend", default="auto", choices=["auto", "native", "torch"])
     parser.add_argument("--no-vmas", action="store_true", help="skip the VMAS side")
+    parser.add_argument("--no-knn", action="store_true", help="skip the native knn figure")
+    parser.add_argument(
+        "--vmas-extras",
+        action="store_true",
+        help="also time VMAS with its agents' rotation off: the share of its step the native "
+        "side does not compute (a diagnostic)",
+    )
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.min_steps < 1 or args.warmup < 1:
+        parser.error("--rounds, --min-steps and --warmup must be >= 1")
+    set_threads(args.threads)
+    environment = describe_environment()
 
     results = []
     for cell in args.cells.split(","):
         envs, agents = (int(x) for x in cell.lower().split("x"))
-        row: dict = {"envs": envs, "agents": agents}
-        native = bench_native(envs, agents, args)
-        native["agent_steps_per_s"] = native["steps_per_s"] * envs * agents
-        native["env_steps_per_s"] = native["steps_per_s"] * envs
-        row["native"] = native
-        if not args.no_vmas:
-            raw = bench_vmas(envs, agents, args)
-            raw["agent_steps_per_s"] = raw["steps_per_s"] * envs * agents
-            raw["env_steps_per_s"] = raw["steps_per_s"] * envs
-            row["vmas"] = raw
-            row["native_over_vmas"] = native["agent_steps_per_s"] / raw["agent_steps_per_s"]
-        results.append(row)
+        results.append(bench_cell(envs, agents, args))
         print(f"{cell}: done", file=sys.stderr)
-
+    environment["load_average_end"] = load_average()
     report = {
         "benchmark": "env_step",
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
-        "machine": platform.machine(),
+        "headline": "native_over_vmas: like for like (native computes VMAS's LiDAR)",
+        "environment": environment,
+        "settings": {k: v for k, v in vars(args).items()},
         "results": results,
+        "targets": _targets(results) if not args.no_vmas else [],
     }
     print(json.dumps(report, indent=2))
     return 0

@@ -19,6 +19,7 @@ namespace py = pybind11;
 static constexpr int kAbiVersion = 1;
 
 // --- section: particles (bind_particles) ---------------------------------------------------
+#include "marlkit/lidar.h"
 #include "marlkit/particles.h"
 
 namespace particles_bind {
@@ -74,6 +75,23 @@ py::array checked(const py::object& obj, const char* fn, const char* name, const
   return a;
 }
 
+// The [E, N, 2] layout of an agent-state array, checked before E and N are read from it:
+// TypeError when it is not an array, ValueError for another shape (dtype and layout are checked
+// by `checked` once the sizes are known).
+py::array state_layout(const py::object& obj, const char* fn, const char* name) {
+  const std::string what =
+      std::string(fn) + ": " + name + " must be a float32 array of shape [E, N, 2], got ";
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(what + "an object of type " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (a.ndim() != 3 || a.shape(2) != 2) {
+    throw std::invalid_argument(what + "shape " + shape_str(a));
+  }
+  return a;
+}
+
 // The first array is written; it must not share memory with the second.
 void check_no_overlap(const py::array& out, const char* out_name, const py::array& other,
                       const char* other_name, const char* fn) {
@@ -120,16 +138,7 @@ void particle_step(const py::object& pos_obj, const py::object& vel_obj,
                    const py::object& active_obj, const py::object& landmarks_obj,
                    const py::object& landmark_radius) {
   const char* fn = "particle_step";
-  if (!py::isinstance<py::array>(pos_obj)) {
-    throw py::type_error("particle_step: pos must be a float32 array of shape [E, N, 2], got an "
-                         "object of type " +
-                         std::string(py::str(py::type::of(pos_obj).attr("__name__"))));
-  }
-  const auto pos0 = py::reinterpret_borrow<py::array>(pos_obj);
-  if (pos0.ndim() != 3 || pos0.shape(2) != 2) {
-    throw std::invalid_argument("particle_step: pos must be a float32 array of shape [E, N, 2], "
-                                "got shape " + shape_str(pos0));
-  }
+  const py::array pos0 = state_layout(pos_obj, fn, "pos");
   const py::ssize_t E = pos0.shape(0);
   const py::ssize_t N = pos0.shape(1);
   const std::vector<py::ssize_t> state{E, N, 2};
@@ -202,16 +211,7 @@ void particle_step(const py::object& pos_obj, const py::object& vel_obj,
 void knn(const py::object& pos_obj, std::int64_t k, double radius, const py::object& rel_obj,
          const py::object& idx_obj, const py::object& active_obj) {
   const char* fn = "knn";
-  if (!py::isinstance<py::array>(pos_obj)) {
-    throw py::type_error("knn: pos must be a float32 array of shape [E, N, 2], got an object of "
-                         "type " +
-                         std::string(py::str(py::type::of(pos_obj).attr("__name__"))));
-  }
-  const auto pos0 = py::reinterpret_borrow<py::array>(pos_obj);
-  if (pos0.ndim() != 3 || pos0.shape(2) != 2) {
-    throw std::invalid_argument("knn: pos must be a float32 array of shape [E, N, 2], got shape " +
-                                shape_str(pos0));
-  }
+  const py::array pos0 = state_layout(pos_obj, fn, "pos");
   const py::ssize_t E = pos0.shape(0);
   const py::ssize_t N = pos0.shape(1);
   if (k < 0 || k > std::max<py::ssize_t>(N - 1, 0)) {
@@ -242,6 +242,38 @@ void knn(const py::object& pos_obj, std::int64_t k, double radius, const py::obj
   auto* idx_ptr = static_cast<std::int64_t*>(idx.mutable_data());
   py::gil_scoped_release release;
   marlkit::particles::knn(pos_ptr, E, N, k, radius, rel_ptr, idx_ptr, active_ptr);
+}
+
+void lidar(const py::object& pos_obj, const py::object& angles_obj, double max_range,
+           double radius, const py::object& out_obj) {
+  const char* fn = "lidar";
+  const py::array pos0 = state_layout(pos_obj, fn, "pos");
+  if (!py::isinstance<py::array>(angles_obj)) {
+    throw py::type_error("lidar: angles must be a float32 array of shape [R], got an object of "
+                         "type " +
+                         std::string(py::str(py::type::of(angles_obj).attr("__name__"))));
+  }
+  const auto angles0 = py::reinterpret_borrow<py::array>(angles_obj);
+  if (angles0.ndim() != 1) {
+    throw std::invalid_argument("lidar: angles must be a float32 array of shape [R], got shape " +
+                                shape_str(angles0));
+  }
+  const py::ssize_t E = pos0.shape(0);
+  const py::ssize_t N = pos0.shape(1);
+  const py::ssize_t R = angles0.shape(0);
+  py::array pos = checked<float>(pos_obj, fn, "pos", "float32", "[E, N, 2]", {E, N, 2}, false);
+  py::array angles = checked<float>(angles_obj, fn, "angles", "float32", "[R]", {R}, false);
+  py::array out = checked<float>(out_obj, fn, "out", "float32", "[E, N, R]", {E, N, R}, true);
+  check_no_overlap(out, "out", pos, "pos", fn);
+  check_no_overlap(out, "out", angles, "angles", fn);
+  const auto* pos_ptr = static_cast<const float*>(pos.data());
+  const auto* angles_ptr = static_cast<const float*>(angles.data());
+  // Parameters and inputs are checked with the GIL held: nothing is written on error.
+  marlkit::particles::check_lidar(N, R, max_range, radius);
+  marlkit::particles::check_lidar_inputs(pos_ptr, E, N, angles_ptr, R);
+  auto* out_ptr = static_cast<float*>(out.mutable_data());
+  py::gil_scoped_release release;
+  marlkit::particles::lidar(pos_ptr, E, N, angles_ptr, R, max_range, radius, out_ptr);
 }
 
 }  // namespace particles_bind
@@ -283,6 +315,20 @@ are active agents ordered by squared distance, ties by the smaller index; slots 
 neighbour within radius, and every slot of an inactive agent, get rel 0 and idx -1. Found through
 a uniform grid searched in growing rings of cells: exactly the brute-force result, O(N k).
 Raises ValueError for k outside [0, N - 1], radius <= 0, or a bad array. Releases the GIL.)doc");
+  m.def("lidar", &particles_bind::lidar, py::arg("pos"), py::arg("angles"),
+        py::arg("max_range"), py::arg("radius"), py::arg("out"),
+        R"doc(LiDAR readings of every agent against the other agents' discs, as VMAS's Lidar.
+
+Arrays (C-contiguous): pos float32 [E, N, 2] agent centres; angles float32 [R] ray angles in
+radians; out float32 [E, N, R], written. For agent i, ray k (direction (cos a_k, sin a_k)) and
+every other agent j (radius `radius`), with w = pos_j - pos_i: t = w . u, c = w x u,
+q = radius^2 - c^2; j is hit when t > 0 (in front) and q > 0, at t - sqrt(q) (negative when
+agent i lies inside j's disc). out[e, i, k] = min(max_range, the nearest hit). Only agents
+within max_range + radius are tested, found through a uniform grid: O(N R) per environment.
+Raises ValueError for n_rays < 1, max_range or radius not finite and > 0, a non-finite
+position or angle, or a bad array (TypeError when pos is not an array). Releases the GIL; runs
+on marlkit's thread pool over environments (or over the agents of one environment when there
+are fewer environments than threads).)doc");
 }
 // --- end section: particles ------------------------------------------------------------------
 

@@ -2,12 +2,15 @@
 
 Agents are named ``agent_0 .. agent_{N-1}`` and may be split by any group map; every group has
 the same observation and action specs; actions are a 2-D force in ``[-1, 1]`` or one of five
-discrete moves; physics runs on the C++ kernels on cpu and on their torch twin elsewhere.
+discrete moves; physics runs on the C++ kernels on cpu and on their torch twin elsewhere. Each
+agent senses the others through its ``k`` nearest neighbours (``obs_mode="knn"``) or through
+VMAS's LiDAR (``obs_mode="lidar"``, :func:`marlkit.native.lidar.lidar`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
@@ -20,11 +23,14 @@ from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TR
 from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
 from marlkit.native import load_extension, native_or_fallback
+from marlkit.native.lidar import lidar
 
 __all__ = [
     "DISCRETE_DIRECTIONS",
+    "OBS_MODES",
     "Backend",
     "HomogeneousScenario",
+    "ObsMode",
     "resolve_backend",
 ]
 
@@ -32,6 +38,9 @@ __all__ = [
 DISCRETE_DIRECTIONS = ((0.0, 0.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0))
 
 Backend = Literal["auto", "native", "torch"]
+ObsMode = Literal["knn", "lidar"]
+#: How an agent senses the others: its k nearest neighbours, or VMAS's LiDAR.
+OBS_MODES: tuple[str, ...] = ("knn", "lidar")
 
 
 def resolve_backend(backend: Backend, device: torch.device) -> Literal["native", "torch"]:
@@ -54,7 +63,9 @@ class HomogeneousScenario(EnvBase):
     """Base of navigation and swarm: agents, groups, action specs and forces, group outputs.
 
     Subclasses call :meth:`_build_specs` once their observation and state sizes are known, use
-    :meth:`_force` in ``_step`` and :meth:`_outputs` to assemble what reset and step return.
+    :meth:`_force` in ``_step`` and :meth:`_outputs` to assemble what reset and step return;
+    in ``obs_mode="lidar"``, :meth:`lidar_readings` casts the rays (against discs of radius
+    ``physics["radius"]``, which subclasses set).
     The base holds the agents' positions and velocities ``[E, N, 2]`` and the generator of
     their resets, seeded at ``seed + seed_offset`` (each scenario its own offset, so that
     resets and the base class's random actions draw different streams).
@@ -62,6 +73,9 @@ class HomogeneousScenario(EnvBase):
 
     render_modes = ("rgb_array",)
     seed_offset: int = 0
+    #: The keyword arguments of :func:`~marlkit.native.particles.particle_step` (set by each
+    #: subclass); ``physics["radius"]`` is also the radius the LiDAR rays hit.
+    physics: dict[str, Any]
 
     def __init__(
         self,
@@ -76,7 +90,17 @@ class HomogeneousScenario(EnvBase):
         backend: Backend,
         validate_actions: bool,
         render_size: int,
+        obs_mode: ObsMode = "knn",
+        n_lidar_rays: int = 12,
+        lidar_range: float = 0.35,
     ):
+        if obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode must be one of {list(OBS_MODES)}, got {obs_mode!r}")
+        n_lidar_rays = check_int("n_lidar_rays", n_lidar_rays, low=1)
+        if isinstance(lidar_range, bool) or not isinstance(lidar_range, (int, float)):
+            raise TypeError(f"lidar_range must be a number, got {type(lidar_range).__name__}")
+        if not (math.isfinite(lidar_range) and lidar_range > 0):
+            raise ValueError(f"lidar_range must be a finite number > 0, got {lidar_range!r}")
         num_envs = check_int("num_envs", num_envs, low=1)
         n_agents = check_int("n_agents", n_agents, low=1)
         k_nearest = check_int("k_nearest", k_nearest, low=0)
@@ -87,6 +111,9 @@ class HomogeneousScenario(EnvBase):
         self.max_force = float(max_force)
         self.backend = resolve_backend(backend, self.device)
         self.render_size = int(render_size)
+        self.obs_mode: ObsMode = obs_mode
+        self.n_lidar_rays = n_lidar_rays
+        self.lidar_range = float(lidar_range)
         names = [f"agent_{i}" for i in range(n_agents)]
         self.group_map = make_group_map(names, group_map)
         index = {name: i for i, name in enumerate(names)}
@@ -108,6 +135,17 @@ class HomogeneousScenario(EnvBase):
     def positions(self) -> torch.Tensor:
         """Agent positions ``[E, N, 2]`` (a copy)."""
         return self._pos.clone()
+
+    def lidar_readings(self) -> torch.Tensor:
+        """LiDAR readings ``[E, N, n_lidar_rays]`` of the current positions: along each ray, the
+        distance to the nearest other agent's disc, at most ``lidar_range``."""
+        radius = float(self.physics["radius"])
+        return lidar(self._pos, self.n_lidar_rays, self.lidar_range, radius, backend=self.backend)
+
+    def _lidar_observation(self) -> torch.Tensor:
+        """What the agents observe of their LiDAR, as VMAS writes it: ``lidar_range - reading``
+        ``[E, N, n_lidar_rays]`` (0 where nothing is in range)."""
+        return torch.rsub(self.lidar_readings(), self.lidar_range)
 
     def _build_specs(self, observation_dim: int, state_dim: int) -> None:
         """Per group: ``observation`` ``[E, n, observation_dim]`` and the action; root state

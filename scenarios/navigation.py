@@ -4,10 +4,18 @@ Physics (C++ kernel on CPU, the same maths in torch elsewhere, see
 :mod:`marlkit.native.particles`): forces from actions, drag, substepped semi-implicit Euler,
 soft agent-agent contacts (penetration-proportional forces) and square world bounds.
 
+Observations (``obs_mode``): ``"knn"`` (the default) sees the ``k`` nearest other agents;
+``"lidar"`` is VMAS ``navigation``'s observation, ``n_lidar_rays`` LiDAR rays per agent against
+the other agents' discs (:func:`marlkit.native.lidar.lidar`, C++ grid kernel on CPU).
+
 Keys (group ``"agents"`` by default; any group map works)::
 
-    (group, "observation")  [E, n, 6 + 2k]  own position (2), velocity (2), goal - position (2),
-                                            positions of the k nearest others relative to self
+    (group, "observation")  [E, n, 6 + 2k]  "knn": own position (2), velocity (2),
+                                            goal - position (2), positions of the k nearest
+                                            others relative to self (2k)
+                            [E, n, 6 + R]   "lidar": own position (2), velocity (2),
+                                            position - goal (2, VMAS's sign), lidar_range -
+                                            reading of each of the R rays (R)
     (group, "action")       [E, n, 2] in [-1, 1] (continuous force), or [E, n] in {0..4}
                                             (no-op, -x, +x, -y, +y)
     ("next", group, "reward") [E, n, 1]     progress to goal - collision penalty + shared bonus
@@ -26,7 +34,12 @@ from tensordict import TensorDictBase
 from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, group_color, lighten, render_frame
-from marlkit.scenarios._homogeneous import DISCRETE_DIRECTIONS, Backend, HomogeneousScenario
+from marlkit.scenarios._homogeneous import (
+    DISCRETE_DIRECTIONS,
+    Backend,
+    HomogeneousScenario,
+    ObsMode,
+)
 
 __all__ = ["DISCRETE_DIRECTIONS", "NavigationEnv"]
 
@@ -40,7 +53,14 @@ class NavigationEnv(HomogeneousScenario):
         continuous_actions: 2-D force in ``[-1, 1]`` (True) or 5 discrete moves (False).
         device: where the state lives; the C++ kernel serves cpu, torch serves the rest.
         seed: seed for resets and random actions (``None``: nondeterministic).
-        k_nearest: neighbours in each observation (capped at ``n_agents - 1``).
+        k_nearest: neighbours in each ``"knn"`` observation (capped at ``n_agents - 1``).
+        obs_mode: ``"knn"`` (the k nearest others' relative positions) or ``"lidar"`` (VMAS
+            ``navigation``'s observation: ``n_lidar_rays`` rays against the other agents'
+            discs); see the module docstring for the layouts.
+        n_lidar_rays: rays per agent in ``"lidar"`` mode (VMAS's default, 12), at the angles
+            ``linspace(0, 2 pi, R + 1)[:R]``.
+        lidar_range: the rays' range in ``"lidar"`` mode (VMAS's default, 0.35); the
+            observation holds ``lidar_range - reading``: 0 where nothing is in range.
         world_size: half-width ``L`` of the square world ``[-L, L]^2``; default grows with
             ``sqrt(n_agents)`` to keep the density constant.
         agent_radius, mass, drag, dt, substeps, contact_stiffness, max_force: physics.
@@ -65,6 +85,9 @@ class NavigationEnv(HomogeneousScenario):
         device: str | torch.device = "cpu",
         seed: int | None = None,
         k_nearest: int = 4,
+        obs_mode: ObsMode = "knn",
+        n_lidar_rays: int = 12,
+        lidar_range: float = 0.35,
         world_size: float | None = None,
         agent_radius: float = 0.05,
         mass: float = 1.0,
@@ -93,6 +116,9 @@ class NavigationEnv(HomogeneousScenario):
             backend=backend,
             validate_actions=validate_actions,
             render_size=render_size,
+            obs_mode=obs_mode,
+            n_lidar_rays=n_lidar_rays,
+            lidar_range=lidar_range,
         )
         self.half_extent = (
             float(world_size) if world_size is not None else max(1.0, 0.25 * math.sqrt(n_agents))
@@ -124,7 +150,7 @@ class NavigationEnv(HomogeneousScenario):
     # ------------------------------------------------------------------ specs
     @property
     def observation_dim(self) -> int:
-        return 6 + 2 * self.k
+        return 6 + (self.n_lidar_rays if self.obs_mode == "lidar" else 2 * self.k)
 
     # ------------------------------------------------------------------ hooks
     def _sample_positions(self, count: int) -> torch.Tensor:
@@ -161,6 +187,9 @@ class NavigationEnv(HomogeneousScenario):
 
     # ------------------------------------------------------------------ outputs
     def _observations(self) -> torch.Tensor:
+        if self.obs_mode == "lidar":
+            sensed = self._lidar_observation()
+            return torch.cat([self._pos, self._vel, self._pos - self._goal, sensed], dim=-1)
         parts = [self._pos, self._vel, self._goal - self._pos]
         if self.k > 0:
             rel, _ = knn(self._pos, self.k, backend=self.backend)

@@ -17,10 +17,15 @@ Nothing terminates; episodes are truncated after ``max_steps`` steps.
 
 Keys (group ``"agents"`` by default; any group map works)::
 
-    (group, "observation")  [E, n, 4 + 5k]  own velocity (2), own position / L (2), then for the
-                                            k nearest neighbours within the sensing radius:
-                                            relative positions / sensing_radius (2k), relative
-                                            velocities (2k), 1 where the slot holds one (k)
+    (group, "observation")  [E, n, 4 + 5k]  "knn" (the default): own velocity (2), own position
+                                            / L (2), then for the k nearest neighbours within
+                                            the sensing radius: relative positions /
+                                            sensing_radius (2k), relative velocities (2k), 1
+                                            where the slot holds one (k)
+                            [E, n, 4 + R]   "lidar": own velocity (2), own position / L (2),
+                                            lidar_range - reading of each of the R LiDAR rays
+                                            (VMAS's sensor, :mod:`marlkit.native.lidar`); the
+                                            rewards still measure the k nearest neighbours
     (group, "action")       [E, n, 2] in [-1, 1] (continuous force), or [E, n] in {0..4}
                                             (no-op, -x, +x, -y, +y)
     ("next", group, "reward") [E, n, 1]     minus the weighted cohesion, alignment, speed and
@@ -40,7 +45,7 @@ from marlkit._utils import check_int
 from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, render_frame
-from marlkit.scenarios._homogeneous import Backend, HomogeneousScenario
+from marlkit.scenarios._homogeneous import Backend, HomogeneousScenario, ObsMode
 
 __all__ = ["SwarmEnv"]
 
@@ -77,8 +82,13 @@ class SwarmEnv(HomogeneousScenario):
         device: where the state lives; the C++ kernels serve cpu, torch serves the rest (its
             dense pair tensors need ``O(n_agents^2)`` memory per world).
         seed: seed for resets and random actions (``None``: nondeterministic).
-        k_nearest: neighbours in each observation (capped at ``n_agents - 1``).
+        k_nearest: neighbours each agent senses (capped at ``n_agents - 1``): in its
+            ``"knn"`` observation and in its cohesion and alignment rewards.
         sensing_radius: how far an agent sees its neighbours.
+        obs_mode: ``"knn"`` (the k nearest neighbours) or ``"lidar"`` (``n_lidar_rays`` LiDAR
+            rays against the other agents' discs, as VMAS's navigation sees); see the module
+            docstring for the layouts.
+        n_lidar_rays, lidar_range: the rays of ``"lidar"`` mode (VMAS's defaults: 12, 0.35).
         density: agents per unit area, which sets the default world size.
         world_size: half-width ``L`` of the square world ``[-L, L]^2``; default
             ``max(1, sqrt(n_agents / density) / 2)``.
@@ -111,6 +121,9 @@ class SwarmEnv(HomogeneousScenario):
         seed: int | None = None,
         k_nearest: int = 6,
         sensing_radius: float = 1.0,
+        obs_mode: ObsMode = "knn",
+        n_lidar_rays: int = 12,
+        lidar_range: float = 0.35,
         density: float = 4.0,
         world_size: float | None = None,
         agent_radius: float = 0.05,
@@ -144,6 +157,9 @@ class SwarmEnv(HomogeneousScenario):
             backend=backend,
             validate_actions=validate_actions,
             render_size=render_size,
+            obs_mode=obs_mode,
+            n_lidar_rays=n_lidar_rays,
+            lidar_range=lidar_range,
         )
         self.sensing_radius = _positive("sensing_radius", sensing_radius)
         default_size = max(1.0, 0.5 * math.sqrt(n_agents / _positive("density", density)))
@@ -183,7 +199,7 @@ class SwarmEnv(HomogeneousScenario):
     # ------------------------------------------------------------------ specs
     @property
     def observation_dim(self) -> int:
-        return 4 + 5 * self.k
+        return 4 + (self.n_lidar_rays if self.obs_mode == "lidar" else 5 * self.k)
 
     # ------------------------------------------------------------------ hooks
     def _spawn(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,24 +234,29 @@ class SwarmEnv(HomogeneousScenario):
 
     # ------------------------------------------------------------------ outputs
     def _observe(self, contacts: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Observations ``[E, N, 4 + 5k]``; given the contacts ``[E, N]``, rewards ``[E, N]``."""
+        """Observations ``[E, N, observation_dim]``; given the contacts ``[E, N]``, rewards
+        ``[E, N]``."""
         e, n, k = self.num_envs, self.n_agents, self.k
         pos, vel = self._pos, self._vel
         speed = torch.linalg.vector_norm(vel, dim=-1)  # [E, N]
         parts = [vel, pos / self.half_extent]
+        knn_obs = self.obs_mode == "knn"
+        if not knn_obs:
+            parts.append(self._lidar_observation())
         cohesion = torch.ones(e, n, device=self.device)  # nobody in sight: the largest penalty
         alignment = torch.zeros(e, n, device=self.device)
-        if k > 0:
+        if k > 0 and (knn_obs or contacts is not None):
             rel, idx = knn(pos, k, radius=self.sensing_radius, backend=self.backend)
             found = idx >= 0  # [E, N, k]
             flat = idx.clamp(min=0).view(e, n * k, 1).expand(e, n * k, 2)
             rel_vel = torch.gather(vel, 1, flat).view(e, n, k, 2) - vel[:, :, None, :]
             rel_vel = torch.where(found[..., None], rel_vel, 0.0)
-            parts += [
-                (rel / self.sensing_radius).reshape(e, n, 2 * k),
-                rel_vel.reshape(e, n, 2 * k),
-                found.to(torch.float32),
-            ]
+            if knn_obs:
+                parts += [
+                    (rel / self.sensing_radius).reshape(e, n, 2 * k),
+                    rel_vel.reshape(e, n, 2 * k),
+                    found.to(torch.float32),
+                ]
             if contacts is not None:
                 count = found.sum(-1, keepdim=True)  # [E, N, 1]
                 seen = count[..., 0] > 0

@@ -39,6 +39,16 @@ def knn(
     active: NDArray[np.bool_] | None = None,  # [E, N]; None: all active
 ) -> None: ...
 
+# lidar (csrc/include/marlkit/lidar.h; Python face: marlkit.native.lidar): VMAS's Lidar against
+# the other agents' discs, O(N R) per environment through the uniform grid.
+def lidar(
+    pos: NDArray[np.float32],  # [E, N, 2], finite
+    angles: NDArray[np.float32],  # [R], finite
+    max_range: float,  # > 0
+    radius: float,  # > 0, every agent's
+    out: NDArray[np.float32],  # [E, N, R], written: min(max_range, nearest hit)
+) -> None: ...
+
 # render (csrc/include/marlkit/render.h; Python face: marlkit.native.render). Returns uint8
 # [batch, height, width, 3]. A layer is (centers [M, 2] or [batch, M, 2] float64 world
 # coordinates, radius [M] float64 world units, colors [M, 3] ints in [0, 255], filled,

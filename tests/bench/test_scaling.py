@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import statistics
 import subprocess
 import sys
 
@@ -339,18 +340,46 @@ def test_benchmark_script_prints_one_json_object(tmp_path: pathlib.Path) -> None
     assert (tmp_path / "scaling.json").exists() and not (tmp_path / "scaling.png").exists()
 
 
-def test_env_step_benchmark_uses_the_shared_harness() -> None:
+def _env_step(*args: str) -> dict:
     script = ROOT / "benchmarks" / "env_step.py"
-    args = ["--cells", "4x3", "--min-seconds", "0", "--min-steps", "2", "--warmup", "1"]
+    timing = ["--rounds", "2", "--round-seconds", "0", "--min-steps", "2", "--warmup", "1"]
     out = subprocess.run(
-        [sys.executable, str(script), *args, "--no-vmas"],
+        [sys.executable, str(script), *timing, "--threads", "1", *args],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert out.returncode == 0, out.stderr
-    (row,) = json.loads(out.stdout)["results"]
-    assert row["native"]["steps"] == 2 and row["native"]["backend"] == "native"
+    return json.loads(out.stdout)
+
+
+def test_env_step_benchmark_uses_the_shared_harness() -> None:
+    data = _env_step("--cells", "4x3", "--no-vmas")
+    (row,) = data["results"]
+    assert row["native"]["steps"] == 4 and row["native"]["kernel"] == "native"
+    assert len(row["native"]["rounds_steps_per_s"]) == 2
+    assert row["native"]["work"]["work"] == "lidar" and row["native_knn"]["work"]["work"] == "knn"
+    assert row["native"]["work"]["observation_size"] == 18
+    assert "different work" in row["native_knn"]["work"]["label"]
+    assert data["environment"]["torch_threads"] == 1 and data["targets"] == []
+
+
+def test_env_step_benchmark_compares_like_for_like_with_vmas() -> None:
+    data = _env_step("--cells", "4x3", "--vmas-extras")
+    (row,) = data["results"]
+    native, vmas = row["native"], row["vmas"]
+    assert native["work"]["sensor"] == {
+        **vmas["work"]["sensor"],
+        "cost": native["work"]["sensor"]["cost"],
+    }
+    ratio = statistics.median(
+        a / b for a, b in zip(native["rounds_steps_per_s"], vmas["rounds_steps_per_s"])
+    )
+    assert row["native_over_vmas"] == pytest.approx(ratio)
+    assert row["native_knn_over_vmas"] > 0 and "different work" in row["native_knn_note"]
+    assert "vmas_rotation_share_of_step" in row and row["native_over_vmas_no_rotation"] > 0
+    assert [t["cell"] for t in data["targets"]] == ["1024x4", "64x64"]
+    assert all(t["value"] is None for t in data["targets"])  # neither cell was run
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -10,9 +11,13 @@ import torch
 import marlkit
 from marlkit.envs import InvalidActionError, check_env_specs
 from marlkit.native import extension_available
+from marlkit.native.lidar import lidar
 from marlkit.scenarios import NavigationEnv
+from marlkit.testing import check_adapter
 
 needs_ext = pytest.mark.skipif(not extension_available(), reason="marlkit._C not built")
+#: VMAS navigation's observation: its LiDAR, with its agent radius.
+LIDAR = dict(obs_mode="lidar", agent_radius=0.1)
 
 
 def _actions(env: NavigationEnv, steps: int, seed: int) -> list[torch.Tensor]:
@@ -174,11 +179,103 @@ def test_bad_actions_rejected_with_state_untouched() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu_torch_twin(rollout_with: Callable) -> None:
-    kwargs = dict(num_envs=8, n_agents=8, seed=3, backend="torch")
+@pytest.mark.parametrize("obs", [{}, LIDAR])
+def test_cuda_matches_cpu_torch_twin(rollout_with: Callable, obs: dict) -> None:
+    kwargs = dict(num_envs=8, n_agents=8, seed=3, backend="torch", **obs)
     cpu, gpu = NavigationEnv(**kwargs), NavigationEnv(**kwargs, device="cuda")
     actions = _actions(cpu, 50, seed=2)
     a = rollout_with(cpu, actions)
     b = rollout_with(gpu, [x.cuda() for x in actions])
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y.cpu(), atol=1e-4, rtol=1e-4)
+
+
+# ---- obs_mode="lidar": VMAS navigation's observation -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"backend": "torch"},
+        {"continuous_actions": False, "n_lidar_rays": 1},
+        {"group_map": "per_agent", "n_lidar_rays": 5, "lidar_range": 0.5},
+        {"n_agents": 1},
+    ],
+)
+def test_lidar_mode_passes_specs_and_the_kit(kwargs: dict) -> None:
+    env = marlkit.make("navigation", **{"num_envs": 4, "n_agents": 4, "seed": 0, **LIDAR, **kwargs})
+    check_env_specs(env)
+    check_adapter(env, steps=6)
+    group = next(iter(env.group_map))
+    leaf = env.observation_spec[group, "observation"]
+    assert leaf.shape[-1] == 6 + kwargs.get("n_lidar_rays", 12)
+
+
+def test_lidar_observation_layout_and_readings() -> None:
+    env = NavigationEnv(num_envs=6, n_agents=8, world_size=0.7, seed=0, **LIDAR)
+    td = env.rollout(4, break_when_any_done=False)[..., -1]
+    obs = td["next", "agents", "observation"]
+    assert obs.shape == (6, 8, 6 + 12)
+    pos, goal = env.positions, env.goals
+    torch.testing.assert_close(obs[..., 0:2], pos, atol=0, rtol=0)
+    torch.testing.assert_close(obs[..., 2:4], env._vel, atol=0, rtol=0)
+    torch.testing.assert_close(obs[..., 4:6], pos - goal, atol=0, rtol=0)  # VMAS's sign
+    readings = lidar(pos, 12, 0.35, 0.1)
+    assert torch.equal(obs[..., 6:], 0.35 - readings)
+    assert torch.equal(env.lidar_readings(), readings)
+    sensed = obs[..., 6:]
+    assert (sensed > 0).any() and (sensed == 0).any()  # crowded: some rays see someone
+
+
+@needs_ext
+@pytest.mark.parametrize("continuous", [True, False])
+def test_lidar_mode_native_and_torch_agree(continuous: bool, rollout_with: Callable) -> None:
+    kwargs = dict(
+        num_envs=16, n_agents=12, continuous_actions=continuous, seed=5, world_size=0.8, **LIDAR
+    )
+    native = NavigationEnv(**kwargs, backend="native")
+    twin = NavigationEnv(**kwargs, backend="torch")
+    actions = _actions(native, 100, seed=2)
+    out_native, out_twin = rollout_with(native, actions), rollout_with(twin, actions)
+    for a, b in zip(out_native, out_twin):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert (out_native[0][..., 6:] > 0).float().mean() > 0.05  # the rays saw agents
+
+
+def test_lidar_observation_equals_vmas() -> None:
+    """Same positions and goals, at rest: the observation VMAS navigation writes, to rounding."""
+    vmas = pytest.importorskip("vmas")
+    e, n = 8, 5
+    env = NavigationEnv(num_envs=e, n_agents=n, world_size=0.6, seed=3, **LIDAR)
+    obs = env.reset()["agents", "observation"]
+    with warnings.catch_warnings():  # VMAS imports the retired gym, which warns
+        warnings.simplefilter("ignore")
+        raw = vmas.make_env("navigation", num_envs=e, device="cpu", n_agents=n, seed=0)
+        raw.reset()
+    pos, goal = env.positions, env.goals
+    for i, agent in enumerate(raw.world.agents):
+        agent.set_pos(pos[:, i], batch_index=None)
+        agent.goal.set_pos(goal[:, i], batch_index=None)
+    expected = torch.stack([raw.scenario.observation(a) for a in raw.world.agents], dim=1)
+    assert expected.shape == obs.shape == (e, n, 18)
+    torch.testing.assert_close(obs, expected, atol=1e-5, rtol=0)
+    assert (expected[..., 6:] > 0).any()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"obs_mode": "rays"},
+            ValueError,
+            r"obs_mode must be one of \['knn', 'lidar'\], got 'rays'",
+        ),
+        ({"n_lidar_rays": 0}, ValueError, r"n_lidar_rays must be an int >= 1, got 0"),
+        ({"lidar_range": -1.0}, ValueError, r"lidar_range must be a finite number > 0, got -1.0"),
+        ({"lidar_range": "far"}, TypeError, r"lidar_range must be a number, got str"),
+    ],
+)
+def test_bad_lidar_construction(kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        NavigationEnv(num_envs=2, n_agents=2, **kwargs)

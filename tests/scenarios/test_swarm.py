@@ -13,6 +13,7 @@ import torch
 import marlkit
 from marlkit.envs import InvalidActionError, check_env_specs
 from marlkit.native import extension_available
+from marlkit.native.lidar import lidar
 from marlkit.scenarios import SwarmEnv
 from marlkit.testing import check_adapter
 
@@ -108,6 +109,41 @@ def test_reward_terms() -> None:
     assert (reward < -1.0).all() and (reward > -1.1).all()  # -(1 contact + a small centroid)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"backend": "torch", "n_lidar_rays": 3}])
+def test_lidar_mode(kwargs: dict) -> None:
+    env = SwarmEnv(num_envs=3, n_agents=40, world_size=1.0, seed=2, obs_mode="lidar", **kwargs)
+    check_env_specs(env)
+    check_adapter(env, steps=4)
+    rays = kwargs.get("n_lidar_rays", 12)
+    td = env.rollout(3, break_when_any_done=False)[..., -1]
+    obs = td["next", "agents", "observation"]
+    assert obs.shape == (3, 40, 4 + rays)
+    torch.testing.assert_close(obs[..., 0:2], env.velocities, atol=0, rtol=0)
+    torch.testing.assert_close(obs[..., 2:4], env.positions / env.half_extent, atol=0, rtol=0)
+    readings = lidar(env.positions, rays, 0.35, env.physics["radius"])
+    assert torch.equal(obs[..., 4:], 0.35 - readings)
+    assert (obs[..., 4:] > 0).any()
+    # The rewards still measure the k nearest neighbours: the same as in "knn" mode.
+    knn_env = SwarmEnv(num_envs=3, n_agents=40, world_size=1.0, seed=2, **kwargs)
+    env.set_seed(2)
+    knn_env.set_seed(2)
+    rewards = [
+        e.rollout(3, break_when_any_done=False)["next", "agents", "reward"] for e in (env, knn_env)
+    ]
+    assert torch.equal(rewards[0], rewards[1])
+
+
+@needs_ext
+def test_lidar_mode_native_and_torch_agree(rollout_with: Callable) -> None:
+    kwargs = dict(num_envs=4, n_agents=40, seed=3, world_size=0.8, obs_mode="lidar")
+    native, twin = SwarmEnv(**kwargs, backend="native"), SwarmEnv(**kwargs, backend="torch")
+    gen = torch.Generator().manual_seed(4)
+    spec = native.action_spec["agents", "action"]
+    actions = [spec.rand(generator=gen) for _ in range(30)]
+    for a, b in zip(rollout_with(native, actions), rollout_with(twin, actions)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_truncation_after_max_steps_and_partial_reset() -> None:
     env = SwarmEnv(num_envs=4, n_agents=5, max_steps=3, seed=1)
     out = env.rollout(7, break_when_any_done=False)
@@ -182,6 +218,8 @@ def test_render_colours_agents_by_heading() -> None:
         ({"cohesion_weight": -1.0}, ValueError, r"cohesion_weight must be a finite number >= 0"),
         ({"backend": "cuda"}, ValueError, "backend must be"),
         ({"group_map": {"a": ["agent_0"]}}, ValueError, "in no group"),
+        ({"obs_mode": "sonar"}, ValueError, r"obs_mode must be one of \['knn', 'lidar'\]"),
+        ({"n_lidar_rays": -1}, ValueError, r"n_lidar_rays must be an int >= 1, got -1"),
     ],
 )
 def test_bad_construction(kwargs: dict, error: type, match: str) -> None:

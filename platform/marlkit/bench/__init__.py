@@ -2,6 +2,8 @@
 
 - :mod:`marlkit.bench.cells`: one ``(backend, envs, agents)`` cell, timed within a budget; the
   one timing implementation of ``benchmarks/env_step.py`` and the scaling sweep.
+- :mod:`marlkit.bench.work`: what each side of a cell computes (``"lidar"``: VMAS's work, the
+  default; ``"knn"``: native navigation's defaults) and the JSON ``"work"`` object saying so.
 - :mod:`marlkit.bench.scaling`: the scaling sweep (agent-steps/s as agents per env grow), its
   JSON, table and plot (:mod:`marlkit.bench.plot`, matplotlib from the ``bench`` extra).
 """
@@ -29,13 +31,17 @@ from marlkit.bench.scaling import (
     run_cell,
     run_scaling,
 )
+from marlkit.bench.work import DEFAULT_WORK, WORK_LABELS, WORKS, native_kwargs
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_AGENTS",
     "DEFAULT_TOTAL_AGENTS",
+    "DEFAULT_WORK",
     "SCENARIOS",
     "TARGETS",
+    "WORKS",
+    "WORK_LABELS",
     "CellResult",
     "CellSpec",
     "ScalingConfig",
@@ -44,6 +50,7 @@ __all__ = [
     "describe_environment",
     "make_stepper",
     "measure_cell",
+    "native_kwargs",
     "plot_scaling",
     "run_cell",
     "run_scaling",

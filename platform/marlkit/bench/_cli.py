@@ -1,10 +1,10 @@
 """``marlkit bench scaling``: the scaling benchmark as a command.
 
 ``marlkit bench scaling [--scenario navigation] [--agents 4,16,64,...] [--envs N |
---total-agents N] [--backends native,vmas] [--out DIR]`` shows a progress bar over cells (stderr),
-prints a table and writes ``DIR/scaling.json`` and ``DIR/scaling.png``. With ``--json`` the
-JSON goes to stdout instead of the table (which then goes to stderr), as ``benchmarks/`` scripts
-print.
+--total-agents N] [--backends native,vmas] [--work lidar|knn] [--out DIR]`` shows a progress
+bar over cells (stderr), prints a table and writes ``DIR/scaling.json`` and ``DIR/scaling.png``.
+With ``--json`` the JSON goes to stdout instead of the table (which then goes to stderr), as
+``benchmarks/`` scripts print.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from marlkit.bench.scaling import (
     ScalingConfig,
     run_scaling,
 )
+from marlkit.bench.work import DEFAULT_WORK, WORKS
 
 __all__ = ["add_bench_parser", "cmd_scaling", "parse_agents", "parse_backends"]
 
@@ -149,6 +150,15 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=_positive(int), metavar="N", help="torch and native-kernel threads"
     )
+    p.add_argument(
+        "--work",
+        choices=WORKS,
+        default=DEFAULT_WORK,
+        help=(
+            "what the native side computes: lidar (VMAS navigation's work, its 12-ray LiDAR "
+            "included; the default) or knn (native defaults: different work)"
+        ),
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-plot", action="store_true", help="write the JSON only")
     p.add_argument("--json", action="store_true", help="print the JSON (table to stderr)")
@@ -170,6 +180,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         cell_budget_s=args.cell_budget,
         threads=args.threads,
         seed=args.seed,
+        work=args.work,
         isolate=args.isolate,
         startup_allowance_s=args.startup_allowance,
     )

@@ -5,8 +5,13 @@ A *cell* is one ``(backend, envs, agents)`` point of a sweep. Backends:
 - ``"native"``: the marlkit scenario on its C++ kernels, through the whole env API as a rollout
   does (``EnvBase.step`` with action validation off, then ``step_mdp``);
 - ``"torch"``: the same scenario on its torch twin (same path, ``backend="torch"``);
-- ``"vmas"``: the peer, VMAS's scenario of the same name, stepped raw (``vmas.make_env`` and a
-  list of per-agent action tensors ``[envs, act_dim]``).
+- ``"vmas"``: the peer, VMAS's scenario of the same name with its defaults, stepped raw
+  (``vmas.make_env`` and a list of per-agent action tensors ``[envs, act_dim]``).
+
+What the native and torch sides compute is the cell's *work* (:mod:`marlkit.bench.work`):
+``"lidar"`` (the default) is VMAS's work, its 12-ray LiDAR included; ``"knn"`` is native
+navigation's own defaults, different work. Every cell's ``info["work"]`` describes what its side
+computed (sensor and rays, radius, substeps, world bounds, observation size, ...).
 
 Every step draws fresh uniform actions in ``[-1, 1]``. :func:`measure_cell` times the
 construction (``make`` + ``reset``) and a first *probe* step, estimates what the whole cell
@@ -35,6 +40,14 @@ import torch
 
 import marlkit
 from marlkit._utils import import_optional
+from marlkit.bench.work import (
+    DEFAULT_WORK,
+    WORKS,
+    native_kwargs,
+    native_work,
+    vmas_spawning,
+    vmas_work,
+)
 from marlkit.data import step_mdp
 
 __all__ = [
@@ -71,6 +84,8 @@ class CellSpec:
         envs: environments stepped together (the batch).
         agents: agents per environment.
         seed: seed of the env and of the random actions.
+        work: what the native and torch sides compute, one of
+            :data:`~marlkit.bench.work.WORKS` (VMAS always runs its defaults).
     """
 
     backend: str
@@ -78,6 +93,7 @@ class CellSpec:
     envs: int
     agents: int
     seed: int = 0
+    work: str = DEFAULT_WORK
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -88,6 +104,8 @@ class CellSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.work not in WORKS:
+            raise ValueError(f"work must be one of {list(WORKS)}, got {self.work!r}")
 
 
 @dataclass(frozen=True)
@@ -135,7 +153,8 @@ class CellResult:
         steps_per_s, env_steps_per_s, agent_steps_per_s: throughput (``None`` unless ``"ok"``).
         estimated_agent_steps_per_s: for a skipped cell whose probe step ran, the throughput that
             one step suggests (an upper bound: first steps are the slowest); else ``None``.
-        info: backend facts (the kernel backend used, VMAS's spawning half-width, ...).
+        info: backend facts (the kernel backend used, VMAS's spawning half-width, ...) and
+            ``"work"``: what this side computed (see :mod:`marlkit.bench.work`).
     """
 
     backend: str
@@ -179,16 +198,7 @@ class Stepper:
     step: Callable[[], None]
     close: Callable[[], None]
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def vmas_spawning(agents: int) -> float:
-    """Half-width of VMAS's spawning square for ``agents`` agents: ``max(1, 0.5 sqrt(agents))``.
-
-    VMAS spawns with a minimum spacing inside ``[-1, 1]^2`` by default, which never completes for
-    64 agents; growing the area with ``sqrt(agents)`` keeps the density constant, as the native
-    world does.
-    """
-    return max(1.0, 0.5 * math.sqrt(agents))
+    env: Any = None  # the env stepped (marlkit's EnvBase or VMAS's Environment), for diagnostics
 
 
 def _native_stepper(spec: CellSpec) -> Stepper:
@@ -198,6 +208,7 @@ def _native_stepper(spec: CellSpec) -> Stepper:
         n_agents=spec.agents,
         seed=spec.seed,
         backend=spec.backend,
+        **native_kwargs(spec.work, spec.agents),
     )
     env.validate_actions = False
     group_actions = [(key, env.action_spec[key].shape) for key in env.action_keys]
@@ -215,8 +226,8 @@ def _native_stepper(spec: CellSpec) -> Stepper:
             td.set(key, torch.rand(shape, generator=gen) * 2 - 1)
         state["td"] = step_mdp(env.step(td), **keys)
 
-    info = {"kernel": getattr(env, "backend", spec.backend)}
-    return Stepper(step=step, close=env.close, info=info)
+    info = {"kernel": getattr(env, "backend", spec.backend), "work": native_work(env, spec.work)}
+    return Stepper(step=step, close=env.close, info=info, env=env)
 
 
 def _vmas_stepper(spec: CellSpec) -> Stepper:
@@ -241,8 +252,12 @@ def _vmas_stepper(spec: CellSpec) -> Stepper:
     def step() -> None:
         env.step([torch.rand(envs, 2, generator=gen) * 2 - 1 for _ in range(agents)])
 
-    info = {"world_spawning": spawn, "vmas": getattr(vmas, "__version__", "unknown")}
-    return Stepper(step=step, close=lambda: None, info=info)
+    info = {
+        "world_spawning": spawn,
+        "vmas": getattr(vmas, "__version__", "unknown"),
+        "work": vmas_work(env, spawn),
+    }
+    return Stepper(step=step, close=lambda: None, info=info, env=env)
 
 
 def make_stepper(spec: CellSpec) -> Stepper:

@@ -30,9 +30,11 @@ def _subtitle(data: dict[str, Any]) -> str:
         else f"envs x agents ~= {data.get('total_agents'):,}"
     )
     date = str(env.get("date", ""))[:10]
+    work = data.get("settings", {}).get("work")
     return (
         f"{data.get('scenario')}: {sizing}; {date}, {env.get('cpus')} cpus, "
         f"torch {env.get('torch')} ({env.get('torch_threads')} threads)"
+        + (f"; native work: {work}" if work else "")
     )
 
 

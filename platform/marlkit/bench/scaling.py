@@ -7,6 +7,8 @@ a fixed number of envs (``envs``) or as many envs as keep ``envs x agents ~= tot
 cannot hang the sweep; a killed cell, or one whose estimate (construction plus a probe step)
 exceeds the budget, is recorded as skipped with the reason, and once a backend is over the
 budget its larger cells are skipped without running (their cost only grows with agents).
+Native (and torch) cells compute ``config.work``: by default VMAS navigation's work, its 12-ray
+LiDAR included (:mod:`marlkit.bench.work`), so that the native/VMAS ratios compare equal work.
 
 Examples:
     >>> from marlkit.bench import ScalingConfig, run_scaling
@@ -41,6 +43,7 @@ from marlkit.bench.cells import (
 )
 from marlkit.bench.environment import describe_environment, load_average, set_threads
 from marlkit.bench.plot import plot_scaling
+from marlkit.bench.work import DEFAULT_WORK, WORK_LABELS, WORKS
 from marlkit.native import load_extension
 
 __all__ = [
@@ -127,6 +130,9 @@ class ScalingConfig:
         cell_budget_s: wall-clock budget of one cell; cells estimated over it are skipped.
         threads: torch and native-kernel threads (``None``: the defaults).
         seed: seed of every env and of the random actions.
+        work: what the native and torch cells compute (:mod:`marlkit.bench.work`): ``"lidar"``
+            (the default: VMAS navigation's work, its LiDAR included) or ``"knn"`` (native
+            navigation's defaults: different work). VMAS cells always run VMAS's defaults.
         isolate: which cells run in a subprocess killed past its budget: ``"peers"`` (every
             backend but native, the default: VMAS's construction may never end, and the torch
             twin's pairwise tensors may exhaust memory), ``"all"`` or ``"none"``. In-process
@@ -146,6 +152,7 @@ class ScalingConfig:
     cell_budget_s: float = 60.0
     threads: int | None = None
     seed: int = 0
+    work: str = DEFAULT_WORK
     isolate: Literal["peers", "all", "none"] = "peers"
     startup_allowance_s: float = 30.0
     skip_larger: bool = True
@@ -179,6 +186,8 @@ class ScalingConfig:
             _positive_int("total_agents", self.total_agents)
         if self.threads is not None:
             _positive_int("threads", self.threads)
+        if self.work not in WORKS:
+            raise ValueError(f"work must be one of {list(WORKS)}, got {self.work!r}")
         if self.isolate not in ("peers", "all", "none"):
             raise ValueError(f"isolate must be 'peers', 'all' or 'none', got {self.isolate!r}")
         if not self.startup_allowance_s >= 0:
@@ -416,6 +425,7 @@ class ScalingReport:
             f"(torch {env.get('torch')}, {env.get('torch_threads')} torch threads, "
             f"{env.get('native_threads')} native threads, {env.get('cpus')} cpus, "
             f"load {env.get('load_average')} -> {env.get('load_average_end')})",
+            f"native work: {cfg.work} ({WORK_LABELS[cfg.work]})",
         ]
         peers = [b for b in cfg.backends if b != REFERENCE and REFERENCE in cfg.backends]
         head = ["agents", "envs", *(f"{b} agent-steps/s" for b in cfg.backends)]
@@ -470,7 +480,8 @@ class ScalingReport:
 def _cells(config: ScalingConfig) -> Iterable[CellSpec]:
     for agents in config.agents:
         for backend in config.backends:
-            yield CellSpec(backend, config.scenario, config.envs_for(agents), agents, config.seed)
+            envs = config.envs_for(agents)
+            yield CellSpec(backend, config.scenario, envs, agents, config.seed, config.work)
 
 
 def _over_budget(result: CellResult) -> bool:
