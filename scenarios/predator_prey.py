@@ -52,7 +52,7 @@ landmarks, ``kp = min(k_nearest_prey, Q)``, ``kd = min(k_nearest_predators, P - 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -336,7 +336,7 @@ class PredatorPreyEnv(EnvBase):
         drag_value = _number("drag", drag, strict=False)
         if drag_value >= 1.0:
             raise ValueError(f"drag must be in [0, 1), got {drag_value}")
-        self.physics = {
+        self.physics: dict[str, Any] = {  # particle_step keyword arguments
             "mass": _number("mass", mass),
             "drag": drag_value,
             "dt": _number("dt", dt),

@@ -212,7 +212,7 @@ def _native_stepper(spec: CellSpec) -> Stepper:
     )
     env.validate_actions = False
     group_actions = [(key, env.action_spec[key].shape) for key in env.action_keys]
-    keys = {
+    keys: dict[str, Any] = {
         "action_keys": env.action_keys,
         "reward_keys": env.reward_keys,
         "done_keys": env.done_keys,

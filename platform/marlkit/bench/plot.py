@@ -103,10 +103,10 @@ def _ratio_panel(ax: Any, data: dict[str, Any]) -> None:
         if c["backend"] == "native" and c["status"] == "ok"
     }
     if 16 in natives and len(natives) > 1:
-        xs = sorted(natives)
+        counts = sorted(natives)
         ax.plot(
-            xs,
-            [natives[x] / natives[16] for x in xs],
+            counts,
+            [natives[x] / natives[16] for x in counts],
             color="tab:blue",
             linestyle="--",
             marker="o",

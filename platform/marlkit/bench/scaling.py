@@ -430,7 +430,8 @@ class ScalingReport:
         peers = [b for b in cfg.backends if b != REFERENCE and REFERENCE in cfg.backends]
         head = ["agents", "envs", *(f"{b} agent-steps/s" for b in cfg.backends)]
         head += [f"{REFERENCE}/{p}" for p in peers]
-        rows, notes = [], []
+        rows: list[list[str]] = []
+        notes: list[str] = []
         for ratio in self.ratios():
             agents = ratio["agents"]
             row = [str(agents), str(ratio["envs"])]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Literal, NamedTuple
@@ -400,6 +401,8 @@ def _step_torch(
     fallback_nx = torch.where(i_before_j, 1.0, -1.0).to(pos.dtype)  # normal at d <= 1e-6
     lm = opts.landmarks
     if lm is not None:
+        if opts.landmark_radius is None:  # unreachable: _options refuses it with its message
+            raise ValueError("particle_step_torch: landmarks need landmark_radius")
         lr = _as_tensor(opts.landmark_radius, lm.shape[1], pos)  # [M]
         l_reach = r[:, None] + lr[None, :]  # [N, M]
         l_reach2 = l_reach * l_reach
@@ -468,8 +471,8 @@ def _prepare_step(
     pos: torch.Tensor,
     vel: torch.Tensor,
     force: torch.Tensor,
-    params: dict[str, object],
-    opts_in: dict[str, object],
+    params: Mapping[str, object],
+    opts_in: Mapping[str, object],
     contiguous: bool,
 ) -> tuple[_Constants, _Options]:
     _check_state(fn, "pos", pos, None, contiguous=contiguous)
