@@ -255,3 +255,76 @@ def test_the_kit_reports_root_flags_that_disagree_with_the_agents() -> None:
     env = _Inconsistent(num_envs=2, n_agents=2, seed=0)
     with pytest.raises(AdapterCheckError, match=r"root 'done' disagrees with the agents' flags"):
         check_adapter(env, steps=3)
+
+
+def _reference_rule(
+    flags: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]], ended: torch.Tensor | None
+) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], tuple[bool, ...]]:
+    """The rule as a plain loop over envs and agents: ``flags[g] = (term, trunc, present)``."""
+    envs = next(iter(flags.values()))[0].shape[0]
+    groups = {g: [t.clone(), u.clone()] for g, (t, u, _) in flags.items()}
+    roots = []
+    for e in range(envs):
+        every = all(
+            bool(t[e, i, 0] or u[e, i, 0]) for t, u in groups.values() for i in range(len(t[e]))
+        )
+        over = every or (ended is not None and bool(ended[e, 0]))
+        if over and not every:  # cut short by the simulator: the agents not done are truncated
+            for t, u in groups.values():
+                for i in range(len(t[e])):
+                    u[e, i, 0] = u[e, i, 0] or not t[e, i, 0]
+        cut = any(
+            bool(groups[g][1][e, i, 0] and flags[g][2][e, i])
+            for g in groups
+            for i in range(len(groups[g][1][e]))
+        )
+        roots.append((over, over and cut, over and not cut))
+    return {g: (t, u) for g, (t, u) in groups.items()}, tuple(roots)
+
+
+@pytest.mark.parametrize("host", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_rule_matches_a_plain_loop_on_random_flags(host: bool, seed: int) -> None:
+    # The NumPy path (CPU envs) and the torch path (other devices) against a plain loop.
+    from marlkit.envs._done_rule import apply_done_rule, make_done_plan
+
+    gen = torch.Generator().manual_seed(seed)
+    env = _EndsEarly()
+    device = torch.device("cpu" if host else "meta")  # "meta" only picks the torch path
+    observed = env.observation_spec.clone()
+    for g, n in (("a", 1), ("b", 2)):  # groups that say who is present
+        observed[g, "mask"] = Unbounded((2, n), dtype=torch.bool)
+    plan = make_done_plan(env.done_spec, observed, env.batch_size, device)
+    assert plan.ops.host is host
+
+    def bits(*shape: int) -> torch.Tensor:
+        return torch.rand(shape, generator=gen) < 0.3
+
+    flags = {
+        g: (bits(2, n, 1), bits(2, n, 1), bits(2, n) | (seed % 2 == 0))
+        for g, n in (("a", 1), ("b", 2))
+    }
+    ended = bits(2, 1) if seed >= 3 else None
+    out = TensorDict(
+        {
+            g: TensorDict({"terminated": t, "truncated": u}, (2, t.shape[1]))
+            for g, (t, u, _) in flags.items()
+        },
+        (2,),
+    )
+    if ended is not None:
+        out["done"] = ended
+    step_input = TensorDict(
+        {g: TensorDict({"mask": p}, (2, p.shape[1])) for g, (_, _, p) in flags.items()}, (2,)
+    )
+    apply_done_rule(plan, out, step_input)
+    groups, roots = _reference_rule(flags, ended)
+    for g, (t, u) in groups.items():
+        assert torch.equal(out[g, "terminated"], t) and torch.equal(out[g, "truncated"], u), g
+        assert torch.equal(out[g, "done"], t | u), g
+    for e, (done, truncated, terminated) in enumerate(roots):
+        assert (bool(out["done"][e]), bool(out["truncated"][e]), bool(out["terminated"][e])) == (
+            done,
+            truncated,
+            terminated,
+        )

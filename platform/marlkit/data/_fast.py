@@ -14,6 +14,9 @@ _NEW_UNSAFE = getattr(TensorDict, "_new_unsafe", None)
 # tensordict's key lookups and leaf writes without the public methods' normalisation and checks
 # (a third to a fifth of their time); the public methods where a version lacks them.
 _FAST_ACCESS = all(hasattr(TensorDict, name) for name in ("_get_str", "_get_tuple", "_set_str"))
+# A TensorDict's own entries live in a dict: a lookup there costs no exception when the key is
+# absent (tensordict's _get_str raises and catches one).
+_OWN_ENTRIES = _FAST_ACCESS and isinstance(getattr(TensorDict({}, []), "_tensordict", None), dict)
 
 
 def unchecked_tensordict(
@@ -39,6 +42,8 @@ def get_entry(td: Any, key: str | tuple[str, ...], default: Any = None) -> Any:
     """``td.get(key, default)`` for a normalised key (a str, or a tuple of two or more strs)."""
     if _FAST_ACCESS and type(td) is TensorDict:
         if isinstance(key, str):
+            if _OWN_ENTRIES:
+                return td._tensordict.get(key, default)
             return td._get_str(key, default)
         return td._get_tuple(key, default)
     return td.get(key, default)

@@ -8,15 +8,18 @@
    root ``terminated = done & ~truncated``.
 
 A :class:`DonePlan` is built once per env from its specs; :func:`apply_done_rule` then costs a
-handful of tensor operations per group (a few microseconds each for small batches).
+handful of array operations per group. The arithmetic is written once, with operators that
+NumPy arrays and torch tensors share: on the CPU it runs on NumPy views of the tensors (no
+copies), whose operations on small arrays cost a fraction of torch's per-call dispatch (in a
+PettingZoo step loop: 19 us for the rule instead of 32-40 us); elsewhere on the tensors.
 """
 
 from __future__ import annotations
 
-import functools
-import operator
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -26,6 +29,9 @@ from marlkit.data.keys import DONE, DONE_KEYS, MASK, TERMINATED, TRUNCATED, Nest
 from marlkit.envs._spec_utils import done_levels
 
 __all__ = ["DonePlan", "LevelPlan", "apply_done_rule", "make_done_plan"]
+
+#: A bool flag array: a torch tensor, or a NumPy view of a CPU tensor.
+Flags = Any
 
 
 @dataclass(frozen=True)
@@ -46,10 +52,11 @@ class DonePlan:
     batch: torch.Size
     levels: tuple[LevelPlan, ...]
     root_keys: tuple[str, ...]
+    ops: _Ops  # NumPy views on the CPU, tensors elsewhere
 
 
 def make_done_plan(
-    done_spec: Composite, observation_spec: Composite, batch: torch.Size
+    done_spec: Composite, observation_spec: Composite, batch: torch.Size, device: torch.device
 ) -> DonePlan:
     observed = set(observation_spec.keys(True, True))
     declared = set(done_spec.keys(True, True))
@@ -67,40 +74,74 @@ def make_done_plan(
                 agent_dim=len(shape) == len(batch) + 2 and shape[-1] == 1,
             )
         )
-    return DonePlan(batch, tuple(levels), tuple(k for k in DONE_KEYS if k in declared))
+    root_keys = tuple(k for k in DONE_KEYS if k in declared)
+    return DonePlan(batch, tuple(levels), root_keys, _OPS[device.type == "cpu"])
 
 
-def _either(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+# ---------------------------------------------------------------------- the two array kinds
+class _Ops:
+    """What differs between NumPy arrays and torch tensors; the rest is shared operators."""
+
+    def __init__(self, host: bool):
+        self.host = host
+
+    def view(self, value: torch.Tensor | None) -> Flags | None:
+        """The array the rule computes on (a NumPy view of a CPU tensor on the host)."""
+        if value is None or not self.host:
+            return value
+        return value.numpy()
+
+    def tensor(self, value: Flags) -> torch.Tensor:
+        """An output flag as a tensor (NumPy arrays wrapped without a copy)."""
+        if not self.host:
+            return value
+        return torch.from_numpy(value if value.flags.writeable else value.copy())
+
+    def reduce(self, level: LevelPlan, batch: torch.Size, flags: Flags, every: bool) -> Flags:
+        """A level's ``[*B, n, 1]`` flags to ``[*B, 1]``: all (``every``) or any of them."""
+        if self.host:
+            ufunc = np.logical_and if every else np.logical_or
+            if level.agent_dim:
+                return ufunc.reduce(flags, axis=-2)
+            return ufunc.reduce(flags.reshape(*batch, -1), axis=-1, keepdims=True)
+        if level.agent_dim:
+            return flags.all(-2) if every else flags.any(-2)
+        flat = flags.reshape(*batch, -1)
+        return flat.all(-1, keepdim=True) if every else flat.any(-1, keepdim=True)
+
+    def broadcast(self, value: Flags, batch: torch.Size, shape: torch.Size) -> Flags:
+        """A root flag ``[*B, 1]`` as a (read-only) view of a level's shape ``[*B, n, 1]``."""
+        lead = value.reshape(*batch, *([1] * (len(shape) - len(batch))))
+        return np.broadcast_to(lead, tuple(shape)) if self.host else lead.expand(shape)
+
+    def zeros(self, shape: torch.Size, like: Flags) -> Flags:
+        if self.host:
+            return np.zeros(tuple(shape), dtype=bool)
+        return torch.zeros(shape, dtype=torch.bool, device=like.device)
+
+
+_OPS = {True: _Ops(True), False: _Ops(False)}
+
+
+# ---------------------------------------------------------------------- the rule
+def _either(a: Flags | None, b: Flags | None) -> Flags | None:
     if a is None:
         return b
     return a if b is None else a | b
 
 
-def _per_env(level: LevelPlan, batch: torch.Size, flags: torch.Tensor, how: str) -> torch.Tensor:
-    """A level's ``[*B, n, 1]`` flags reduced to ``[*B, 1]`` with ``all`` or ``any``."""
-    if level.agent_dim:
-        return flags.all(-2) if how == "all" else flags.any(-2)
-    flat = flags.reshape(*batch, -1)
-    return flat.all(-1, keepdim=True) if how == "all" else flat.any(-1, keepdim=True)
-
-
-def _broadcast(value: torch.Tensor, batch: torch.Size, shape: torch.Size) -> torch.Tensor:
-    """A root flag ``[*B, 1]`` as a view of a level's shape ``[*B, n, 1]``."""
-    return value.reshape(*batch, *([1] * (len(shape) - len(batch)))).expand(shape)
-
-
 def _level_flags(
-    plan: DonePlan,
-    level: LevelPlan,
-    sub: TensorDictBase | None,
-    root: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(terminated, truncated)`` of a level: its own, else the root's broadcast."""
+    plan: DonePlan, level: LevelPlan, sub: TensorDictBase | None, root: tuple[Flags, ...]
+) -> tuple[Flags, Flags, tuple[str, ...]]:
+    """A level's ``(terminated, truncated)`` (its own, else the root's broadcast) and the
+    names of those made here, which the rule must write."""
+    ops = plan.ops
     term = trunc = None
+    made: tuple[str, ...] = ()
     if sub is not None:
-        term, trunc = get_entry(sub, TERMINATED), get_entry(sub, TRUNCATED)
-        if term is None and trunc is None:
-            term = get_entry(sub, DONE)
+        term, trunc = ops.view(get_entry(sub, TERMINATED)), ops.view(get_entry(sub, TRUNCATED))
+        if term is None and trunc is None:  # only done: taken as the agents' terminations
+            term, made = ops.view(get_entry(sub, DONE)), (TERMINATED,)
     if term is None and trunc is None:  # a simulator that decides whole envs
         root_done, root_term, root_trunc = root
         if root_done is None and root_term is None and root_trunc is None:
@@ -112,16 +153,15 @@ def _level_flags(
         if over is None and root_done is not None:
             over = root_done if root_trunc is None else root_done & ~root_trunc
         if over is not None:
-            term = _broadcast(over, plan.batch, level.shape)
+            term = ops.broadcast(over, plan.batch, level.shape)
         if root_trunc is not None:
-            trunc = _broadcast(root_trunc, plan.batch, level.shape)
-    if term is None and trunc is not None:
-        term = torch.zeros(level.shape, dtype=torch.bool, device=trunc.device)
-    elif trunc is None and term is not None:
-        trunc = torch.zeros(level.shape, dtype=torch.bool, device=term.device)
-    if term is None or trunc is None:  # unreachable: a root flag was given above
-        raise KeyError(f"no done flag for {level.key!r}")
-    return term, trunc
+            trunc = ops.broadcast(root_trunc, plan.batch, level.shape)
+        made = (TERMINATED, TRUNCATED)
+    if term is None:
+        term, made = ops.zeros(level.shape, trunc), (*made, TERMINATED)
+    if trunc is None:
+        trunc, made = ops.zeros(level.shape, term), (*made, TRUNCATED)
+    return term, trunc, made
 
 
 def apply_done_rule(
@@ -129,52 +169,58 @@ def apply_done_rule(
 ) -> None:
     """Write every declared done flag of a step output ``next_td`` (in place) by the rule;
     ``tensordict`` is the step input, whose ``(group, "mask")`` says who was present."""
-    root = (get_entry(next_td, DONE), get_entry(next_td, TERMINATED), get_entry(next_td, TRUNCATED))
+    ops, batch = plan.ops, plan.batch
+    root = (
+        ops.view(get_entry(next_td, DONE)),
+        ops.view(get_entry(next_td, TERMINATED)),
+        ops.view(get_entry(next_td, TRUNCATED)),
+    )
     ended = _either(_either(root[0], root[1]), root[2])
     if not plan.levels:  # no groups: the root flags are the one agent's
         if ended is None:
             raise KeyError("_step() returned no done flag at the root (the env has no groups)")
-        over = ended
-        truncated = over & root[2] if root[2] is not None else torch.zeros_like(over)
-        _write_root(plan, next_td, over, truncated)
+        cut = root[2] if root[2] is not None else ops.zeros(torch.Size((*batch, 1)), ended)
+        _write_root(plan, next_td, ended, ended & cut)
         return
     levels = []
-    env_done = []
+    every = None
     for level in plan.levels:
         sub = get_entry(next_td, level.key)
-        term, trunc = _level_flags(plan, level, sub, root)
+        term, trunc, made = _level_flags(plan, level, sub, root)
         done = term | trunc
-        env_done.append(_per_env(level, plan.batch, done, "all"))
-        levels.append([level, sub, term, trunc, done])
-    every = functools.reduce(operator.and_, env_done)
+        env_done = ops.reduce(level, batch, done, True)
+        every = env_done if every is None else every & env_done
+        levels.append([level, sub, term, trunc, done, made])
     over = every if ended is None else every | ended
     if ended is not None:
         short = over & ~every  # ended by the simulator with agents not done: cut short
         if bool(short.any()):
             for entry in levels:
-                extra = _broadcast(short, plan.batch, entry[0].shape) & ~entry[4]
+                extra = ops.broadcast(short, batch, entry[0].shape) & ~entry[4]
                 entry[3], entry[4] = entry[3] | extra, entry[4] | extra
-    env_cut = []
-    for level, sub, term, trunc, done in levels:
+                entry[5] = (*entry[5], TRUNCATED)
+    cut = None
+    for level, sub, term, trunc, done, made in levels:
         seen = trunc
         if level.mask_key is not None and tensordict is not None:
-            present = get_entry(tensordict, level.mask_key)
+            present = ops.view(get_entry(tensordict, level.mask_key))
             if present is not None:  # [*B, n]: who acted in this transition
-                present = present.unsqueeze(-1) if level.agent_dim else present.reshape(seen.shape)
-                seen = seen & present
-        env_cut.append(_per_env(level, plan.batch, seen, "any"))
-        values = {TERMINATED: term, TRUNCATED: trunc, DONE: done}
-        for name in level.keys:
+                shaped = present[..., None] if level.agent_dim else present.reshape(seen.shape)
+                seen = seen & shaped
+        env_cut = ops.reduce(level, batch, seen, False)
+        cut = env_cut if cut is None else cut | env_cut
+        for name in level.keys:  # done and the flags made here; those given stay as they are
+            if name != DONE and name not in made:
+                continue
+            value = ops.tensor(done if name == DONE else term if name == TERMINATED else trunc)
             if sub is None:
-                next_td.set(join_key(level.key, name), values[name])
+                next_td.set(join_key(level.key, name), value)
             else:
-                set_leaf(sub, name, values[name])
-    _write_root(plan, next_td, over, over & functools.reduce(operator.or_, env_cut))
+                set_leaf(sub, name, value)
+    _write_root(plan, next_td, over, over & cut)
 
 
-def _write_root(
-    plan: DonePlan, next_td: TensorDictBase, over: torch.Tensor, truncated: torch.Tensor
-) -> None:
+def _write_root(plan: DonePlan, next_td: TensorDictBase, over: Flags, truncated: Flags) -> None:
     values = {DONE: over, TRUNCATED: truncated, TERMINATED: over ^ truncated}  # truncated => over
     for name in plan.root_keys:
-        set_leaf(next_td, name, values[name])
+        set_leaf(next_td, name, plan.ops.tensor(values[name]))

@@ -355,7 +355,9 @@ class EnvBase(abc.ABC):
     def _done_plan(self) -> DonePlan:
         return self._cached(
             "done_plan",
-            lambda: make_done_plan(self.done_spec, self.observation_spec, self.batch_size),
+            lambda: make_done_plan(
+                self.done_spec, self.observation_spec, self.batch_size, self.device
+            ),
         )
 
     def _apply_done_rule(
