@@ -183,7 +183,7 @@ def apply_done_rule(
         _write_root(plan, next_td, ended, ended & cut)
         return
     levels = []
-    every = None
+    every: Flags = None  # [*B, 1]: every agent of the env is done (set by the first level)
     for level in plan.levels:
         sub = get_entry(next_td, level.key)
         term, trunc, made = _level_flags(plan, level, sub, root)
