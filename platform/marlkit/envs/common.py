@@ -21,7 +21,7 @@ batched env:
 
 1. per agent, ``done = terminated | truncated``;
 2. at the root, ``done`` means the episode is over and the env will be reset: every agent is
-   done, or the simulator ended the episode (root ``done`` given), in which case the agents not
+   done, or the simulator ended the episode (it gave a root flag), in which case the agents not
    done yet are truncated (the episode was cut short around them);
 3. root ``truncated`` is true when the episode is over and at least one agent present at its end
    (its group's ``"mask"`` in the step input, where the group has one; else every agent) was
