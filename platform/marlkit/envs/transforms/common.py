@@ -86,9 +86,10 @@ class _OutputTransform(Transform):
 class StepCounter(Transform):
     """Count steps per env and truncate episodes at ``max_steps``.
 
-    Writes ``"step_count"`` ``[*B, 1]`` int64; when the count reaches ``max_steps`` it sets
-    ``truncated`` and ``done`` at every done level (the root ``[*B, 1]`` and each group's
-    ``[*B, n, 1]``), adding ``truncated`` specs where the env had none.
+    Writes ``"step_count"`` ``[*B, 1]`` int64; when the count reaches ``max_steps`` it truncates
+    every agent (``truncated`` and ``done`` of each group, ``[*B, n, 1]``; the root's in an env
+    without groups), adding ``truncated`` specs where the env had none. The episode's root flags
+    then follow by the done rule (:mod:`marlkit.envs.common`), as for any other truncation.
 
     Args:
         max_steps: episode length limit, or ``None`` to only count.
@@ -99,6 +100,7 @@ class StepCounter(Transform):
         self.max_steps = check_int("max_steps", max_steps, low=1, allow_none=True)
         self.step_count_key = _unravel(step_count_key)
         self._levels: list[tuple[tuple[str, ...], torch.Size]] = []
+        self._marked: list[tuple[tuple[str, ...], torch.Size]] = []
 
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         b = tuple(specs.observation.shape)
@@ -112,6 +114,9 @@ class StepCounter(Transform):
             key = join_key(prefix, TRUNCATED)
             if key not in specs.done:
                 specs.done[key] = Categorical(2, shape, dtype=torch.bool, device=specs.done.device)
+        # The agents' levels: the root is the done rule's, unless it is the one agent's.
+        groups = [level for level in self._levels if level[0]]
+        self._marked = groups or self._levels
         self._batch = torch.Size(b)
         return specs
 
@@ -141,7 +146,7 @@ class StepCounter(Transform):
         if self.max_steps is None:
             return next_tensordict
         trunc = count >= self.max_steps
-        for prefix, shape in self._levels:
+        for prefix, shape in self._marked:
             level = reshape_env_mask(trunc.reshape(self._batch), shape)
             trunc_key, done_key = join_key(prefix, TRUNCATED), join_key(prefix, DONE)
             before = next_tensordict.get(trunc_key, None)
