@@ -12,6 +12,7 @@ The layout they build (see DESIGN.md)::
     STATE                                  [*B, ...]
     (NEXT, DONE | TERMINATED | TRUNCATED)  [*B, 1] bool
     RESET, (group, RESET)                  partial-reset masks
+    TRAJ_IDS = ("collector", "traj_ids")   [*B] trajectory id, written by collectors
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 __all__ = [
     "ACTION",
     "ACTION_MASK",
+    "COLLECTOR",
+    "COLLECTOR_MASK",
     "DEFAULT_GROUP",
     "DONE",
     "DONE_KEYS",
@@ -33,6 +36,7 @@ __all__ = [
     "STATE",
     "STEP_COUNT",
     "TERMINATED",
+    "TRAJ_IDS",
     "TRUNCATED",
     "NestedKey",
     "join_key",
@@ -57,6 +61,11 @@ STEP_COUNT = "step_count"
 EPISODE_REWARD = "episode_reward"
 IS_INIT = "is_init"
 DEFAULT_GROUP = "agents"
+#: What collectors add to a batch: trajectory ids ``[*B, T]`` int64, unique across batches and
+#: resets, and (with ``split_trajs``) the mask of the real steps of each padded trajectory.
+COLLECTOR = "collector"
+TRAJ_IDS = (COLLECTOR, "traj_ids")
+COLLECTOR_MASK = (COLLECTOR, "mask")
 
 #: The done-like keys every done level carries.
 DONE_KEYS = (DONE, TERMINATED, TRUNCATED)

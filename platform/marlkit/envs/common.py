@@ -305,6 +305,18 @@ class EnvBase(abc.ABC):
         return out
 
     # ------------------------------------------------------------------ step
+    def check_actions(self, tensordict: TensorDictBase) -> None:
+        """Check the actions in ``tensordict`` as :meth:`step` does with ``validate_actions``
+        on, whatever that setting, without touching the simulator.
+
+        Raises:
+            MissingActionError: an action key is absent (a ``KeyError`` and ``ValueError``).
+            InvalidActionError: a wrong shape, dtype or device, an out-of-bounds, masked-out or
+                NaN action; the message names the key, the spec and what came.
+        """
+        self._check_open()
+        self._validate_action(tensordict)
+
     def _validate_action(self, tensordict: TensorDictBase) -> None:
         if not isinstance(tensordict, TensorDictBase):
             raise TypeError(f"step() takes a TensorDict, got {type(tensordict).__name__}")

@@ -1,0 +1,251 @@
+"""Collector and batched-env throughput, side by side in one run; prints one JSON object.
+
+Sections (``--only`` picks some):
+
+* ``single``: ``Collector`` over native ``navigation`` (1024 envs x 4 agents, random actions)
+  against a bare loop doing the same work (``rand_action``, ``step_and_maybe_reset``, the
+  transitions stacked into one batch ``[*B, T]``), on twin envs, validation off on both, timed
+  batch against batch in alternating pairs (the median of the per-pair overheads); then the
+  collector with a 2 x 256 Tanh MLP policy, with the time split between policy and env.
+  Target: the collector's overhead over the bare loop <= 10 %.
+* ``parallel_env``: ``ParallelEnv(2)`` against ``SerialEnv(2)`` on ``mpe2.simple_spread_v3``
+  (a CPU-bound Python env), the same batch ``[2, num_envs]`` stepped with random actions.
+  Target: >= 1.6x on 2 cores.
+
+Every section alternates its sides round by round (the order flips each round) so that load from
+other processes hits them alike, and reports the median of the per-round ratios. Each side's
+``"work"`` says what it computes.
+
+    python benchmarks/collectors.py
+    python benchmarks/collectors.py --only single --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+import marlkit
+from marlkit.bench import describe_environment, set_threads, time_steps
+from marlkit.collectors import Collector
+from marlkit.data._fast import stack_tensordicts
+from marlkit.envs import EnvBase, ParallelEnv, SerialEnv
+
+
+def _alternate(
+    sides: dict[str, Callable[[], None]], rounds: int, seconds: float, min_steps: int
+) -> dict[str, list[float]]:
+    """Steps per second of each side, one entry per round, the order flipping every round."""
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    order = list(sides)
+    for _ in range(rounds):
+        for name in order:
+            rates[name].append(
+                time_steps(sides[name], min_seconds=seconds, min_steps=min_steps)["steps_per_s"]
+            )
+        order.reverse()
+    return rates
+
+
+def _paired(a: Callable[[], None], b: Callable[[], None], pairs: int) -> list[tuple[float, float]]:
+    """Seconds of one call of ``a`` and one of ``b``, back to back in alternating order, for
+    each of ``pairs`` pairs: load from other processes hits both calls of a pair alike."""
+    out = []
+    for i in range(pairs):
+        times = [0.0, 0.0]
+        for fn, slot in ((a, 0), (b, 1)) if i % 2 == 0 else ((b, 1), (a, 0)):
+            start = time.perf_counter()
+            fn()
+            times[slot] = time.perf_counter() - start
+        out.append((times[0], times[1]))
+    return out
+
+
+def _ratio(rates: dict[str, list[float]], num: str, den: str) -> dict[str, Any]:
+    per_round = [a / b for a, b in zip(rates[num], rates[den])]
+    return {"median": statistics.median(per_round), "rounds": per_round}
+
+
+# --- section: single --------------------------------------------------------------------------
+def _navigation(envs: int, agents: int) -> EnvBase:
+    env = marlkit.make("navigation", num_envs=envs, n_agents=agents, seed=0)
+    env.validate_actions = False  # the same on both sides: the bare loop does not validate
+    return env
+
+
+def _bare_loop(env: EnvBase, steps: int) -> Callable[[], None]:
+    """What a user writes without a collector: random actions, step_and_maybe_reset, stack."""
+    state = {"td": env.reset()}
+
+    def batch() -> None:
+        td, transitions = state["td"], []
+        for _ in range(steps):
+            transition, td = env.step_and_maybe_reset(env.rand_action(td))
+            transitions.append(transition)
+        stack_tensordicts(transitions, len(env.batch_size))
+        state["td"] = td
+
+    return batch
+
+
+def _mlp_policy(obs_dim: int, hidden: int = 256) -> TensorDictModule:
+    net = nn.Sequential(
+        nn.Linear(obs_dim, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, 2),
+        nn.Tanh(),
+    )
+    return TensorDictModule(
+        net, in_keys=[("agents", "observation")], out_keys=[("agents", "action")]
+    )
+
+
+def bench_single(args: argparse.Namespace) -> dict[str, Any]:
+    envs, agents, steps = 1024, 4, args.steps
+    frames = envs * steps
+    bare_env, collector_env = _navigation(envs, agents), _navigation(envs, agents)
+    collector = Collector(collector_env, None, frames_per_batch=frames)
+    bare = _bare_loop(bare_env, steps)
+    bare(), collector.next()  # warm-up batches
+    pairs = _paired(bare, collector.next, args.pairs)
+    overhead = sorted(c / b - 1.0 for b, c in pairs)
+    out: dict[str, Any] = {
+        "env": "navigation",
+        "num_envs": envs,
+        "n_agents": agents,
+        "frames_per_batch": frames,
+        "work": {
+            "bare_loop": "rand_action, step_and_maybe_reset (validation off), transitions "
+            "stacked into [*B, T]",
+            "collector": "the same, plus trajectory ids, a check of the first step's actions, "
+            "the exploration block and frame accounting",
+        },
+        "pairs": len(pairs),
+        "bare_loop_frames_per_s": frames / statistics.median(b for b, _ in pairs),
+        "collector_frames_per_s": frames / statistics.median(c for _, c in pairs),
+        "collector_overhead": statistics.median(overhead),
+        "collector_overhead_quartiles": [
+            overhead[len(overhead) // 4],
+            overhead[3 * len(overhead) // 4],
+        ],
+        "target_overhead": 0.10,
+    }
+    collector.shutdown()
+    out["mlp_policy"] = _mlp_split(collector_env, args)
+    bare_env.close()
+    collector_env.close()
+    return out
+
+
+def _mlp_split(env: EnvBase, args: argparse.Namespace) -> dict[str, Any]:
+    """The collector with a 2 x 256 MLP: where its time goes, policy against the rest."""
+    obs_dim = env.observation_spec["agents", "observation"].shape[-1]
+    module = _mlp_policy(obs_dim)
+    in_policy = [0.0]
+
+    def policy(td: Any) -> Any:
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = module(td)
+        in_policy[0] += time.perf_counter() - start
+        return out
+
+    frames = env.batch_size.numel() * args.steps
+    collector = Collector(env, policy, frames_per_batch=frames)
+    collector.next()
+    in_policy[0] = 0.0
+    start = time.perf_counter()
+    for _ in range(args.rounds):
+        collector.next()
+    total = time.perf_counter() - start
+    collector.shutdown()
+    return {
+        "policy": "2 x 256 Tanh MLP per agent, shared parameters, torch.no_grad",
+        "frames_per_s": args.rounds * frames / total,
+        "policy_share": in_policy[0] / total,
+        "env_and_collector_share": 1.0 - in_policy[0] / total,
+    }
+
+
+# --- section: parallel_env --------------------------------------------------------------------
+def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs = {"name": "pettingzoo/mpe2.simple_spread_v3", "N": 3, "num_envs": args.mpe_envs}
+    serial = SerialEnv(2, marlkit.make, kwargs)
+    parallel = ParallelEnv(2, marlkit.make, kwargs)
+    for env in (serial, parallel):
+        env.set_seed(0)
+        env.validate_actions = False
+    steps = args.mpe_steps
+
+    def loop(env: EnvBase) -> Callable[[], None]:
+        state = {"td": env.reset()}
+
+        def run() -> None:
+            td = state["td"]
+            for _ in range(steps):
+                _, td = env.step_and_maybe_reset(env.rand_action(td))
+            state["td"] = td
+
+        return run
+
+    sides = {"serial": loop(serial), "parallel": loop(parallel)}
+    try:
+        for side in sides.values():
+            side()
+        rates = _alternate(sides, args.rounds, args.round_seconds, 1)
+    finally:
+        serial.close()
+        parallel.close()
+    frames = 2 * args.mpe_envs * steps
+    ratio = _ratio(rates, "parallel", "serial")
+    return {
+        "env": "pettingzoo/mpe2.simple_spread_v3",
+        "N": 3,
+        "batch": [2, args.mpe_envs],
+        "work": "both: rand_action and step_and_maybe_reset over the same [2, num_envs] batch; "
+        "serial steps the two workers' envs in this process, parallel in two worker processes "
+        "(1 torch thread each) through shared memory",
+        "serial_frames_per_s": statistics.median(rates["serial"]) * frames,
+        "parallel_frames_per_s": statistics.median(rates["parallel"]) * frames,
+        "parallel_over_serial": ratio["median"],
+        "rounds": ratio["rounds"],
+        "target": 1.6,
+    }
+
+
+SECTIONS = {"single": bench_single, "parallel_env": bench_parallel_env}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", choices=sorted(SECTIONS), default=None)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--round-seconds", type=float, default=1.0)
+    parser.add_argument("--steps", type=int, default=32, help="steps per batch (single)")
+    parser.add_argument("--pairs", type=int, default=60, help="batch pairs timed (single)")
+    parser.add_argument("--mpe-envs", type=int, default=4, help="envs per worker (parallel_env)")
+    parser.add_argument("--mpe-steps", type=int, default=50, help="steps per round unit")
+    parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    out: dict[str, Any] = {"benchmark": "collectors", **describe_environment()}
+    for name in args.only or list(SECTIONS):
+        out[name] = SECTIONS[name](args)
+        print(f"{name}: done", file=sys.stderr)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

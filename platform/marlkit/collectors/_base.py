@@ -1,0 +1,180 @@
+"""What every collector shares: the iterator of batches, frame accounting, progress, and the
+checks of its arguments. One module per collector kind builds on it (``_single``, ...)."""
+
+from __future__ import annotations
+
+import abc
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tqdm import tqdm
+
+from marlkit._utils import check_int
+from marlkit.data.exploration import EXPLORATION_MODES, Exploration
+
+__all__ = ["CollectorBase", "Policy", "PostProc", "split_frames"]
+
+#: Reads a root TensorDict and writes actions (and whatever else it computes) into it.
+Policy = Callable[[TensorDictBase], TensorDictBase]
+#: Applied to every batch before it is yielded.
+PostProc = Callable[[TensorDictBase], TensorDictBase]
+
+
+def split_frames(frames_per_batch: int, env_batch: torch.Size) -> int:
+    """Steps per batch ``T = frames_per_batch / numel(env batch)``; refuses a remainder.
+
+    Raises:
+        ValueError: ``frames_per_batch`` is not a multiple of the env batch (the message gives
+            the two nearest values that are).
+    """
+    frames = check_int("frames_per_batch", frames_per_batch, low=1)
+    per_step = max(1, env_batch.numel())
+    if frames % per_step:
+        low = max(per_step, frames - frames % per_step)
+        raise ValueError(
+            f"frames_per_batch={frames} is not a multiple of the {per_step} envs of the batch "
+            f"{list(env_batch)}: a batch holds T steps of every env; use {low} or "
+            f"{low + per_step}"
+        )
+    return frames // per_step
+
+
+class CollectorBase(abc.ABC):
+    """An iterator of batches of frames, stopping after ``total_frames`` (``-1``: never).
+
+    Subclasses implement :meth:`_collect` (one batch) and :meth:`_shutdown`; the base counts
+    frames, times each batch (``frames_per_s``), drives the progress bar and applies
+    ``postproc``.
+    """
+
+    def __init__(
+        self,
+        *,
+        frames_per_batch: int,
+        total_frames: int,
+        exploration: Exploration,
+        postproc: PostProc | None,
+        progress: bool,
+    ):
+        self.frames_per_batch = check_int("frames_per_batch", frames_per_batch, low=1)
+        total = check_int("total_frames", total_frames, low=-1)
+        if total == 0:
+            raise ValueError("total_frames must be -1 (no end) or >= 1, got 0")
+        self.total_frames = total
+        if exploration not in EXPLORATION_MODES:
+            raise ValueError(
+                f"exploration must be one of {list(EXPLORATION_MODES)}, got {exploration!r}"
+            )
+        self.exploration: Exploration = exploration
+        if postproc is not None and not callable(postproc):
+            raise TypeError(f"postproc must be callable, got {type(postproc).__name__}")
+        self.postproc = postproc
+        self.progress = bool(progress)
+        #: Frames collected so far (every batch yielded, whole).
+        self.frames = 0
+        #: Batches yielded so far.
+        self.batches = 0
+        #: Frames per second of the last batch (collection only, ``postproc`` excluded).
+        self.frames_per_s = math.nan
+        self._bar: Any = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ the iterator
+    @property
+    def num_batches(self) -> int | None:
+        """How many batches the iterator yields in all (``None``: no end)."""
+        if self.total_frames < 0:
+            return None
+        return -(-self.total_frames // self.frames_per_batch)
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while True:
+            done = self.num_batches
+            if done is not None and self.batches >= done:
+                self._close_bar()
+                return
+            yield self.next()
+
+    def next(self) -> TensorDictBase:
+        """Collect and return one batch (whatever ``total_frames`` says)."""
+        self._check_open()
+        start = time.perf_counter()
+        batch = self._collect()
+        seconds = max(time.perf_counter() - start, 1e-9)
+        frames = int(batch.numel())
+        self.frames += frames
+        self.batches += 1
+        self.frames_per_s = frames / seconds
+        self._advance_bar(frames)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        return batch
+
+    @abc.abstractmethod
+    def _collect(self) -> TensorDictBase:
+        """One batch."""
+
+    # ------------------------------------------------------------------ progress
+    def _advance_bar(self, frames: int) -> None:
+        if not self.progress:
+            return
+        if self._bar is None:
+            total = self.total_frames if self.total_frames > 0 else None
+            self._bar = tqdm(
+                total=total,
+                desc=type(self).__name__,
+                unit="frame",
+                unit_scale=True,
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
+        self._bar.update(frames)
+        self._bar.set_postfix(frames_per_s=f"{self.frames_per_s:,.0f}", refresh=False)
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    # ------------------------------------------------------------------ closing
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is shut down; create a new one")
+
+    @abc.abstractmethod
+    def _shutdown(self) -> None:
+        """Release the envs (and processes) the collector holds."""
+
+    def shutdown(self) -> None:
+        """Close the collector and what it holds; it yields nothing afterwards. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close_bar()
+        self._shutdown()
+
+    @property
+    def is_shut_down(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> CollectorBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ state
+    def _counters(self) -> dict[str, Any]:
+        return {"frames": self.frames, "batches": self.batches}
+
+    def _load_counters(self, state: dict[str, Any]) -> None:
+        for key in ("frames", "batches"):
+            if key not in state:
+                raise KeyError(f"the collector state has no {key!r}; keys: {sorted(state)}")
+        self.frames = check_int("frames", state["frames"], low=0)
+        self.batches = check_int("batches", state["batches"], low=0)

@@ -1,0 +1,307 @@
+"""``Collector``: batches of frames from one env (any batch) in this process."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from marlkit._utils import check_int
+from marlkit.collectors._base import CollectorBase, Policy, PostProc, split_frames
+from marlkit.collectors._trajectories import split_trajectories
+from marlkit.data._fast import stack_tensordicts
+from marlkit.data.exploration import Exploration, set_exploration
+from marlkit.data.keys import COLLECTOR, DONE, NEXT, TRAJ_IDS
+from marlkit.envs import EnvBase, InvalidActionError, StepCounter, TransformedEnv
+
+__all__ = ["Collector"]
+
+#: Where ``max_frames_per_traj`` counts the steps of each trajectory.
+TRAJ_STEP_COUNT = (COLLECTOR, "step_count")
+
+
+def _device(value: str | torch.device | None, what: str) -> torch.device | None:
+    if value is None:
+        return None
+    try:
+        return torch.device(value)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{what} {value!r} is not a torch device: {err}") from None
+
+
+def _parameter_device(policy: Any) -> torch.device | None:
+    if isinstance(policy, nn.Module):
+        for tensor in (*policy.parameters(), *policy.buffers()):
+            return tensor.device
+    return None
+
+
+class Collector(CollectorBase):
+    """Batches of ``frames_per_batch`` frames from ``env``, as an iterator.
+
+    Each batch is a TensorDict of batch ``[*B, T]`` (``B`` the env batch, ``T =
+    frames_per_batch / numel(B)``) holding every transition as :meth:`EnvBase.rollout` stacks
+    them, plus ``("collector", "traj_ids")`` ``[*B, T]`` int64: the trajectory each step belongs
+    to, unique across batches and resets. Finished envs are reset as they finish
+    (``step_and_maybe_reset``) and the next batch continues where the last one stopped.
+
+    Args:
+        env: the env, or a callable returning one (then the collector owns it and closes it).
+        policy: reads the root TensorDict and writes the actions (a ``TensorDictModule``, say);
+            ``None`` samples the action spec (masks honoured).
+        frames_per_batch: frames per batch, a multiple of the env batch's size.
+        total_frames: stop after this many frames (rounded up to whole batches); ``-1``: never.
+        init_random_frames: frames collected with random actions before the policy is used.
+        max_frames_per_traj: truncate trajectories at this many steps (the env's done flags say
+            so, by the done rule; the count is ``("collector", "step_count")``).
+        reset_at_each_iter: start every batch from a reset of every env.
+        split_trajs: yield ``[n_trajectories, T_max]`` batches, padded, with
+            ``("collector", "mask")`` marking the real steps (:func:`split_trajectories`).
+        device: where the policy runs (default: its parameters' device, else the env's); inputs
+            go there and its outputs come back to the env's device.
+        storing_device: where batches are stored (default: the env's device).
+        exploration: the exploration mode the policy runs under (``"random"`` or
+            ``"deterministic"``, see :mod:`marlkit.data.exploration`).
+        postproc: applied to every batch before it is yielded.
+        progress: show a progress bar (frames, frames/s) on stderr.
+
+    Raises:
+        ValueError: ``frames_per_batch`` that does not divide into steps of the batch, a bad
+            count, mode or device.
+        TypeError: an env that is not an :class:`EnvBase`, a policy that is not callable.
+
+    Examples:
+        >>> import marlkit
+        >>> from marlkit.collectors import Collector
+        >>> env = marlkit.make("navigation", num_envs=8, n_agents=2, seed=0)
+        >>> collector = Collector(env, None, frames_per_batch=64, total_frames=128)
+        >>> [tuple(batch.batch_size) for batch in collector]
+        [(8, 8), (8, 8)]
+    """
+
+    def __init__(
+        self,
+        env: EnvBase | Callable[[], EnvBase],
+        policy: Policy | None,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        *,
+        init_random_frames: int = 0,
+        max_frames_per_traj: int | None = None,
+        reset_at_each_iter: bool = False,
+        split_trajs: bool = False,
+        device: str | torch.device | None = None,
+        storing_device: str | torch.device | None = None,
+        exploration: Exploration = "random",
+        postproc: PostProc | None = None,
+        progress: bool = False,
+    ):
+        super().__init__(
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            exploration=exploration,
+            postproc=postproc,
+            progress=progress,
+        )
+        self.init_random_frames = check_int("init_random_frames", init_random_frames, low=0)
+        self.max_frames_per_traj = check_int(
+            "max_frames_per_traj", max_frames_per_traj, low=1, allow_none=True
+        )
+        self.reset_at_each_iter = bool(reset_at_each_iter)
+        self.split_trajs = bool(split_trajs)
+        if policy is not None and not callable(policy):
+            raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+        self._owns_env = not isinstance(env, EnvBase)
+        self._inner_env = self._resolve_env(env)
+        self.env: EnvBase = self._inner_env
+        if self.max_frames_per_traj is not None:
+            counter = StepCounter(self.max_frames_per_traj, step_count_key=TRAJ_STEP_COUNT)
+            self.env = TransformedEnv(self._inner_env, counter)
+        self._steps = split_frames(self.frames_per_batch, self.env.batch_size)
+        self.storing_device = _device(storing_device, "storing_device") or self.env.device
+        self._source_policy = policy
+        self.device = _device(device, "device") or _parameter_device(policy) or self.env.device
+        self.policy = self._policy_on(policy, self.device)
+        self._moves = self.device != self.env.device
+        n = self.env.batch_size.numel()
+        self._traj_counter = 0
+        self._traj_ids = torch.zeros(self.env.batch_size, dtype=torch.int64, device=self.env.device)
+        self._flat_ids = self._traj_ids.view(n)
+        self._root: TensorDictBase | None = None
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def _resolve_env(env: EnvBase | Callable[[], EnvBase]) -> EnvBase:
+        if isinstance(env, EnvBase):
+            return env
+        if not callable(env):
+            raise TypeError(f"env must be an EnvBase or a callable returning one, got {env!r}")
+        built = env()
+        if not isinstance(built, EnvBase):
+            raise TypeError(
+                f"the env factory {env!r} returned {type(built).__name__}, not an EnvBase"
+            )
+        return built
+
+    @staticmethod
+    def _policy_on(policy: Policy | None, device: torch.device) -> Policy | None:
+        """The policy to call: the user's, or a copy on ``device`` when its parameters live
+        elsewhere (kept in step by :meth:`update_policy_weights_`)."""
+        if policy is None:
+            return None
+        where = _parameter_device(policy)
+        if where is None or where == device or not isinstance(policy, nn.Module):
+            return policy
+        return copy.deepcopy(policy).to(device)
+
+    # ------------------------------------------------------------------ collecting
+    def _new_ids(self, where: torch.Tensor | None) -> None:
+        """Fresh trajectory ids for the envs in ``where`` (``[numel(B)]`` bool; None: all)."""
+        n = self._flat_ids.numel()
+        if where is None:
+            self._flat_ids.copy_(torch.arange(self._traj_counter, self._traj_counter + n))
+            self._traj_counter += n
+            return
+        count = int(where.sum())
+        if count:
+            fresh = torch.arange(self._traj_counter, self._traj_counter + count)
+            self._flat_ids[where] = fresh.to(self._flat_ids.device)
+            self._traj_counter += count
+
+    def _reset_envs(self) -> None:
+        self._root = self.env.reset()
+        self._traj_ids = self._traj_ids.clone()  # batches hold the old ids
+        self._flat_ids = self._traj_ids.view(-1)
+        self._new_ids(None)
+
+    def _act(self, root: TensorDictBase, frames_so_far: int, check: bool) -> TensorDictBase:
+        if self.policy is None or frames_so_far < self.init_random_frames:
+            return self.env.rand_action(root)
+        if self._moves:
+            out = self.policy(root.to(self.device))
+        else:
+            out = self.policy(root)
+        if not isinstance(out, TensorDictBase):
+            raise TypeError(
+                f"the policy {self.policy!r} returned {type(out).__name__}, not a TensorDict "
+                "(a policy writes its actions into the TensorDict it reads and returns it)"
+            )
+        if self._moves:
+            out = out.to(self.env.device)
+        if check:
+            try:
+                self.env.check_actions(out)
+            except InvalidActionError as err:
+                raise type(err)(
+                    f"Collector: the policy's output is not an action of the env: {err}"
+                ) from None
+        return out
+
+    def _collect(self) -> TensorDictBase:
+        if self._root is None or self.reset_at_each_iter:
+            self._reset_envs()
+        root = self._root
+        assert root is not None  # set by _reset_envs
+        per_step = self._flat_ids.numel()
+        steps = []
+        with set_exploration(self.exploration):
+            for t in range(self._steps):
+                root = self._act(root, self.frames + t * per_step, check=t == 0)
+                root.set(TRAJ_IDS, self._traj_ids)
+                transition, root = self.env.step_and_maybe_reset(root)
+                steps.append(transition)
+                done = transition.get((NEXT, DONE)).reshape(per_step)
+                if bool(done.any()):  # those envs were reset: new trajectories from here on
+                    self._traj_ids = self._traj_ids.clone()
+                    self._flat_ids = self._traj_ids.view(-1)
+                    self._new_ids(done)
+        self._root = root
+        batch = stack_tensordicts(steps, len(self.env.batch_size))
+        if self.storing_device != self.env.device:
+            batch = batch.to(self.storing_device)
+        if self.split_trajs:
+            batch = split_trajectories(batch)
+        return batch
+
+    # ------------------------------------------------------------------ control
+    def update_policy_weights_(
+        self, weights: Mapping[str, torch.Tensor] | TensorDictBase | None = None
+    ) -> None:
+        """Bring the collector's policy up to date.
+
+        With ``weights`` (a ``state_dict``, or a TensorDict of parameters from
+        ``TensorDict.from_module``), load them into it. Without, copy the user's policy when the
+        collector runs a copy of it on another device; when it runs the user's policy itself the
+        weights are already current and nothing happens.
+        """
+        self._check_open()
+        policy = self.policy
+        if not isinstance(policy, nn.Module):
+            if weights is not None:
+                raise TypeError(
+                    f"update_policy_weights_(weights) needs an nn.Module policy, got {policy!r}"
+                )
+            return
+        if weights is None:
+            if policy is self._source_policy:
+                return
+            weights = self._source_policy.state_dict()  # type: ignore[union-attr]
+        if isinstance(weights, TensorDictBase):
+            weights.to_module(policy)
+        else:
+            policy.load_state_dict(weights)
+
+    def reset(self) -> None:
+        """Reset every env now; the next batch starts from there, with new trajectory ids."""
+        self._check_open()
+        self._reset_envs()
+
+    def set_seed(self, seed: int) -> int:
+        """Seed the env (see :meth:`EnvBase.set_seed`) and reset it at the next batch, so that
+        the same seed gives the same batches. Returns the next unused seed."""
+        self._check_open()
+        following = self.env.set_seed(seed)
+        self._root = None
+        return following
+
+    def state_dict(self) -> dict[str, Any]:
+        """Frames and batches so far, the trajectory counter, and the env's own state when it
+        has a ``state_dict``. A collector loaded from it restarts its envs from a reset."""
+        state = {**self._counters(), "traj_counter": self._traj_counter}
+        env_state = getattr(self._inner_env, "state_dict", None)
+        if callable(env_state):
+            state["env"] = env_state()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved; the next batch starts from a reset."""
+        self._check_open()
+        state = dict(state)
+        self._load_counters(state)
+        if "traj_counter" not in state:
+            raise KeyError(f"the collector state has no 'traj_counter'; keys: {sorted(state)}")
+        self._traj_counter = check_int("traj_counter", state["traj_counter"], low=0)
+        if "env" in state:
+            load = getattr(self._inner_env, "load_state_dict", None)
+            if not callable(load):
+                raise ValueError(
+                    f"the state holds an env state but {type(self._inner_env).__name__} has no "
+                    "load_state_dict"
+                )
+            load(state["env"])
+        self._root = None
+
+    def _shutdown(self) -> None:
+        if self._owns_env:
+            self.env.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Collector(env={type(self._inner_env).__name__}{list(self.env.batch_size)}, "
+            f"frames_per_batch={self.frames_per_batch}, steps_per_batch={self._steps}, "
+            f"total_frames={self.total_frames}, frames={self.frames})"
+        )
