@@ -127,10 +127,8 @@ class Collector(CollectorBase):
         self.device = _device(device, "device") or _parameter_device(policy) or self.env.device
         self.policy = self._policy_on(policy, self.device)
         self._moves = self.device != self.env.device
-        n = self.env.batch_size.numel()
         self._traj_counter = 0
         self._traj_ids = torch.zeros(self.env.batch_size, dtype=torch.int64, device=self.env.device)
-        self._flat_ids = self._traj_ids.view(n)
         self._root: TensorDictBase | None = None
 
     # ------------------------------------------------------------------ construction
@@ -160,22 +158,20 @@ class Collector(CollectorBase):
 
     # ------------------------------------------------------------------ collecting
     def _new_ids(self, where: torch.Tensor | None) -> None:
-        """Fresh trajectory ids for the envs in ``where`` (``[numel(B)]`` bool; None: all)."""
-        n = self._flat_ids.numel()
+        """Fresh trajectory ids for the envs in ``where`` (``[numel(B)]`` bool; None: all), in a
+        new tensor: the steps collected so far hold the old one."""
+        ids = self._traj_ids.clone().view(-1)
+        count = ids.numel() if where is None else int(where.sum())
+        fresh = torch.arange(self._traj_counter, self._traj_counter + count, device=ids.device)
         if where is None:
-            self._flat_ids.copy_(torch.arange(self._traj_counter, self._traj_counter + n))
-            self._traj_counter += n
-            return
-        count = int(where.sum())
-        if count:
-            fresh = torch.arange(self._traj_counter, self._traj_counter + count)
-            self._flat_ids[where] = fresh.to(self._flat_ids.device)
-            self._traj_counter += count
+            ids.copy_(fresh)
+        else:
+            ids[where] = fresh
+        self._traj_counter += count
+        self._traj_ids = ids.view(self._traj_ids.shape)
 
     def _reset_envs(self) -> None:
         self._root = self.env.reset()
-        self._traj_ids = self._traj_ids.clone()  # batches hold the old ids
-        self._flat_ids = self._traj_ids.view(-1)
         self._new_ids(None)
 
     def _act(self, root: TensorDictBase, frames_so_far: int, check: bool) -> TensorDictBase:
@@ -206,7 +202,7 @@ class Collector(CollectorBase):
             self._reset_envs()
         root = self._root
         assert root is not None  # set by _reset_envs
-        per_step = self._flat_ids.numel()
+        per_step = self._traj_ids.numel()
         steps = []
         with set_exploration(self.exploration):
             for t in range(self._steps):
@@ -216,8 +212,6 @@ class Collector(CollectorBase):
                 steps.append(transition)
                 done = transition.get((NEXT, DONE)).reshape(per_step)
                 if bool(done.any()):  # those envs were reset: new trajectories from here on
-                    self._traj_ids = self._traj_ids.clone()
-                    self._flat_ids = self._traj_ids.view(-1)
                     self._new_ids(done)
         self._root = root
         batch = stack_tensordicts(steps, len(self.env.batch_size))

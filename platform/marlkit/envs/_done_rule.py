@@ -148,13 +148,18 @@ def _either(a: Flags | None, b: Flags | None) -> Flags | None:
 class _Flags:
     """A level's flags while the rule runs. ``env_done``/``env_trunc`` are the ``[*B, 1]``
     flags they were broadcast from when the simulator reported only the root (``None``
-    otherwise); ``made`` names the flags the rule made and must write."""
+    otherwise); ``made`` names the flags the rule made and must write; ``done`` is filled in by
+    the rule."""
 
     terminated: Flags
     truncated: Flags
     made: tuple[str, ...]
     env_done: Flags = None
     env_trunc: Flags = None
+    done: Flags = None
+
+    def named(self, name: str) -> Flags:
+        return {DONE: self.done, TERMINATED: self.terminated, TRUNCATED: self.truncated}[name]
 
 
 def _level_flags(
@@ -220,24 +225,23 @@ def apply_done_rule(
         sub = get_entry(next_td, level.key)
         flags = _level_flags(plan, level, sub, root)
         if flags.env_done is not None:  # broadcast from the root: no reduction needed
-            done = ops.broadcast(flags.env_done, batch, level.shape)
+            flags.done = ops.broadcast(flags.env_done, batch, level.shape)
             env_done = flags.env_done
         else:
-            done = flags.terminated | flags.truncated
-            env_done = ops.reduce(level, batch, done, True)
+            flags.done = flags.terminated | flags.truncated
+            env_done = ops.reduce(level, batch, flags.done, True)
         every = env_done if every is None else every & env_done
-        levels.append([level, sub, flags, done])
+        levels.append((level, sub, flags))
     over = every if ended is None else every | ended
     if ended is not None:
         short = over & ~every  # ended by the simulator with agents not done: cut short
         if bool(short.any()):
-            for entry in levels:
-                flags = entry[2]
-                extra = ops.broadcast(short, batch, entry[0].shape) & ~entry[3]
-                flags.truncated, entry[3] = flags.truncated | extra, entry[3] | extra
+            for level, _, flags in levels:
+                extra = ops.broadcast(short, batch, level.shape) & ~flags.done
+                flags.truncated, flags.done = flags.truncated | extra, flags.done | extra
                 flags.made, flags.env_trunc = (*flags.made, TRUNCATED), None
     cut = None
-    for level, sub, flags, done in levels:
+    for level, sub, flags in levels:
         present = None
         if level.mask_key is not None and tensordict is not None:
             present = ops.view(get_entry(tensordict, level.mask_key))  # [*B, n]: who acted
@@ -254,13 +258,7 @@ def apply_done_rule(
         for name in level.keys:  # done and the flags made here; those given stay as they are
             if name != DONE and name not in flags.made:
                 continue
-            value = (
-                done
-                if name == DONE
-                else flags.terminated
-                if name == TERMINATED
-                else flags.truncated
-            )
+            value = flags.named(name)
             if sub is None:
                 next_td.set(join_key(level.key, name), ops.tensor(value))
             else:

@@ -193,6 +193,13 @@ class _BatchedEnv(EnvBase):
             for w in range(self.num_workers)
         ]
 
+    def _apply_done_rule(
+        self, next_td: TensorDictBase, tensordict: TensorDictBase | None = None
+    ) -> None:
+        # Each worker's env applied the done rule to its own output (its masks are the slices
+        # of ours); their stack follows it already: a second pass would redo the same work.
+        pass
+
     def _split_env_index(self, env_index: int) -> tuple[int, int]:
         per = max(1, self.sub_batch_size.numel())
         return env_index // per, env_index % per

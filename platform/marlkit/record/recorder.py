@@ -88,6 +88,8 @@ class VideoRecorder(Transform):
         >>> env.close()  # nav.mp4: 51 frames, 4 envs tiled  # doctest: +SKIP
     """
 
+    changes_done_flags = False  # it only renders
+
     def __init__(
         self,
         path: str | os.PathLike[str] | VideoWriter,

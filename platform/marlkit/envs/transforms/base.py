@@ -49,6 +49,10 @@ class Transform:
 
     #: The env the transform is attached to (set by :meth:`set_parent`), ``None`` before.
     parent: EnvBase | None = None
+    #: Whether :meth:`step` may change done flags (``StepCounter`` does). The inner env's step
+    #: output already follows the done rule; ``TransformedEnv`` applies it again only when a
+    #: transform may have changed a flag. ``True`` unless a transform says otherwise.
+    changes_done_flags: bool = True
 
     def set_parent(self, env: EnvBase) -> None:
         """Called by ``TransformedEnv`` when the transform is attached to ``env`` (after its
@@ -104,6 +108,10 @@ class Compose(Transform):
         super().set_parent(env)
         for t in self.transforms:
             t.set_parent(env)
+
+    @property
+    def changes_done_flags(self) -> bool:  # type: ignore[override]
+        return any(t.changes_done_flags for t in self.transforms)
 
     def close(self) -> None:
         # Close every transform even if one fails; the first error is raised afterwards.
@@ -264,6 +272,13 @@ class TransformedEnv(EnvBase):
         inner = self.transform.inv(tensordict)
         next_td = self.base_env._wrapped_step(inner)
         return self.transform.step(tensordict, next_td)
+
+    def _apply_done_rule(
+        self, next_td: TensorDictBase, tensordict: TensorDictBase | None = None
+    ) -> None:
+        # The inner env applied the rule to its output; again only if a transform changed flags.
+        if self.transform.changes_done_flags:
+            super()._apply_done_rule(next_td, tensordict)
 
     def _set_seed(self, seed: int) -> int:
         return self.base_env.set_seed(seed)

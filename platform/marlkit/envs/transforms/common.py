@@ -166,6 +166,8 @@ class RewardSum(Transform):
         out_keys: where the sums go (default: ``"episode_reward"`` next to each reward).
     """
 
+    changes_done_flags = False
+
     def __init__(
         self,
         in_keys: Sequence[NestedKey] | None = None,
@@ -243,6 +245,8 @@ class DoubleToFloat(_OutputTransform):
         in_keys: the keys to cast (default: every float64 leaf).
     """
 
+    changes_done_flags = False
+
     def __init__(self, in_keys: Sequence[NestedKey] | None = None):
         self._in_keys = None if in_keys is None else [_unravel(k) for k in in_keys]
         self.out_keys: list[NestedKey] = []  # observation/state/reward keys cast on the way out
@@ -304,6 +308,8 @@ class ExcludeKeys(_OutputTransform):
         keys: the keys to drop; each must be an observation or state key.
     """
 
+    changes_done_flags = False
+
     def __init__(self, *keys: NestedKey):
         if not keys:
             raise ValueError("ExcludeKeys needs at least one key")
@@ -346,6 +352,8 @@ class RenameKeys(_OutputTransform):
         in_keys: the env's keys.
         out_keys: their new names, one each.
     """
+
+    changes_done_flags = False
 
     def __init__(self, in_keys: Sequence[NestedKey], out_keys: Sequence[NestedKey]):
         if len(in_keys) != len(out_keys) or not in_keys:
@@ -437,6 +445,8 @@ class InitTracker(Transform):
     Args:
         init_key: the flag's name at each level.
     """
+
+    changes_done_flags = False
 
     def __init__(self, init_key: str = IS_INIT):
         if not isinstance(init_key, str):
