@@ -16,8 +16,9 @@ from tqdm import tqdm
 
 from marlkit._utils import check_int
 from marlkit.data.exploration import EXPLORATION_MODES, Exploration
+from marlkit.data.keys import TRAJ_IDS, WORKER
 
-__all__ = ["CollectorBase", "Policy", "PostProc", "split_frames"]
+__all__ = ["CollectorBase", "Policy", "PostProc", "split_frames", "split_workers", "tag_worker"]
 
 #: Reads a root TensorDict and writes actions (and whatever else it computes) into it.
 Policy = Callable[[TensorDictBase], TensorDictBase]
@@ -42,6 +43,36 @@ def split_frames(frames_per_batch: int, env_batch: torch.Size) -> int:
             f"{low + per_step}"
         )
     return frames // per_step
+
+
+def split_workers(frames_per_batch: int, num_workers: int) -> int:
+    """Each worker's share of a synchronous batch of ``frames_per_batch`` frames.
+
+    Raises:
+        ValueError: ``frames_per_batch`` is not a multiple of ``num_workers``.
+    """
+    frames = check_int("frames_per_batch", frames_per_batch, low=1)
+    workers = check_int("num_workers", num_workers, low=1)
+    if frames % workers:
+        low = max(workers, frames - frames % workers)
+        raise ValueError(
+            f"frames_per_batch={frames} does not split evenly over {workers} workers; use "
+            f"{low} or {low + workers}"
+        )
+    return frames // workers
+
+
+def tag_worker(batch: TensorDictBase, worker: int, num_workers: int) -> TensorDictBase:
+    """Make worker ``worker``'s batch unique among ``num_workers`` workers, in place.
+
+    Its trajectory ids (counted by the worker alone) become ``id * num_workers + worker``, so ids
+    stay unique across workers, batches and resets, and ``("collector", "worker")`` ``[*B, T]``
+    says which worker collected each step.
+    """
+    ids = batch.get(TRAJ_IDS)
+    batch.set(TRAJ_IDS, ids * num_workers + worker)
+    batch.set(WORKER, torch.full_like(ids, worker))
+    return batch
 
 
 class CollectorBase(abc.ABC):

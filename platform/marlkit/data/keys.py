@@ -13,6 +13,7 @@ The layout they build (see DESIGN.md)::
     (NEXT, DONE | TERMINATED | TRUNCATED)  [*B, 1] bool
     RESET, (group, RESET)                  partial-reset masks
     TRAJ_IDS = ("collector", "traj_ids")   [*B] trajectory id, written by collectors
+    WORKER = ("collector", "worker")       [*B] the worker that collected it (multi-worker)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "TERMINATED",
     "TRAJ_IDS",
     "TRUNCATED",
+    "WORKER",
     "NestedKey",
     "join_key",
     "key_path",
@@ -66,6 +68,8 @@ DEFAULT_GROUP = "agents"
 COLLECTOR = "collector"
 TRAJ_IDS = (COLLECTOR, "traj_ids")
 COLLECTOR_MASK = (COLLECTOR, "mask")
+#: Multi-worker collectors: the worker that collected each step ``[*B, T]`` int64.
+WORKER = (COLLECTOR, "worker")
 
 #: The done-like keys every done level carries.
 DONE_KEYS = (DONE, TERMINATED, TRUNCATED)
