@@ -1,6 +1,8 @@
 """Collectors: batches of frames from envs, for training loops.
 
 * :class:`Collector`: one env (of any batch) in this process.
+* :class:`MultiSyncCollector`: one Collector per worker process, their batches stacked.
+* :class:`MultiAsyncCollector`: one Collector per worker process, each batch yielded as it comes.
 
 Every collector is an iterator of TensorDicts ``[*B, T]`` with ``("collector", "traj_ids")``,
 runs its policy under an exploration mode (:mod:`marlkit.data.exploration`), counts its frames
@@ -10,7 +12,15 @@ and can be shut down (also as a context manager).
 from __future__ import annotations
 
 from marlkit.collectors._base import CollectorBase, split_frames
+from marlkit.collectors._multi import MultiAsyncCollector, MultiSyncCollector
 from marlkit.collectors._single import Collector
 from marlkit.collectors._trajectories import split_trajectories
 
-__all__ = ["Collector", "CollectorBase", "split_frames", "split_trajectories"]
+__all__ = [
+    "Collector",
+    "CollectorBase",
+    "MultiAsyncCollector",
+    "MultiSyncCollector",
+    "split_frames",
+    "split_trajectories",
+]

@@ -15,6 +15,7 @@ from tensordict import TensorDictBase
 from tqdm import tqdm
 
 from marlkit._utils import check_int
+from marlkit.collectors._trajectories import split_trajectories
 from marlkit.data.exploration import EXPLORATION_MODES, Exploration
 from marlkit.data.keys import TRAJ_IDS, WORKER
 
@@ -79,8 +80,8 @@ class CollectorBase(abc.ABC):
     """An iterator of batches of frames, stopping after ``total_frames`` (``-1``: never).
 
     Subclasses implement :meth:`_collect` (one batch) and :meth:`_shutdown`; the base counts
-    frames, times each batch (``frames_per_s``), drives the progress bar and applies
-    ``postproc``.
+    frames (real ones: before ``split_trajs`` pads), times each batch (``frames_per_s``), drives
+    the progress bar, and applies ``split_trajs`` and ``postproc``.
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class CollectorBase(abc.ABC):
         exploration: Exploration,
         postproc: PostProc | None,
         progress: bool,
+        split_trajs: bool = False,
     ):
         self.frames_per_batch = check_int("frames_per_batch", frames_per_batch, low=1)
         total = check_int("total_frames", total_frames, low=-1)
@@ -105,6 +107,7 @@ class CollectorBase(abc.ABC):
         if postproc is not None and not callable(postproc):
             raise TypeError(f"postproc must be callable, got {type(postproc).__name__}")
         self.postproc = postproc
+        self.split_trajs = bool(split_trajs)
         self.progress = bool(progress)
         #: Frames collected so far (every batch yielded, whole).
         self.frames = 0
@@ -142,13 +145,15 @@ class CollectorBase(abc.ABC):
         self.batches += 1
         self.frames_per_s = frames / seconds
         self._advance_bar(frames)
+        if self.split_trajs:
+            batch = split_trajectories(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
         return batch
 
     @abc.abstractmethod
     def _collect(self) -> TensorDictBase:
-        """One batch."""
+        """One batch ``[*B, T]`` (split into trajectories afterwards, with ``split_trajs``)."""
 
     # ------------------------------------------------------------------ progress
     def _advance_bar(self, frames: int) -> None:

@@ -12,7 +12,6 @@ from torch import nn
 
 from marlkit._utils import check_int
 from marlkit.collectors._base import CollectorBase, Policy, PostProc, split_frames
-from marlkit.collectors._trajectories import split_trajectories
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.exploration import Exploration, set_exploration
 from marlkit.data.keys import COLLECTOR, DONE, NEXT, TRAJ_IDS
@@ -104,6 +103,7 @@ class Collector(CollectorBase):
             frames_per_batch=frames_per_batch,
             total_frames=total_frames,
             exploration=exploration,
+            split_trajs=split_trajs,
             postproc=postproc,
             progress=progress,
         )
@@ -112,7 +112,6 @@ class Collector(CollectorBase):
             "max_frames_per_traj", max_frames_per_traj, low=1, allow_none=True
         )
         self.reset_at_each_iter = bool(reset_at_each_iter)
-        self.split_trajs = bool(split_trajs)
         if policy is not None and not callable(policy):
             raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
         self._owns_env = not isinstance(env, EnvBase)
@@ -204,7 +203,7 @@ class Collector(CollectorBase):
         assert root is not None  # set by _reset_envs
         per_step = self._traj_ids.numel()
         steps = []
-        with set_exploration(self.exploration):
+        with set_exploration(self.exploration), torch.no_grad():  # batches hold no graphs
             for t in range(self._steps):
                 root = self._act(root, self.frames + t * per_step, check=t == 0)
                 root.set(TRAJ_IDS, self._traj_ids)
@@ -217,8 +216,6 @@ class Collector(CollectorBase):
         batch = stack_tensordicts(steps, len(self.env.batch_size))
         if self.storing_device != self.env.device:
             batch = batch.to(self.storing_device)
-        if self.split_trajs:
-            batch = split_trajectories(batch)
         return batch
 
     # ------------------------------------------------------------------ control

@@ -19,23 +19,18 @@ same API and specs as any env: every spec gains a leading ``num_workers`` dimens
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import multiprocessing.connection
-import pickle
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import cloudpickle
 import torch
-import torch.multiprocessing as mp
 from tensordict import TensorDictBase
 
 from marlkit._utils import check_int, get_logger
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.composite import Composite
 from marlkit.data.keys import NEXT, RESET, NestedKey
+from marlkit.envs._workers import WorkerError, WorkerPool, serialise_setup
 from marlkit.envs.common import EnvBase
 
 __all__ = ["ParallelEnv", "SerialEnv", "WorkerError"]
@@ -43,25 +38,6 @@ __all__ = ["ParallelEnv", "SerialEnv", "WorkerError"]
 EnvFactory = Callable[..., EnvBase]
 
 _log = get_logger("envs.batched")
-
-
-class WorkerError(RuntimeError):
-    """A worker of a batched env raised or died.
-
-    The message names the worker, what it was doing and the cause, with the worker's traceback;
-    the worker's own exception (when it could be sent back) is ``__cause__``.
-
-    Attributes:
-        worker: the index of the worker.
-        remote_traceback: the worker's formatted traceback (``None`` when it died silently).
-    """
-
-    def __init__(
-        self, message: str, *, worker: int | None = None, remote_traceback: str | None = None
-    ):
-        super().__init__(message)
-        self.worker = worker
-        self.remote_traceback = remote_traceback
 
 
 def _as_factories(
@@ -303,65 +279,56 @@ class SerialEnv(_BatchedEnv):
 # ---------------------------------------------------------------------- ParallelEnv
 
 
-def _error_payload(err: BaseException) -> tuple[str, str, bytes | None]:
-    """``(summary, traceback, pickled exception or None)`` of an error inside a worker."""
-    try:
-        blob: bytes | None = cloudpickle.dumps(err)
-    except Exception:  # an exception holding something unpicklable: its text still travels
-        blob = None
-    return f"{type(err).__name__}: {err}", traceback.format_exc(), blob
+class _EnvServer:
+    """What a ParallelEnv worker serves: its env, stepped in the shared buffers."""
 
-
-def _worker(
-    index: int,
-    factory: bytes,
-    conn: multiprocessing.connection.Connection,
-    torch_threads: int,
-) -> None:
-    """Worker loop: build the env, then answer commands until ``close``."""
-    try:
-        torch.set_num_threads(torch_threads)
-        fn, kwargs = cloudpickle.loads(factory)
+    def __init__(self, index: int, fn: EnvFactory, kwargs: dict[str, Any]):
         env = fn(**kwargs)
         if not isinstance(env, EnvBase):
             raise TypeError(f"create_env_fn returned {type(env).__name__}, not an EnvBase")
-        env.validate_actions = False
-        conn.send(("ok", (_specs_of(env), _meta_of(env))))
-        shared_in, shared_out, next_keys, reset_keys = conn.recv()
-        my_in, my_out = shared_in[index], shared_out[index]
-    except BaseException as err:  # report anything, the parent decides
-        with contextlib.suppress(OSError):
-            conn.send(("error", _error_payload(err)))
-        return
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except (EOFError, OSError):  # the parent went away
-            return
-        try:
-            if cmd == "step":
-                out = env.step(my_in.clone()).get(NEXT)
-                my_out.update_(_select(out, next_keys, index, "step"))
-                conn.send(("ok", None))
-            elif cmd == "reset":
-                sub = None
-                if arg is not None:
-                    sub = my_in.clone()
-                    sub.set(RESET, arg)
-                my_out.update_(_select(env.reset(sub), reset_keys, index, "reset"))
-                conn.send(("ok", None))
-            elif cmd == "seed":
-                conn.send(("ok", env.set_seed(arg)))
-            elif cmd == "render":
-                conn.send(("ok", env.render(arg)))
-            elif cmd == "close":
-                env.close()
-                conn.send(("ok", None))
-                return
-            else:
-                conn.send(("error", (f"unknown command {cmd!r}", "", None)))
-        except BaseException as err:
-            conn.send(("error", _error_payload(err)))
+        env.validate_actions = False  # validated once, by the parent
+        self.index = index
+        self.env = env
+        self._in: TensorDictBase | None = None
+        self._out: TensorDictBase | None = None
+        self._next_keys: list[NestedKey] = []
+        self._reset_keys: list[NestedKey] = []
+
+    @classmethod
+    def setup(
+        cls, index: int, fn: EnvFactory, kwargs: dict[str, Any]
+    ) -> tuple[_EnvServer, tuple[dict[str, Composite], dict[str, Any]]]:
+        server = cls(index, fn, kwargs)
+        return server, (_specs_of(server.env), _meta_of(server.env))
+
+    def handle(self, cmd: str, arg: Any) -> Any:
+        env = self.env
+        if cmd == "buffers":
+            shared_in, shared_out, self._next_keys, self._reset_keys = arg
+            self._in, self._out = shared_in[self.index], shared_out[self.index]
+            return None
+        my_in, my_out = self._in, self._out
+        if cmd == "seed":
+            return env.set_seed(arg)
+        if cmd == "render":
+            return env.render(arg)
+        if my_in is None or my_out is None:
+            raise RuntimeError(f"{cmd!r} before the shared buffers arrived")
+        if cmd == "step":
+            out = env.step(my_in.clone()).get(NEXT)
+            my_out.update_(_select(out, self._next_keys, self.index, "step"))
+            return None
+        if cmd == "reset":
+            sub = None
+            if arg is not None:
+                sub = my_in.clone()
+                sub.set(RESET, arg)
+            my_out.update_(_select(env.reset(sub), self._reset_keys, self.index, "reset"))
+            return None
+        raise ValueError(f"unknown command {cmd!r}")
+
+    def close(self) -> None:
+        self.env.close()
 
 
 class ParallelEnv(_BatchedEnv):
@@ -401,125 +368,34 @@ class ParallelEnv(_BatchedEnv):
                 _as_factories(num_workers, create_env_fn, create_env_kwargs)
             )
         ]
-        ctx = mp.get_context(start_method)
-        self._timeout = float(timeout)
-        self._procs: list[Any] = []
-        self._conns: list[multiprocessing.connection.Connection] = []
-        self._closed = False  # _shutdown may run before EnvBase.__init__
-        try:
-            for i, payload in enumerate(factories):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(  # type: ignore[attr-defined]  # a context has Process
-                    target=_worker, args=(i, payload, child, torch_threads), daemon=True
-                )
-                proc.start()
-                child.close()
-                self._procs.append(proc)
-                self._conns.append(parent)
-            answers = [self._receive(i, "start") for i in range(num_workers)]
-        except BaseException:
-            self._shutdown()
-            raise
+        self._closed = False  # close() may run before EnvBase.__init__
+        self._pool = WorkerPool(
+            "the ParallelEnv",
+            factories,
+            start_method=start_method,
+            timeout=timeout,
+            torch_threads=torch_threads,
+        )
+        answers = self._pool.hello
         specs, meta = answers[0]
         for i, (other, _) in enumerate(answers[1:], start=1):
             if other != specs:
-                self._shutdown()
+                self._pool.shutdown()
                 raise ValueError(f"worker {i}'s env has other specs than worker 0's")
         super().__init__(num_workers, specs, meta, validate_actions)
         self._shared_in = self._root_spec.zero().share_memory_()
         self._shared_out = self._next_spec.zero().share_memory_()
         buffers = (self._shared_in, self._shared_out, self._next_keys, self._reset_keys)
-        for i in range(num_workers):
-            self._send(i, buffers, "start")
+        self._call({i: ("buffers", buffers) for i in range(num_workers)}, "start")
         self._reseed_if_overlapping([m["seed_range"] for _, m in answers])
 
-    # -------------------------------------------------------------- plumbing
-    def _receive(self, i: int, what: str) -> Any:
-        conn, proc = self._conns[i], self._procs[i]
-        waited = 0.0
-        while not conn.poll(0.05):
-            waited += 0.05
-            if not proc.is_alive():
-                code = proc.exitcode
-                self._shutdown()
-                raise WorkerError(
-                    f"worker {i} (pid {proc.pid}) died with exit code {code} during {what}; "
-                    "the ParallelEnv is closed",
-                    worker=i,
-                )
-            if waited > self._timeout:
-                self._shutdown()
-                raise WorkerError(
-                    f"worker {i} (pid {proc.pid}) did not answer {what} within "
-                    f"{self._timeout:.0f} s; the ParallelEnv is closed",
-                    worker=i,
-                )
-        try:
-            status, payload = conn.recv()
-        except (EOFError, ConnectionError, OSError) as err:
-            proc.join(timeout=5)
-            code = proc.exitcode
-            self._shutdown()
-            raise WorkerError(
-                f"worker {i} (pid {proc.pid}) exited with code {code} during {what} without "
-                "answering (whatever it printed went to this process's stderr); the ParallelEnv "
-                "is closed",
-                worker=i,
-            ) from err
-        if status != "ok":
-            summary, remote_tb, blob = payload
-            cause = _load_exception(blob)
-            message = f"worker {i} failed during {what}: {summary}"
-            if remote_tb:
-                message += f"\n--- traceback in worker {i} ---\n{remote_tb.rstrip()}"
-            raise WorkerError(message, worker=i, remote_traceback=remote_tb or None) from cause
-        return payload
-
-    def _send(self, i: int, message: tuple[Any, ...], what: str) -> None:
-        try:
-            self._conns[i].send(message)
-        except (BrokenPipeError, ConnectionError, OSError) as err:
-            proc = self._procs[i]
-            proc.join(timeout=1)
-            code = proc.exitcode
-            self._shutdown()
-            raise WorkerError(
-                f"worker {i} (pid {proc.pid}) died with exit code {code} before {what}; "
-                "the ParallelEnv is closed",
-                worker=i,
-            ) from err
-
     def _call(self, calls: Mapping[int, tuple[str, Any]], what: str) -> dict[int, Any]:
-        """Send each worker in ``calls`` its command, then gather every answer (the first
-        error is raised once all have answered, so no answer is left in a pipe)."""
-        for i, message in calls.items():
-            self._send(i, message, what)
-        answers: dict[int, Any] = {}
-        first_error: WorkerError | None = None
-        for i in calls:
-            try:
-                answers[i] = self._receive(i, what)
-            except WorkerError as err:
-                if self._closed:  # a dead worker: everything is shut down already
-                    raise
-                first_error = first_error or err
-        if first_error is not None:
-            raise first_error
-        return answers
-
-    def _shutdown(self) -> None:
-        for conn in self._conns:
-            with contextlib.suppress(OSError, ValueError):  # a dead worker's pipe
-                conn.send(("close", None))
-        for proc in self._procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5)
-        for conn in self._conns:
-            conn.close()
-        self._conns, self._procs = [], []
-        self._closed = True
+        try:
+            return self._pool.call(calls, what)
+        except WorkerError:
+            if self._pool.closed:  # a worker died or hung: the env is closed with its pool
+                self._closed = True
+            raise
 
     # -------------------------------------------------------------- hooks
     def _reset(
@@ -551,30 +427,17 @@ class ParallelEnv(_BatchedEnv):
         return self._call({w: ("render", i)}, "render")[w]
 
     def _close(self) -> None:
-        self._shutdown()
+        self._pool.shutdown()
 
     def __del__(self) -> None:
-        if getattr(self, "_procs", None):
-            self._shutdown()
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown()
 
 
 def _serialise(worker: int, fn: EnvFactory, kwargs: dict[str, Any]) -> bytes:
-    """``(fn, kwargs)`` as cloudpickle bytes, loaded inside the worker (so that a factory that
-    cannot be loaded there is reported like any other start failure)."""
-    try:
-        return cloudpickle.dumps((fn, kwargs))
-    except Exception as err:
-        raise TypeError(
-            f"the factory of worker {worker} ({fn!r} with kwargs {sorted(kwargs)}) cannot be "
-            f"serialised with cloudpickle: {type(err).__name__}: {err}"
-        ) from err
-
-
-def _load_exception(blob: bytes | None) -> BaseException | None:
-    if blob is None:
-        return None
-    try:
-        err = pickle.loads(blob)
-    except Exception:  # its class does not exist here, or does not unpickle: the text stays
-        return None
-    return err if isinstance(err, BaseException) else None
+    return serialise_setup(
+        _EnvServer.setup,
+        (fn, kwargs),
+        f"the factory of worker {worker} ({fn!r} with kwargs {sorted(kwargs)})",
+    )

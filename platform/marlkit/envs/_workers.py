@@ -1,0 +1,371 @@
+"""Worker processes that answer commands over a pipe: what ``ParallelEnv`` and the multiprocess
+collectors share.
+
+The parent builds a :class:`WorkerPool` from one cloudpickled *setup* per worker: a callable
+``setup(index, *args) -> (server, hello)`` run inside the worker, whose ``server`` then answers
+commands (``server.handle(cmd, arg)``) until ``close``. Bulk data never crosses the pipes: the
+servers and the parent exchange shared-memory TensorDicts once and then only small messages.
+
+What every worker does, whatever it serves:
+
+* it ignores SIGINT: a Ctrl-C reaches the parent, which shuts the workers down (a terminal sends
+  SIGINT to the whole process group, and a worker killed mid-message would only hide the
+  parent's own ``KeyboardInterrupt``);
+* it exits when its parent dies (a watchdog thread sees ``os.getppid()`` change), so a parent
+  killed by SIGKILL leaves no child behind;
+* it sends any exception, with its traceback, back to the parent, which raises
+  :class:`WorkerError` naming the worker.
+
+What the parent does: every wait has a timeout and checks that the worker is alive, so a worker
+that dies (killed, segfault, ``os._exit``) is reported within a fraction of a second; a dead
+worker closes the whole pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NoReturn, Protocol
+
+import cloudpickle
+import torch
+import torch.multiprocessing as mp
+
+__all__ = ["Server", "WorkerError", "WorkerPool", "serialise", "serialise_setup"]
+
+#: How often waits wake up to check that the workers are alive, and the watchdogs the parent.
+_POLL_S = 0.05
+_PARENT_POLL_S = 0.5
+
+
+class WorkerError(RuntimeError):
+    """A worker process raised or died.
+
+    The message names the worker, what it was doing and the cause, with the worker's traceback;
+    the worker's own exception (when it could be sent back) is ``__cause__``.
+
+    Attributes:
+        worker: the index of the worker.
+        remote_traceback: the worker's formatted traceback (``None`` when it died silently).
+    """
+
+    def __init__(
+        self, message: str, *, worker: int | None = None, remote_traceback: str | None = None
+    ):
+        super().__init__(message)
+        self.worker = worker
+        self.remote_traceback = remote_traceback
+
+
+class Server(Protocol):
+    """What a worker serves: built by a setup callable, then asked commands until closed."""
+
+    def handle(self, cmd: str, arg: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+Setup = Callable[..., tuple[Server, Any]]
+
+
+def serialise_setup(setup: Setup, args: tuple[Any, ...], what: str) -> bytes:
+    """``(setup, args)`` as cloudpickle bytes, loaded inside the worker (so a payload that cannot
+    be loaded there is reported like any other start failure).
+
+    Raises:
+        TypeError: cloudpickle cannot serialise it; the message names ``what``.
+    """
+    return serialise((setup, args), what)
+
+
+def serialise(obj: Any, what: str) -> bytes:
+    """``obj`` as cloudpickle bytes (lambdas, closures and ``__main__`` functions included).
+
+    Raises:
+        TypeError: cloudpickle cannot serialise it; the message names ``what``.
+    """
+    try:
+        return cloudpickle.dumps(obj)
+    except Exception as err:
+        raise TypeError(
+            f"{what} cannot be serialised with cloudpickle: {type(err).__name__}: {err}"
+        ) from err
+
+
+# ---------------------------------------------------------------------- the worker side
+def _error_payload(err: BaseException) -> tuple[str, str, bytes | None]:
+    """``(summary, traceback, pickled exception or None)`` of an error inside a worker."""
+    try:
+        blob: bytes | None = cloudpickle.dumps(err)
+    except Exception:  # an exception holding something unpicklable: its text still travels
+        blob = None
+    return f"{type(err).__name__}: {err}", traceback.format_exc(), blob
+
+
+def _watch_parent() -> None:
+    """Exit this process as soon as its parent is gone (it is then re-parented: ``getppid``
+    changes). The parent is the pool's process, or the forkserver, which exits with it."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(_PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="marlkit-parent-watchdog", daemon=True).start()
+
+
+def _serve(
+    index: int,
+    payload: bytes,
+    conn: multiprocessing.connection.Connection,
+    torch_threads: int,
+) -> None:
+    """A worker's life: set up its server, then answer commands until ``close``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent()
+    try:
+        torch.set_num_threads(torch_threads)
+        setup, args = cloudpickle.loads(payload)
+        server, hello = setup(index, *args)
+        conn.send(("ok", hello))
+    except BaseException as err:  # report anything, the parent decides
+        with contextlib.suppress(OSError):
+            conn.send(("error", _error_payload(err)))
+        return
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError):  # the parent went away
+            with contextlib.suppress(Exception):
+                server.close()
+            return
+        try:
+            if cmd == "close":
+                server.close()
+                conn.send(("ok", None))
+                return
+            conn.send(("ok", server.handle(cmd, arg)))
+        except BaseException as err:
+            try:
+                conn.send(("error", _error_payload(err)))
+            except (OSError, ValueError):  # the parent went away while we worked
+                return
+
+
+# ---------------------------------------------------------------------- the parent side
+def _load_exception(blob: bytes | None) -> BaseException | None:
+    if blob is None:
+        return None
+    try:
+        err = pickle.loads(blob)
+    except Exception:  # its class does not exist here, or does not unpickle: the text stays
+        return None
+    return err if isinstance(err, BaseException) else None
+
+
+class WorkerPool:
+    """Worker processes, one per payload, each answering commands over its own pipe.
+
+    Args:
+        owner: what the pool serves, for messages (``"the ParallelEnv"``).
+        payloads: one :func:`serialise_setup` payload per worker.
+        start_method: ``"spawn"`` (default: safe with threads), ``"forkserver"`` or ``"fork"``.
+        timeout: seconds to wait for any answer before declaring the worker stuck.
+        torch_threads: torch threads inside each worker.
+
+    Attributes:
+        hello: what each worker's setup answered.
+
+    Raises:
+        WorkerError: a worker failed to start; every worker is shut down.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        payloads: Sequence[bytes],
+        *,
+        start_method: str = "spawn",
+        timeout: float = 120.0,
+        torch_threads: int = 1,
+    ):
+        self.owner = owner
+        self.timeout = float(timeout)
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self._procs: list[Any] = []
+        self._conns: list[multiprocessing.connection.Connection] = []
+        #: Workers with a command sent and not answered yet (busy, or stuck).
+        self._pending: set[int] = set()
+        self.closed = False
+        ctx = mp.get_context(start_method)
+        try:
+            for i, payload in enumerate(payloads):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(  # type: ignore[attr-defined]  # a context has Process
+                    target=_serve,
+                    args=(i, payload, child, torch_threads),
+                    daemon=True,
+                    name=f"marlkit-worker-{i}",
+                )
+                proc.start()
+                child.close()
+                self._procs.append(proc)
+                self._conns.append(parent)
+            self.hello: list[Any] = [self.receive(i, "start") for i in range(len(payloads))]
+        except BaseException:
+            self.shutdown()
+            raise
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._procs)
+
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids (empty once shut down)."""
+        return [p.pid for p in self._procs]
+
+    # -------------------------------------------------------------- messages
+    def _died(self, i: int, what: str, cause: BaseException | None = None) -> NoReturn:
+        proc = self._procs[i]
+        proc.join(timeout=1)
+        code, pid = proc.exitcode, proc.pid
+        self.shutdown()
+        raise WorkerError(
+            f"worker {i} (pid {pid}) died with exit code {code} during {what} (what it printed "
+            f"went to this process's stderr); {self.owner} is shut down",
+            worker=i,
+        ) from cause
+
+    def send(self, i: int, message: tuple[str, Any], what: str) -> None:
+        """Send worker ``i`` a command ``(cmd, arg)``.
+
+        Raises:
+            WorkerError: the worker is dead (the pool is then shut down).
+        """
+        try:
+            self._conns[i].send(message)
+        except (BrokenPipeError, ConnectionError, OSError) as err:
+            self._died(i, what, err)
+        self._pending.add(i)
+
+    def receive(self, i: int, what: str, timeout: float | None = None) -> Any:
+        """Worker ``i``'s answer to its last command.
+
+        Raises:
+            WorkerError: the worker raised (its exception is the cause, its traceback in the
+                message), died, or did not answer within ``timeout`` (default: the pool's); a
+                dead or stuck worker shuts the pool down.
+        """
+        conn, proc = self._conns[i], self._procs[i]
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while not conn.poll(_POLL_S):
+            if not proc.is_alive():
+                self._died(i, what)
+            if time.monotonic() > deadline:
+                pid = proc.pid
+                self.shutdown()
+                raise WorkerError(
+                    f"worker {i} (pid {pid}) did not answer {what} within {limit:.0f} s; "
+                    f"{self.owner} is shut down",
+                    worker=i,
+                )
+        try:
+            status, payload = conn.recv()
+        except (EOFError, ConnectionError, OSError) as err:
+            self._died(i, what, err)
+        self._pending.discard(i)
+        if status != "ok":
+            summary, remote_tb, blob = payload
+            message = f"worker {i} failed during {what}: {summary}"
+            if remote_tb:
+                message += f"\n--- traceback in worker {i} ---\n{remote_tb.rstrip()}"
+            raise WorkerError(
+                message, worker=i, remote_traceback=remote_tb or None
+            ) from _load_exception(blob)
+        return payload
+
+    def call(self, calls: Mapping[int, tuple[str, Any]], what: str) -> dict[int, Any]:
+        """Send each worker in ``calls`` its command, then gather every answer (the first error
+        is raised once all have answered, so no answer is left in a pipe)."""
+        for i, message in calls.items():
+            self.send(i, message, what)
+        answers: dict[int, Any] = {}
+        first_error: WorkerError | None = None
+        for i in calls:
+            try:
+                answers[i] = self.receive(i, what)
+            except WorkerError as err:
+                if self.closed:  # a dead worker: everything is shut down already
+                    raise
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+        return answers
+
+    def first_ready(self, workers: Iterable[int], what: str) -> int:
+        """The first of ``workers`` (in the order given) with an answer waiting, once one has.
+
+        Raises:
+            WorkerError: one of them died, or none answered within the pool's timeout.
+        """
+        order = list(workers)
+        if not order:
+            raise ValueError("first_ready needs at least one worker to wait for")
+        conns = {self._conns[i]: i for i in order}
+        deadline = time.monotonic() + self.timeout
+        while True:
+            ready = {conns[c] for c in multiprocessing.connection.wait(list(conns), _POLL_S)}  # type: ignore[index]
+            if ready:
+                return next(i for i in order if i in ready)
+            for i in order:
+                if not self._procs[i].is_alive():
+                    self._died(i, what)
+            if time.monotonic() > deadline:
+                self.shutdown()
+                raise WorkerError(
+                    f"no worker of {order} answered {what} within {self.timeout:.0f} s; "
+                    f"{self.owner} is shut down",
+                    worker=order[0],
+                )
+
+    # -------------------------------------------------------------- closing
+    def shutdown(self, grace: float = 5.0) -> None:
+        """Ask every worker to close, wait ``grace`` seconds, then terminate (and at last kill)
+        what is left. Workers still working on a command (busy, or stuck) would hear the close
+        only after it: they are terminated at once. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        for i, (conn, proc) in enumerate(zip(self._conns, self._procs)):
+            if i in self._pending:
+                proc.terminate()
+                continue
+            with contextlib.suppress(OSError, ValueError):  # a dead worker's pipe
+                conn.send(("close", None))
+        deadline = time.monotonic() + grace
+        for proc in self._procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=2)
+        for conn in self._conns:
+            conn.close()
+        for proc in self._procs:
+            with contextlib.suppress(ValueError, AttributeError):
+                proc.close()
+        self._conns, self._procs = [], []

@@ -1,0 +1,434 @@
+"""MultiSyncCollector and MultiAsyncCollector on real worker processes: batches and ids, weights
+that reach the workers, seeds and state, bad input, and faults that never hang or leak.
+
+Most collectors here start their workers from a forkserver with marlkit preloaded (a worker
+starts in milliseconds); the tests of the default start method (spawn) say so."""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import cloudpickle
+import psutil
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+import marlkit
+from marlkit.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
+from marlkit.envs import InvalidActionError, MissingActionError, WorkerError
+
+# The policies and factories below are built in this module: the workers get them by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ACT = ("agents", "action")
+IDS = ("collector", "traj_ids")
+WORKER = ("collector", "worker")
+FAST = {"start_method": "forkserver"}
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _preloaded_forkserver() -> None:
+    multiprocessing.set_forkserver_preload(["torch", "tensordict", "marlkit.collectors"])
+
+
+def nav(num_envs: int = 4, **kwargs):  # type: ignore[no-untyped-def]
+    def make():  # type: ignore[no-untyped-def]
+        return marlkit.make("navigation", num_envs=num_envs, n_agents=2, **kwargs)
+
+    return make
+
+
+class Constant(nn.Module):
+    """Writes its one weight as every action: a batch shows the weights it was collected with."""
+
+    def __init__(self, value: float = 0.1):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(value))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.w.expand(*obs.shape[:-1], 2).clone()
+
+
+def constant_policy(value: float = 0.1) -> TensorDictModule:
+    return TensorDictModule(Constant(value), [("agents", "observation")], [ACT])
+
+
+def alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+def children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive(pids)
+
+
+# ---------------------------------------------------------------------- batches and ids
+def test_sync_stacks_one_batch_per_worker_with_ids_unique_across_workers() -> None:
+    with MultiSyncCollector(
+        [nav(), nav()], None, frames_per_batch=64, total_frames=192, max_frames_per_traj=3, **FAST
+    ) as collector:
+        batches = list(collector)
+        assert collector.frames == 192 and collector.batches == 3
+    assert len(batches) == 3 and all(b.batch_size == (2, 4, 8) for b in batches)
+    owners: dict[int, tuple[int, int]] = {}
+    for batch in batches:
+        ids, done = batch[IDS], batch["next", "done"][..., 0]
+        assert torch.equal(batch[WORKER], torch.arange(2)[:, None, None].expand(2, 4, 8))
+        assert torch.equal(ids % 2, batch[WORKER])  # id * num_workers + worker
+        assert torch.equal(ids[..., 1:] != ids[..., :-1], done[..., :-1])
+        for w in range(2):
+            for e in range(4):
+                for i in ids[w, e].tolist():
+                    assert owners.setdefault(i, (w, e)) == (w, e)  # one env of one worker per id
+    assert len(owners) > 2 * 4 * 6
+
+
+def test_async_yields_each_workers_batch_as_it_comes() -> None:
+    with MultiAsyncCollector(
+        [nav(2), nav(4)], None, frames_per_batch=16, total_frames=160, **FAST
+    ) as collector:
+        batches = list(collector)
+        assert collector.frames == 160 and len(batches) == 10
+        while len({int(b[WORKER][0, 0]) for b in batches}) < 2:  # the slower one, eventually
+            batches.append(collector.next())
+    shapes = {int(b[WORKER][0, 0]): tuple(b.batch_size) for b in batches}
+    assert shapes == {0: (2, 8), 1: (4, 4)}  # each worker's own env batch, whole batches
+    for b in batches:
+        assert (b[WORKER] == b[WORKER][0, 0]).all()
+        assert torch.equal(b[IDS] % 2, b[WORKER])
+
+
+def test_split_trajs_and_postproc_run_in_the_parent_on_whole_batches() -> None:
+    seen = []
+    with MultiSyncCollector(
+        [nav(), nav()],
+        None,
+        frames_per_batch=64,
+        total_frames=64,
+        max_frames_per_traj=3,
+        split_trajs=True,
+        postproc=lambda b: seen.append(b.batch_size) or b,
+        **FAST,
+    ) as collector:
+        (batch,) = list(collector)
+    assert collector.frames == 64  # real frames, not padded ones
+    assert batch["collector", "mask"].sum() == 64 and batch.batch_size[-1] == 3
+    assert seen == [batch.batch_size]
+
+
+# ---------------------------------------------------------------------- weights
+def test_sync_next_batch_uses_the_new_weights() -> None:  # the default start method: spawn
+    policy = constant_policy(0.1)
+    with MultiSyncCollector([nav(), nav()], policy, frames_per_batch=32) as collector:
+        assert (collector.next()[ACT] == 0.1).all()
+        with torch.no_grad():
+            policy.module.w.fill_(0.5)
+        assert (collector.next()[ACT] == 0.1).all()  # not published yet
+        collector.update_policy_weights_()
+        assert (collector.next()[ACT] == 0.5).all()
+        collector.update_policy_weights_({"module.w": torch.tensor(-0.3)})  # a state_dict
+        assert (collector.next()[ACT] == -0.3).all()
+        collector.update_policy_weights_(TensorDict({"module": {"w": torch.tensor(0.2)}}))
+        assert (collector.next()[ACT] == 0.2).all()
+        with pytest.raises(KeyError, match=r"missing \['module.w'\], unexpected \['module.v'\]"):
+            collector.update_policy_weights_({"module.v": torch.tensor(0.0)})
+        with pytest.raises(ValueError, match=r"weight 'module.w' has shape \[2\]"):
+            collector.update_policy_weights_({"module.w": torch.zeros(2)})
+        assert (collector.next()[ACT] == 0.2).all()  # a refused update changes nothing
+
+
+def test_async_workers_take_new_weights_at_their_next_batch() -> None:
+    policy = constant_policy(0.1)
+    with MultiAsyncCollector([nav(), nav()], policy, frames_per_batch=16, **FAST) as collector:
+        for _ in range(4):
+            assert (collector.next()[ACT] == 0.1).all()
+        collector.update_policy_weights_({"module.w": torch.tensor(0.7)})
+        old = {0: 0, 1: 0}
+        for _ in range(8):
+            batch = collector.next()
+            values = batch[ACT].unique()
+            assert values.numel() == 1  # never a mix of weights within a batch
+            assert float(values) in (pytest.approx(0.1), pytest.approx(0.7))
+            if float(values) == pytest.approx(0.1):
+                old[int(batch[WORKER][0, 0])] += 1
+        assert all(n <= 1 for n in old.values())  # at most the batch that was in flight
+
+
+# ---------------------------------------------------------------------- seeds and state
+def test_the_same_seed_gives_the_same_batches_and_state_restores_ids() -> None:
+    linear = TensorDictModule(
+        nn.Sequential(nn.Linear(8, 2), nn.Tanh()), [("agents", "observation")], [ACT]
+    )
+    runs = []
+    for _ in range(2):
+        with MultiSyncCollector([nav(), nav()], linear, frames_per_batch=32, **FAST) as c:
+            assert c.set_seed(3) == 5  # a native env takes one seed per worker: 3 and 4
+            runs.append([c.next() for _ in range(2)])
+    for a, b in zip(*runs):
+        assert torch.equal(a["next", "agents", "observation"], b["next", "agents", "observation"])
+    with MultiSyncCollector(
+        [nav(), nav()], None, frames_per_batch=32, max_frames_per_traj=2, **FAST
+    ) as collector:
+        first = collector.next()
+        state = collector.state_dict()
+        assert state["frames"] == 32 and len(state["workers"]) == 2
+    with MultiSyncCollector(
+        [nav(), nav()], None, frames_per_batch=32, max_frames_per_traj=2, **FAST
+    ) as fresh:
+        fresh.load_state_dict(state)
+        assert fresh.frames == 32
+        second = fresh.next()
+        assert not set(second[IDS].unique().tolist()) & set(first[IDS].unique().tolist())
+        with pytest.raises(ValueError, match="holds 1 worker states; this collector has 2"):
+            fresh.load_state_dict({**state, "workers": state["workers"][:1]})
+        fresh.reset()
+        assert fresh.next().batch_size == (2, 4, 4)
+
+
+# ---------------------------------------------------------------------- bad input
+class _Unpicklable:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __call__(self, td):  # type: ignore[no-untyped-def]
+        return td
+
+
+def test_bad_arguments_are_refused_and_leave_no_process() -> None:
+    before = children()
+    with pytest.raises(ValueError, match="create_env_fns is empty"):
+        MultiSyncCollector([], None, frames_per_batch=8)
+    with pytest.raises(TypeError, match="a list of env factories"):
+        MultiSyncCollector(nav(), None, frames_per_batch=8)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"create_env_fns\[1\] is not callable"):
+        MultiSyncCollector([nav(), 3], None, frames_per_batch=8)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="frames_per_batch=63 does not split evenly over 2"):
+        MultiSyncCollector([nav(), nav()], None, frames_per_batch=63)
+    with pytest.raises(TypeError, match=r"the policy .* cannot be serialised"):
+        MultiSyncCollector([nav(), nav()], _Unpicklable(), frames_per_batch=8)
+    with pytest.raises(ValueError, match="worker 0: frames_per_batch=33 is not a multiple of"):
+        MultiSyncCollector([nav(), nav()], None, frames_per_batch=66, **FAST)
+    with pytest.raises(ValueError, match=r"different batch sizes \[\(2,\), \(4,\)\]"):
+        MultiSyncCollector([nav(2), nav(4)], None, frames_per_batch=16, **FAST)
+    with (
+        MultiSyncCollector([nav(), nav()], None, frames_per_batch=8, **FAST) as collector,
+        pytest.raises(TypeError, match="has no weights to update"),
+    ):
+        collector.update_policy_weights_()
+    assert wait_gone(list(children() - before)) == []
+
+
+@pytest.mark.parametrize(
+    ("write", "cause", "message"),
+    [
+        (lambda td: td.exclude(ACT), MissingActionError, r"\('agents', 'action'\) is missing"),
+        (lambda td: td.set(ACT, torch.zeros(4, 2, 3)), InvalidActionError, r"shape \[4, 2, 3\]"),
+        (lambda td: td.set(ACT, torch.zeros(4, 2, 2, dtype=torch.float64)), None, "float64"),
+        (lambda td: td.set(ACT, torch.full((4, 2, 2), float("nan"))), None, "non-finite"),
+    ],
+)
+def test_a_bad_policy_output_is_named_in_the_parent(write, cause, message) -> None:  # type: ignore[no-untyped-def]
+    collector = MultiSyncCollector([nav(), nav()], write, frames_per_batch=16, **FAST)
+    with pytest.raises(WorkerError, match=rf"worker 0 failed during collect: .*{message}") as info:
+        collector.next()
+    assert isinstance(info.value.__cause__, cause or InvalidActionError)
+    assert "Collector: the policy's output is not an action of the env" in str(info.value)
+    assert collector.is_shut_down and collector.worker_pids == []
+
+
+# ---------------------------------------------------------------------- faults
+def test_a_worker_that_raises_is_named_with_its_traceback() -> None:
+    def policy(td):  # type: ignore[no-untyped-def]
+        if td.batch_size == (3,):
+            raise ValueError("boom in the policy")
+        return td.set(ACT, torch.zeros(*td.batch_size, 2, 2))
+
+    collector = MultiAsyncCollector([nav(2), nav(3)], policy, frames_per_batch=6, **FAST)
+    pids = list(collector.worker_pids)
+    start = time.monotonic()
+    expected = "worker 1 failed during collect: ValueError: boom"
+    with pytest.raises(WorkerError, match=expected) as info:
+        for _ in range(10):
+            collector.next()
+    assert time.monotonic() - start < 10
+    assert info.value.worker == 1 and "boom in the policy" in (info.value.remote_traceback or "")
+    assert isinstance(info.value.__cause__, ValueError)
+    assert collector.is_shut_down and wait_gone(pids) == []
+
+
+def test_a_worker_that_exits_or_is_killed_is_detected_within_seconds() -> None:
+    def policy(td):  # type: ignore[no-untyped-def]
+        if td.batch_size == (3,):
+            os._exit(3)
+        return td.set(ACT, torch.zeros(*td.batch_size, 2, 2))
+
+    collector = MultiAsyncCollector([nav(2), nav(3)], policy, frames_per_batch=6, **FAST)
+    pids = list(collector.worker_pids)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 1 \(pid \d+\) died with exit code 3 during"):
+        for _ in range(10):
+            collector.next()
+    assert time.monotonic() - start < 5
+    assert collector.is_shut_down and wait_gone(pids) == []
+
+    collector = MultiSyncCollector([nav(), nav()], None, frames_per_batch=16, **FAST)
+    pids = list(collector.worker_pids)
+    collector.next()
+    os.kill(pids[0], signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 0 \(pid \d+\) died with exit code -9"):
+        collector.next()
+    assert time.monotonic() - start < 5
+    assert wait_gone(pids) == []
+
+
+def test_a_worker_that_fails_to_construct_or_hangs() -> None:
+    def broken():  # type: ignore[no-untyped-def]
+        raise RuntimeError("no simulator here")
+
+    before = children()
+    with pytest.raises(
+        WorkerError, match="worker 1 failed during start: RuntimeError: no simulator here"
+    ) as info:
+        MultiSyncCollector([nav(), broken], None, frames_per_batch=8, **FAST)
+    assert "broken" in (info.value.remote_traceback or "")
+    assert wait_gone(list(children() - before)) == []
+
+    def slow(td):  # type: ignore[no-untyped-def]
+        time.sleep(30)
+        return td
+
+    collector = MultiSyncCollector([nav(), nav()], slow, frames_per_batch=8, timeout=1, **FAST)
+    pids = list(collector.worker_pids)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 0 \(pid \d+\) did not answer collect within 1"):
+        collector.next()
+    assert time.monotonic() - start < 5
+    assert collector.is_shut_down and wait_gone(pids) == []
+
+
+# ---------------------------------------------------------------------- processes
+def test_shutdown_garbage_collection_and_with_leave_no_child() -> None:
+    collector = MultiSyncCollector([nav(), nav()], None, frames_per_batch=8, **FAST)
+    pids = list(collector.worker_pids)
+    assert len(alive(pids)) == 2
+    collector.shutdown()
+    collector.shutdown()  # idempotent
+    assert wait_gone(pids) == []
+    with pytest.raises(RuntimeError, match="shut down"):
+        collector.next()
+
+    collector = MultiAsyncCollector([nav(), nav()], None, frames_per_batch=8, **FAST)
+    collector.next()  # the workers are now busy with their next batches
+    pids = list(collector.worker_pids)
+    del collector
+    gc.collect()
+    assert wait_gone(pids) == []
+
+    with MultiSyncCollector([nav(), nav()], None, frames_per_batch=8, **FAST) as collector:
+        pids = list(collector.worker_pids)
+    assert wait_gone(pids) == []
+
+
+SCRIPT = """
+import json, sys
+import marlkit
+from marlkit.collectors import MultiSyncCollector
+
+if __name__ == "__main__":
+    make = lambda: marlkit.make("navigation", num_envs=4, n_agents=2)
+    collector = MultiSyncCollector([make, make], None, frames_per_batch=64)
+    print(json.dumps(collector.worker_pids), flush=True)
+    for batch in collector:  # forever, until a signal
+        pass
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "parent-killed"])
+def test_ctrl_c_and_the_parents_death_leave_no_child(tmp_path: Path, sig: int) -> None:
+    script = tmp_path / "collect.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    with subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            pids = json.loads(proc.stdout.readline())
+            assert len(alive(pids)) == 2
+            time.sleep(1.0)  # collecting
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=20)
+        finally:
+            proc.kill()
+    if sig == signal.SIGINT:
+        assert "KeyboardInterrupt" in err and proc.returncode != 0
+    assert wait_gone(pids, 10) == []
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.slow
+def test_500_iterations_keep_fds_shared_memory_and_children_flat() -> None:
+    policy = constant_policy(0.1)
+    with MultiSyncCollector([nav(2), nav(2)], policy, frames_per_batch=8, **FAST) as collector:
+        for _ in range(20):  # warm up: buffers shared, lazy imports done
+            collector.next()
+        pids = collector.worker_pids
+        shared = [b[ACT].data_ptr() for b in collector._buffers]  # the workers' shared batches
+        before = (
+            _open_fds(os.getpid()),
+            len(os.listdir("/dev/shm")),
+            children(),
+            [_open_fds(p) for p in pids],
+        )
+        for i in range(500):
+            batch = collector.next()
+            if i % 10 == 0:
+                collector.update_policy_weights_({"module.w": torch.tensor(i / 1000)})
+        after = (
+            _open_fds(os.getpid()),
+            len(os.listdir("/dev/shm")),
+            children(),
+            [_open_fds(p) for p in pids],
+        )
+        assert (batch[ACT] == 0.49).all()
+        assert [b[ACT].data_ptr() for b in collector._buffers] == shared  # no batch re-sent
+    assert after == before
+
+
+def test_a_single_process_collector_and_a_multi_collector_agree() -> None:
+    """One worker of a MultiSyncCollector yields what a Collector on the same env does."""
+    linear = TensorDictModule(
+        nn.Sequential(nn.Linear(8, 2), nn.Tanh()), [("agents", "observation")], [ACT]
+    )
+    single = Collector(nav()(), linear, frames_per_batch=32)
+    single.set_seed(5)
+    with MultiSyncCollector([nav()], linear, frames_per_batch=32, **FAST) as multi:
+        multi.set_seed(5)
+        for _ in range(2):
+            a, b = single.next(), multi.next()
+            assert torch.equal(a[ACT], b[ACT][0])
+            assert torch.equal(a["next", "agents", "reward"], b["next", "agents", "reward"][0])
