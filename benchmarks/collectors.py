@@ -11,6 +11,9 @@ Sections (``--only`` picks some):
 * ``parallel_env``: ``ParallelEnv(2)`` against ``SerialEnv(2)`` on ``mpe2.simple_spread_v3``
   (a CPU-bound Python env), the same batch ``[2, num_envs]`` stepped with random actions.
   Target: >= 1.6x on 2 cores.
+* ``multisync``: ``MultiSyncCollector`` with 2 workers (``num_envs`` MPE envs each) against a
+  ``Collector`` over one env of ``2 * num_envs`` MPE envs, the same frames per batch, random
+  actions on both. Target: >= 1.6x on 2 cores.
 
 Every section alternates its sides round by round (the order flips each round) so that load from
 other processes hits them alike, and reports the median of the per-round ratios. Each side's
@@ -36,7 +39,7 @@ from torch import nn
 
 import marlkit
 from marlkit.bench import describe_environment, set_threads, time_steps
-from marlkit.collectors import Collector
+from marlkit.collectors import Collector, MultiSyncCollector
 from marlkit.data._fast import stack_tensordicts
 from marlkit.envs import EnvBase, ParallelEnv, SerialEnv
 
@@ -224,7 +227,56 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-SECTIONS = {"single": bench_single, "parallel_env": bench_parallel_env}
+# --- section: multisync -----------------------------------------------------------------------
+def _mpe(num_envs: int) -> Callable[[], EnvBase]:
+    def make() -> EnvBase:
+        env = marlkit.make("pettingzoo/mpe2.simple_spread_v3", N=3, num_envs=num_envs, seed=0)
+        env.validate_actions = False  # the same on both sides (each checks its first actions)
+        return env
+
+    return make
+
+
+def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
+    per_worker, steps = args.mpe_envs, args.mpe_steps
+    frames = 2 * per_worker * steps
+    single = Collector(_mpe(2 * per_worker), None, frames_per_batch=frames)
+    multi = MultiSyncCollector(
+        [_mpe(per_worker), _mpe(per_worker)], None, frames_per_batch=frames, torch_threads=1
+    )
+    sides = {"collector": single.next, "multisync": multi.next}
+    try:
+        for side in sides.values():
+            side()
+        rates = _alternate(sides, args.rounds, args.round_seconds, 1)
+    finally:
+        single.shutdown()
+        multi.shutdown()
+    ratio = _ratio(rates, "multisync", "collector")
+    return {
+        "env": "pettingzoo/mpe2.simple_spread_v3",
+        "N": 3,
+        "frames_per_batch": frames,
+        "work": {
+            "collector": f"one env of {2 * per_worker} MPE envs in this process: random "
+            "actions, step_and_maybe_reset, trajectory ids, the batch stacked",
+            "multisync": f"the same in 2 worker processes of {per_worker} MPE envs each (1 "
+            "torch thread), each batch written to shared memory and stacked by the parent "
+            "into [2, num_envs, T]",
+        },
+        "collector_frames_per_s": statistics.median(rates["collector"]) * frames,
+        "multisync_frames_per_s": statistics.median(rates["multisync"]) * frames,
+        "multisync_over_collector": ratio["median"],
+        "rounds": ratio["rounds"],
+        "target": 1.6,
+    }
+
+
+SECTIONS = {
+    "single": bench_single,
+    "parallel_env": bench_parallel_env,
+    "multisync": bench_multisync,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
