@@ -1,0 +1,266 @@
+"""``ReplayBuffer``: a storage, a writer and a sampler, with atomic checkpoints."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from marlkit._utils import check_int
+from marlkit.replay._samplers import (
+    PrioritizedSampler,
+    RandomSampler,
+    RoundRobinWriter,
+    Sampler,
+    SamplerWithoutReplacement,
+)
+from marlkit.replay._storage import Storage
+
+__all__ = ["ReplayBuffer"]
+
+#: The entry of a sample holding the slots it read.
+INDEX = "index"
+_LATEST = "latest"
+_PREFIX = "checkpoint-"
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file under ``folder``, then the folders themselves, to the disk."""
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for name in (*dirs, "."):
+            _fsync_dir(Path(root) / name)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ReplayBuffer:
+    """Items written by a writer into a storage, sampled by a sampler.
+
+    Items go along the first batch dim of what :meth:`extend` gets; the other batch dims stay
+    part of each item (``batch.reshape(-1)`` stores a collector batch ``[*B, T]`` as
+    transitions, env after env). Nested keys (agent groups, ``"next"``) are kept as they are.
+
+    Args:
+        storage: a :class:`TensorStorage` or :class:`MemmapStorage`.
+        sampler: :class:`RandomSampler` (default), :class:`SamplerWithoutReplacement`,
+            :class:`PrioritizedSampler` or :class:`SliceSampler`.
+        writer: :class:`RoundRobinWriter` (default).
+        batch_size: the default size of :meth:`sample` (and of iteration).
+        transform: applied to every sample (a callable on TensorDicts).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from marlkit.replay import ReplayBuffer, TensorStorage
+        >>> rb = ReplayBuffer(TensorStorage(1000), batch_size=32)
+        >>> rb.extend(TensorDict({"obs": torch.randn(100, 4)}, [100])).shape
+        torch.Size([100])
+        >>> len(rb), rb.sample().batch_size
+        (100, torch.Size([32]))
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        sampler: Sampler | None = None,
+        writer: RoundRobinWriter | None = None,
+        batch_size: int | None = None,
+        transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+    ):
+        if not isinstance(storage, Storage):
+            raise TypeError(f"storage must be a Storage, got {type(storage).__name__}")
+        self.storage = storage
+        self.sampler = sampler if sampler is not None else RandomSampler()
+        if not isinstance(self.sampler, Sampler):
+            raise TypeError(f"sampler must be a Sampler, got {type(self.sampler).__name__}")
+        capacity = getattr(self.sampler, "capacity", storage.capacity)
+        if capacity != storage.capacity:
+            raise ValueError(f"the sampler has capacity {capacity}, the storage {storage.capacity}")
+        self.writer = writer if writer is not None else RoundRobinWriter()
+        self.batch_size = check_int("batch_size", batch_size, low=1, allow_none=True)
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self.transform = transform
+
+    # ------------------------------------------------------------------ writing
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        """Store the items of ``data`` (along its first batch dim); returns their slots.
+
+        Raises:
+            TypeError, KeyError, ValueError: ``data`` is not a TensorDict with a batch dim, or
+                its keys, item shapes or dtypes differ from the stored ones (nothing is
+                written).
+        """
+        index = self.writer.extend(self.storage, data)
+        self.sampler.extend(index)
+        return index
+
+    def add(self, item: TensorDictBase) -> int:
+        """Store one item (a TensorDict whose batch is one item's); returns its slot."""
+        if not isinstance(item, TensorDictBase):
+            raise TypeError(f"add() takes a TensorDict, got {type(item).__name__}")
+        return int(self.extend(item.unsqueeze(0))[0])
+
+    def empty(self) -> None:
+        """Forget every item (and the priorities)."""
+        self.storage.empty()
+        self.writer.empty()
+        self.sampler.empty()
+
+    # ------------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def __getitem__(self, index: int | slice | torch.Tensor) -> TensorDictBase:
+        """The stored items at ``index`` (an int, a slice or int64 tensor of slots)."""
+        if isinstance(index, int):
+            return self.storage.get(torch.tensor([index]))[0]
+        if isinstance(index, slice):
+            index = torch.arange(len(self))[index]
+        return self.storage.get(torch.as_tensor(index))
+
+    def sample(self, batch_size: int | None = None) -> TensorDictBase:
+        """A sample of ``batch_size`` items (default: the buffer's), with ``"index"`` (their
+        slots) and whatever the sampler adds (``"priority_weight"``, a mask).
+
+        Raises:
+            RuntimeError: the buffer is empty.
+            ValueError: no batch size, here or at construction.
+        """
+        size = batch_size if batch_size is not None else self.batch_size
+        if size is None:
+            raise ValueError("sample() needs a batch_size (here or in the constructor)")
+        size = check_int("batch_size", size, low=1)
+        if len(self) == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer; extend it first")
+        index, info = self.sampler.sample(self.storage, size)
+        batch = self.sampler.annotate(self.storage.get(index), info)
+        batch.set(INDEX, index)
+        if self.transform is not None:
+            batch = self.transform(batch)
+        return batch
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        """Samples of ``batch_size``: one epoch with a sampler that has epochs, else
+        ``len(self) // batch_size`` samples."""
+        if self.batch_size is None:
+            raise ValueError("iterating a replay buffer needs the batch_size of its constructor")
+        if len(self) == 0:
+            return
+        if isinstance(self.sampler, SamplerWithoutReplacement):
+            while True:
+                yield self.sample()
+                if self.sampler.ran_out:
+                    return
+        for _ in range(max(1, len(self) // self.batch_size)):
+            yield self.sample()
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor | float) -> None:
+        """Set the priorities of the slots ``index`` (e.g. a sample's ``"index"``) to
+        ``priority`` (``[len(index)]`` or a scalar).
+
+        Raises:
+            TypeError: the sampler is not prioritized.
+            IndexError, ValueError: as :meth:`PrioritizedSampler.update_priority`; nothing is
+                updated.
+        """
+        if not isinstance(self.sampler, PrioritizedSampler):
+            raise TypeError(
+                f"update_priority needs a PrioritizedSampler; this buffer samples with "
+                f"{self.sampler!r}"
+            )
+        self.sampler.update_priority(torch.as_tensor(index), torch.as_tensor(priority), len(self))
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Storage (items included), writer and sampler (priorities and RNG state included)."""
+        return {
+            "storage": self.storage.state_dict(),
+            "writer": self.writer.state_dict(),
+            "sampler": self.sampler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for part in ("storage", "writer", "sampler"):
+            if part not in state:
+                raise KeyError(f"the replay buffer state has no {part!r}; keys: {sorted(state)}")
+        self.storage.load_state_dict(state["storage"])
+        self.writer.load_state_dict(state["writer"])
+        self.sampler.load_state_dict(state["sampler"])
+
+    def dumps(self, path: str | os.PathLike[str]) -> Path:
+        """Write a checkpoint of the whole buffer under the folder ``path``, atomically.
+
+        The checkpoint is written into a temporary folder, flushed to the disk (fsync), renamed
+        to ``checkpoint-<n>``, and only then named by ``path/latest`` (replaced atomically);
+        older checkpoints are removed afterwards. A process killed at any moment leaves
+        ``latest`` naming a complete checkpoint: the last one whose ``dumps`` returned, or the
+        one being written if it got as far as renaming ``latest``. Returns the checkpoint's
+        folder.
+        """
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        numbers = [int(p.name[len(_PREFIX) :]) for p in root.glob(f"{_PREFIX}*")]
+        number = max(numbers, default=-1) + 1
+        tmp = root / f".tmp-{number}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        state = self.state_dict()
+        data = state["storage"].pop("data")
+        if data is not None:
+            data.memmap(tmp / "items", copy_existing=True)
+        torch.save(state, tmp / "state.pt")
+        _fsync_tree(tmp)
+        final = root / f"{_PREFIX}{number:06d}"
+        os.rename(tmp, final)
+        _fsync_dir(root)
+        pointer = root / f".{_LATEST}.tmp"
+        with open(pointer, "w") as handle:
+            handle.write(final.name)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(pointer, root / _LATEST)
+        _fsync_dir(root)
+        for old in (*root.glob(f"{_PREFIX}*"), *root.glob(".tmp-*")):
+            if old != final:
+                shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Restore the checkpoint ``path/latest`` names (see :meth:`dumps`).
+
+        Raises:
+            FileNotFoundError: no checkpoint under ``path``.
+        """
+        root = Path(path)
+        pointer = root / _LATEST
+        if not pointer.exists():
+            raise FileNotFoundError(f"{root} holds no replay buffer checkpoint ({_LATEST} missing)")
+        folder = root / pointer.read_text().strip()
+        state = torch.load(folder / "state.pt", weights_only=True)
+        items = folder / "items"
+        state["storage"]["data"] = TensorDict.load_memmap(items) if items.exists() else None
+        self.load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplayBuffer(storage={self.storage!r}, sampler={self.sampler!r}, "
+            f"batch_size={self.batch_size})"
+        )

@@ -1,0 +1,451 @@
+"""Writers and samplers: where items go, and which come back.
+
+* :class:`RoundRobinWriter`: circular overwrite, the newest items kept.
+* :class:`RandomSampler`: uniform, with replacement.
+* :class:`SamplerWithoutReplacement`: epochs over the data (PPO minibatches).
+* :class:`PrioritizedSampler`: in proportion to priority, on the native sum and min trees, with
+  importance weights.
+* :class:`SliceSampler`: fixed-length sequences that never cross an episode boundary.
+
+Every sampler draws from its own ``torch.Generator`` (seeded with ``seed``, else from torch's
+global generator), saved with its state so that a restored buffer samples what the original
+would have.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from marlkit._utils import check_int
+from marlkit.data.keys import COLLECTOR_MASK, DONE, NEXT, TRAJ_IDS, NestedKey
+from marlkit.native.segment_tree import MinSegmentTree, SumSegmentTree
+from marlkit.replay._storage import Storage
+
+__all__ = [
+    "PrioritizedSampler",
+    "RandomSampler",
+    "RoundRobinWriter",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "SliceSampler",
+]
+
+Info = dict[str, torch.Tensor]
+
+
+class RoundRobinWriter:
+    """Writes items one after the other, wrapping around: once full, the oldest go first.
+
+    ``extend`` of more than ``capacity`` items keeps the newest ``capacity``.
+    """
+
+    def __init__(self) -> None:
+        self.cursor = 0
+
+    def extend(self, storage: Storage, data: TensorDictBase) -> torch.Tensor:
+        """Write ``data`` (items along dim 0) into ``storage``; returns the slots written."""
+        storage.check(data)
+        n = data.batch_size[0]
+        capacity = storage.capacity
+        if n > capacity:  # only the newest fit; the older ones would be overwritten anyway
+            self.cursor = (self.cursor + n - capacity) % capacity
+            data, n = data[n - capacity :], capacity
+        index = (self.cursor + torch.arange(n)) % capacity
+        if n:
+            storage.set(index, data, min(len(storage) + n, capacity))
+        self.cursor = (self.cursor + n) % capacity
+        return index
+
+    def empty(self) -> None:
+        self.cursor = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": self.cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cursor = int(state["cursor"])
+
+
+class Sampler:
+    """Chooses the slots a sample reads. Subclasses implement :meth:`sample`."""
+
+    def __init__(self, seed: int | None = None):
+        self.generator = torch.Generator()
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+        self.generator.manual_seed(check_int("seed", seed, low=0))
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, Info]:
+        """``(slots, extra entries)`` of a sample of ``batch_size`` from the ``len(storage)``
+        valid items."""
+        raise NotImplementedError
+
+    def annotate(self, batch: TensorDictBase, info: Info) -> TensorDictBase:
+        """Write what :meth:`sample` returned besides the slots into the sampled ``batch``."""
+        for key, value in info.items():
+            batch.set(key, value)
+        return batch
+
+    def extend(self, index: torch.Tensor) -> None:
+        """Told the slots just written."""
+
+    def empty(self) -> None:
+        """Told the storage was emptied."""
+
+    @property
+    def ran_out(self) -> bool:
+        """True at the end of an epoch (samplers with epochs); False otherwise."""
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class RandomSampler(Sampler):
+    """Uniform over the stored items, with replacement."""
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, Info]:
+        index = torch.randint(0, len(storage), (batch_size,), generator=self.generator)
+        return index, {}
+
+
+class SamplerWithoutReplacement(Sampler):
+    """Every stored item once per epoch, in a random order (``shuffle``) or in storage order.
+
+    An epoch is a permutation of the items stored when it began; samples take consecutive
+    chunks of it. The last chunk is shorter unless ``drop_last``, which skips it.
+    :attr:`ran_out` says that the epoch ended with the last sample.
+    """
+
+    def __init__(self, drop_last: bool = False, shuffle: bool = True, seed: int | None = None):
+        super().__init__(seed)
+        self.drop_last = bool(drop_last)
+        self.shuffle = bool(shuffle)
+        self._order: torch.Tensor | None = None
+        self._position = 0
+        self._ran_out = False
+
+    def _new_epoch(self, n: int) -> torch.Tensor:
+        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        self._order, self._position = order, 0
+        return order
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, Info]:
+        n = len(storage)
+        if self.drop_last and batch_size > n:
+            raise ValueError(
+                f"drop_last: a sample of {batch_size} cannot come from {n} stored items"
+            )
+        order = self._order
+        left = 0 if order is None else order.numel() - self._position
+        if order is None or left == 0 or (self.drop_last and left < batch_size):
+            order = self._new_epoch(n)
+        index = order[self._position : self._position + batch_size]
+        self._position += index.numel()
+        left = order.numel() - self._position
+        self._ran_out = left == 0 or (self.drop_last and left < batch_size)
+        return index, {}
+
+    @property
+    def ran_out(self) -> bool:
+        return self._ran_out
+
+    def empty(self) -> None:
+        self._order, self._position, self._ran_out = None, 0, False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "order": self._order,
+            "position": self._position,
+            "ran_out": self._ran_out,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._order = state["order"]
+        self._position = int(state["position"])
+        self._ran_out = bool(state["ran_out"])
+
+
+def _check_priorities(priority: torch.Tensor) -> None:
+    bad = ~torch.isfinite(priority) | (priority < 0)
+    if bool(bad.any()):
+        where = int(bad.reshape(-1).nonzero()[0])
+        value = float(priority.reshape(-1)[where])
+        raise ValueError(
+            f"priority {value} at position {where} is not a finite number >= 0 (nothing was "
+            "updated)"
+        )
+
+
+class PrioritizedSampler(Sampler):
+    """Samples item ``i`` with probability ``p_i / sum(p)``, ``p_i = (priority_i + eps)^alpha``,
+    on the native sum and min segment trees (Schaul et al., 2016).
+
+    New items get the largest priority seen so far (1 at first). Each sample carries
+    ``"priority_weight"`` ``[B]``: the importance weights ``(N p_i / sum(p))^-beta`` divided by
+    the largest possible one, ``(N min(p) / sum(p))^-beta``, so they lie in ``(0, 1]``.
+
+    Args:
+        capacity: the storage's capacity.
+        alpha: how much priorities count (0: uniform).
+        beta: how much importance weights correct for it (1: fully).
+        eps: added to every priority, so that no item has probability 0.
+        dtype: the trees' dtype (``torch.float32`` or ``torch.float64``).
+        seed: the sampler's generator seed.
+
+    Raises:
+        ValueError: a negative ``alpha`` or ``beta``, an ``eps`` that is not > 0.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-8,
+        *,
+        dtype: torch.dtype = torch.float32,
+        seed: int | None = None,
+    ):
+        super().__init__(seed)
+        self.capacity = check_int("capacity", capacity, low=1)
+        for name, value in (("alpha", alpha), ("beta", beta)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
+        self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
+        self.dtype = dtype
+        self._new_trees()
+
+    def _new_trees(self) -> None:
+        self._sum = SumSegmentTree(self.capacity, dtype=self.dtype)
+        self._min = MinSegmentTree(self.capacity, dtype=self.dtype)
+        self._max_priority = 1.0
+
+    def _set(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        value = (priority.to(torch.float64) + self.eps) ** self.alpha
+        self._sum.update(index, value.to(self.dtype))
+        self._min.update(index, value.to(self.dtype))
+
+    def extend(self, index: torch.Tensor) -> None:
+        if index.numel():
+            self._set(index, torch.full(index.shape, self._max_priority, dtype=torch.float64))
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, Info]:
+        total = self._sum.total()
+        mass = torch.rand(batch_size, generator=self.generator, dtype=torch.float64) * total
+        index = self._sum.scan_lower_bound(mass.to(self.dtype))
+        p = self._sum[index].to(torch.float64)
+        lowest = self._min.min()
+        weight = (p / lowest) ** -self.beta  # (N p / total)^-beta over its largest value
+        return index, {"priority_weight": weight.to(torch.float32)}
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor, length: int) -> None:
+        """Set the priorities of the slots ``index`` (of the ``length`` stored items).
+
+        Raises:
+            IndexError: an index outside ``[0, length)``.
+            ValueError: a negative, NaN or infinite priority, or shapes that do not match.
+            Nothing is updated when any of these is raised.
+        """
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        priority = torch.as_tensor(priority, dtype=torch.float64)
+        if priority.numel() == 1:
+            priority = priority.reshape(1).expand(index.numel())
+        priority = priority.reshape(-1)
+        if priority.numel() != index.numel():
+            raise ValueError(
+                f"update_priority: {index.numel()} indices but {priority.numel()} priorities"
+            )
+        if index.numel():
+            low, high = int(index.min()), int(index.max())
+            if low < 0 or high >= length:
+                bad = low if low < 0 else high
+                raise IndexError(
+                    f"update_priority: index {bad} is out of range for {length} stored items "
+                    "(nothing was updated)"
+                )
+        _check_priorities(priority)
+        if not index.numel():
+            return
+        self._set(index, priority)
+        self._max_priority = max(self._max_priority, float(priority.max()))
+
+    def priorities(self, index: torch.Tensor) -> torch.Tensor:
+        """The trees' values ``(priority + eps)^alpha`` at ``index``."""
+        return self._sum[torch.as_tensor(index, dtype=torch.int64)]
+
+    def empty(self) -> None:
+        self._new_trees()
+
+    def state_dict(self) -> dict[str, Any]:
+        every = torch.arange(self.capacity)
+        return {
+            **super().state_dict(),
+            "sum": self._sum[every],
+            "min": self._min[every],
+            "max_priority": self._max_priority,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        total, lowest = state["sum"], state["min"]
+        if total.numel() != self.capacity:
+            raise ValueError(
+                f"the state holds {total.numel()} priorities; this sampler has capacity "
+                f"{self.capacity}"
+            )
+        super().load_state_dict(state)
+        self._new_trees()
+        self._sum.update(torch.arange(self.capacity), total.to(self.dtype))
+        written = torch.isfinite(lowest).nonzero().reshape(-1)  # unwritten leaves hold +inf
+        self._min.update(written, lowest[written].to(self.dtype))
+        self._max_priority = float(state["max_priority"])
+
+    def __repr__(self) -> str:
+        return (
+            f"PrioritizedSampler(capacity={self.capacity}, alpha={self.alpha}, "
+            f"beta={self.beta}, eps={self.eps})"
+        )
+
+
+class SliceSampler(Sampler):
+    """Sequences of ``slice_len`` consecutive steps of one trajectory: ``[B / slice_len,
+    slice_len]``, for recurrent policies.
+
+    Trajectories are runs of equal ``traj_key`` (the collectors' trajectory ids) in storage
+    order, or, where the items have none, runs that end at a true ``end_key``; the write cursor
+    (where the newest items meet the oldest) and the end of the storage always end one. A
+    sequence never crosses a trajectory's end. Each start position of every long enough
+    trajectory is equally likely. With ``pad=True`` shorter trajectories are sampled too, padded
+    with zeros after their end, and ``mask_key`` ``[B / slice_len, slice_len]`` marks the real
+    steps (it is written with or without padding).
+
+    Args:
+        slice_len: steps per sequence; the batch size must be a multiple of it.
+        traj_key: the trajectory ids, when stored.
+        end_key: the done flag ``[N, 1]`` that ends a trajectory (used without ``traj_key``).
+        pad: sample trajectories shorter than ``slice_len`` too, padded.
+        mask_key: where the mask of real steps goes.
+        seed: the sampler's generator seed.
+    """
+
+    def __init__(
+        self,
+        slice_len: int,
+        *,
+        traj_key: NestedKey = TRAJ_IDS,
+        end_key: NestedKey = (NEXT, DONE),
+        pad: bool = False,
+        mask_key: NestedKey = COLLECTOR_MASK,
+        seed: int | None = None,
+    ):
+        super().__init__(seed)
+        self.slice_len = check_int("slice_len", slice_len, low=1)
+        self.traj_key, self.end_key, self.mask_key = traj_key, end_key, mask_key
+        self.pad = bool(pad)
+        self._cursor = 0
+        self._cache: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def extend(self, index: torch.Tensor) -> None:
+        if index.numel():
+            self._cursor = int(index[-1]) + 1
+        self._cache = None
+
+    def empty(self) -> None:
+        self._cursor, self._cache = 0, None
+
+    def _ends(self, storage: Storage) -> torch.Tensor:
+        """``[len]`` bool: item ``i`` is the last of its trajectory."""
+        data = storage.data
+        n = len(storage)
+        if data is None:
+            raise ValueError("the storage is empty")
+        ends = torch.zeros(n, dtype=torch.bool)
+        ids = data.get(self.traj_key, None)
+        if ids is not None:
+            ids = ids[:n].reshape(n, -1)[:, 0].cpu()
+            ends[:-1] = ids[1:] != ids[:-1]
+        else:
+            done = data.get(self.end_key, None)
+            if done is None:
+                raise KeyError(
+                    f"SliceSampler: the items have neither {self.traj_key!r} nor "
+                    f"{self.end_key!r} to find their trajectories"
+                )
+            ends |= done[:n].reshape(n, -1).any(-1).cpu()
+        ends[-1] = True
+        if 0 < self._cursor < n:
+            ends[self._cursor - 1] = True
+        return ends
+
+    def _trajectories(self, storage: Storage) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(starts, lengths)`` of every trajectory, cached until the next write."""
+        if self._cache is None:
+            ends = self._ends(storage)
+            last = ends.nonzero().reshape(-1)
+            starts = torch.cat([torch.zeros(1, dtype=torch.int64), last[:-1] + 1])
+            self._cache = (starts, last - starts + 1)
+        return self._cache
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, Info]:
+        if batch_size % self.slice_len:
+            raise ValueError(
+                f"batch_size={batch_size} is not a multiple of slice_len={self.slice_len}"
+            )
+        starts, lengths = self._trajectories(storage)
+        windows = (lengths - self.slice_len + 1).clamp_min(1 if self.pad else 0)
+        total = int(windows.sum())
+        if total == 0:
+            raise ValueError(
+                f"SliceSampler: no stored trajectory has {self.slice_len} steps (the longest "
+                f"has {int(lengths.max())}); store more, or pass pad=True"
+            )
+        slices = batch_size // self.slice_len
+        # A window uniformly among all: its trajectory, then its offset within it.
+        pick = torch.randint(0, total, (slices,), generator=self.generator)
+        bounds = windows.cumsum(0)
+        traj = torch.searchsorted(bounds, pick, right=True)
+        offset = pick - (bounds[traj] - windows[traj])
+        steps = torch.arange(self.slice_len)
+        real = steps[None, :] < (lengths[traj] - offset)[:, None]
+        first = starts[traj] + offset
+        last = starts[traj] + lengths[traj] - 1
+        index = torch.minimum(first[:, None] + steps[None, :], last[:, None])
+        return index, {"mask": real}
+
+    def annotate(self, batch: TensorDictBase, info: Info) -> TensorDictBase:
+        real = info["mask"]
+        if not bool(real.all()):  # zeros after each short trajectory's end
+
+            def pad(value: torch.Tensor) -> torch.Tensor:
+                keep = real.reshape(*real.shape, *([1] * (value.ndim - 2))).to(value.device)
+                return torch.where(keep, value, torch.zeros((), dtype=value.dtype))
+
+            padded = batch.apply(pad)
+            if padded is not None:
+                batch = padded
+        batch.set(self.mask_key, real)
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "cursor": self._cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._cursor, self._cache = int(state["cursor"]), None
+
+    def __repr__(self) -> str:
+        return f"SliceSampler(slice_len={self.slice_len}, pad={self.pad})"
