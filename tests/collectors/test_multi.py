@@ -43,6 +43,11 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture(scope="module", autouse=True)
 def _preloaded_forkserver() -> None:
     multiprocessing.set_forkserver_preload(["torch", "tensordict", "marlkit.collectors"])
+    # Started now, so that the tests counting this process's children see it from the start.
+    multiprocessing.get_context("forkserver")
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
 
 
 def nav(num_envs: int = 4, **kwargs):  # type: ignore[no-untyped-def]

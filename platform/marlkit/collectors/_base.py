@@ -81,7 +81,9 @@ class CollectorBase(abc.ABC):
 
     Subclasses implement :meth:`_collect` (one batch) and :meth:`_shutdown`; the base counts
     frames (real ones: before ``split_trajs`` pads), times each batch (``frames_per_s``), drives
-    the progress bar, and applies ``split_trajs`` and ``postproc``.
+    the progress bar, applies ``split_trajs`` and ``postproc``, and writes each batch into the
+    ``replay_buffer`` when there is one (as transitions, ``batch.reshape(-1)``: env after env,
+    each env's steps in order; the batch is returned all the same).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class CollectorBase(abc.ABC):
         postproc: PostProc | None,
         progress: bool,
         split_trajs: bool = False,
+        replay_buffer: Any = None,
     ):
         self.frames_per_batch = check_int("frames_per_batch", frames_per_batch, low=1)
         total = check_int("total_frames", total_frames, low=-1)
@@ -108,6 +111,19 @@ class CollectorBase(abc.ABC):
             raise TypeError(f"postproc must be callable, got {type(postproc).__name__}")
         self.postproc = postproc
         self.split_trajs = bool(split_trajs)
+        if replay_buffer is not None:
+            if not callable(getattr(replay_buffer, "extend", None)):
+                raise TypeError(
+                    f"replay_buffer must have an extend method (a ReplayBuffer), got "
+                    f"{type(replay_buffer).__name__}"
+                )
+            if self.split_trajs:
+                raise ValueError(
+                    "split_trajs pads trajectories; a replay buffer stores transitions: pass "
+                    "one or the other"
+                )
+        #: Where every batch is written (flattened to transitions), when given.
+        self.replay_buffer = replay_buffer
         self.progress = bool(progress)
         #: Frames collected so far (every batch yielded, whole).
         self.frames = 0
@@ -149,7 +165,19 @@ class CollectorBase(abc.ABC):
             batch = split_trajectories(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
+        if self.replay_buffer is not None:
+            self._store(batch)
         return batch
+
+    def _store(self, batch: TensorDictBase) -> None:
+        try:
+            self.replay_buffer.extend(batch.reshape(-1))
+        except KeyError as err:
+            raise KeyError(
+                f"{type(self).__name__}: the batch does not fit the replay buffer: {err.args[0]} "
+                "(batches of init_random_frames carry no policy outputs: store the keys both "
+                "have, e.g. postproc=lambda batch: batch.exclude(...))"
+            ) from None
 
     @abc.abstractmethod
     def _collect(self) -> TensorDictBase:

@@ -211,6 +211,7 @@ class _MultiCollector(CollectorBase):
         exploration: Exploration = "random",
         postproc: PostProc | None = None,
         progress: bool = False,
+        replay_buffer: Any = None,
         start_method: str = "spawn",
         timeout: float = 120.0,
         torch_threads: int = 1,
@@ -223,6 +224,7 @@ class _MultiCollector(CollectorBase):
             split_trajs=split_trajs,
             postproc=postproc,
             progress=progress,
+            replay_buffer=replay_buffer,
         )
         fns = self._check_factories(create_env_fns)
         if policy is not None and not callable(policy):
@@ -477,6 +479,7 @@ class MultiSyncCollector(_MultiCollector):
             memory).
         postproc: applied to every batch before it is yielded.
         progress: show a progress bar (frames, frames/s) on stderr.
+        replay_buffer: write every batch into it, in this process (see :class:`Collector`).
         start_method: ``"spawn"`` (default), ``"forkserver"`` or ``"fork"``.
         timeout: seconds to wait for a worker's batch (or any answer) before declaring it stuck.
         torch_threads: torch threads in each worker.

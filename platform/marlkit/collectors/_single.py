@@ -54,7 +54,9 @@ class Collector(CollectorBase):
             ``None`` samples the action spec (masks honoured).
         frames_per_batch: frames per batch, a multiple of the env batch's size.
         total_frames: stop after this many frames (rounded up to whole batches); ``-1``: never.
-        init_random_frames: frames collected with random actions before the policy is used.
+        init_random_frames: frames collected with random actions before the policy is used,
+            in whole batches (every batch that starts before them is random: a batch never
+            mixes random steps, which carry no policy outputs, with policy steps).
         max_frames_per_traj: truncate trajectories at this many steps (the env's done flags say
             so, by the done rule; the count is ``("collector", "step_count")``).
         reset_at_each_iter: start every batch from a reset of every env.
@@ -67,6 +69,9 @@ class Collector(CollectorBase):
             ``"deterministic"``, see :mod:`marlkit.data.exploration`).
         postproc: applied to every batch before it is yielded.
         progress: show a progress bar (frames, frames/s) on stderr.
+        replay_buffer: write every batch into it (a :class:`marlkit.replay.ReplayBuffer`), as
+            transitions ``batch.reshape(-1)`` (env after env, each env's steps in order); the
+            batch is yielded all the same.
 
     Raises:
         ValueError: ``frames_per_batch`` that does not divide into steps of the batch, a bad
@@ -98,6 +103,7 @@ class Collector(CollectorBase):
         exploration: Exploration = "random",
         postproc: PostProc | None = None,
         progress: bool = False,
+        replay_buffer: Any = None,
     ):
         super().__init__(
             frames_per_batch=frames_per_batch,
@@ -106,6 +112,7 @@ class Collector(CollectorBase):
             split_trajs=split_trajs,
             postproc=postproc,
             progress=progress,
+            replay_buffer=replay_buffer,
         )
         self.init_random_frames = check_int("init_random_frames", init_random_frames, low=0)
         self.max_frames_per_traj = check_int(
@@ -173,8 +180,8 @@ class Collector(CollectorBase):
         self._root = self.env.reset()
         self._new_ids(None)
 
-    def _act(self, root: TensorDictBase, frames_so_far: int, check: bool) -> TensorDictBase:
-        if self.policy is None or frames_so_far < self.init_random_frames:
+    def _act(self, root: TensorDictBase, random: bool, check: bool) -> TensorDictBase:
+        if self.policy is None or random:
             return self.env.rand_action(root)
         if self._moves:
             out = self.policy(root.to(self.device))
@@ -203,9 +210,11 @@ class Collector(CollectorBase):
         assert root is not None  # set by _reset_envs
         per_step = self._traj_ids.numel()
         steps = []
+        # Whole batches: a batch of random steps and policy steps would mix key sets.
+        random = self.frames < self.init_random_frames
         with set_exploration(self.exploration), torch.no_grad():  # batches hold no graphs
             for t in range(self._steps):
-                root = self._act(root, self.frames + t * per_step, check=t == 0)
+                root = self._act(root, random, check=t == 0)
                 root.set(TRAJ_IDS, self._traj_ids)
                 transition, root = self.env.step_and_maybe_reset(root)
                 steps.append(transition)
