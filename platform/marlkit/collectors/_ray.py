@@ -44,7 +44,7 @@ EnvFactory = Callable[[], EnvBase]
 Weights = Mapping[str, torch.Tensor] | TensorDictBase
 
 #: How long :meth:`RayCollector.shutdown` lets the actors close their envs before killing them.
-_CLOSE_GRACE_S = 5.0
+_CLOSE_GRACE_S = 3.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -222,6 +222,7 @@ class RayCollector(CollectorBase):
     ):
         # First: shutdown() (and __del__) must work whatever fails below.
         self._actors: list[Any] = []
+        self._started = False  # whether every actor built its env (and can be asked to close it)
         self._owns_ray = False
         #: Async mode, per worker: the batch requested, the loads submitted before it, when.
         self._inflight: dict[int, tuple[Any, list[Any], float]] = {}
@@ -289,6 +290,7 @@ class RayCollector(CollectorBase):
             {w: actor.env_batch.remote() for w, actor in enumerate(self._actors)},
             "start (building its env)",
         )
+        self._started = True
         sizes = [torch.Size(batches[w]) for w in range(self.num_workers)]
         if self.sync and len(set(sizes)) > 1:
             raise ValueError(
@@ -504,7 +506,7 @@ class RayCollector(CollectorBase):
     def _shutdown(self) -> None:
         actors, self._actors = self._actors, []
         self._inflight.clear()
-        if actors:
+        if actors and self._started:
             with contextlib.suppress(Exception):  # let the envs close, briefly
                 closing = [actor.close.remote() for actor in actors]
                 self._ray.wait(closing, num_returns=len(closing), timeout=_CLOSE_GRACE_S)
