@@ -5,7 +5,9 @@ arguments)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -66,11 +68,16 @@ def exploding_factory():  # type: ignore[no-untyped-def]
     raise OSError("no simulator licence")
 
 
-def actor_is_dead(actor) -> bool:  # type: ignore[no-untyped-def]
-    try:
-        ray.get(actor.env_batch.remote(), timeout=10)
-    except ray.exceptions.RayActorError:
-        return True
+def actor_is_dead(actor, within: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    """Whether calls to ``actor`` fail as calls to a dead actor do (``ray.kill`` takes effect
+    shortly after it returns: a call made at once may still be answered)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.env_batch.remote(), timeout=within)
+        except ray.exceptions.RayActorError:
+            return True
+        time.sleep(0.05)
     return False
 
 
@@ -122,27 +129,37 @@ def test_total_frames_ends_the_iteration() -> None:
     wait_for_cpus()
 
 
+def by_worker(collector: RayCollector, each: int) -> list[list]:  # type: ignore[type-arg]
+    """Async batches, as they come, grouped by worker, until every worker delivered ``each``."""
+    batches: list[list] = [[] for _ in range(collector.num_workers)]  # type: ignore[type-arg]
+    for _ in range(10 * each * collector.num_workers):
+        batch = collector.next()
+        batches[int(batch[WORKER].unique())].append(batch)
+        if min(map(len, batches)) >= each:
+            return batches
+    raise AssertionError(f"a worker is starved: {[len(b) for b in batches]} batches")
+
+
 def test_async_yields_each_workers_whole_batch_and_broadcasts_weights() -> None:
     policy = WeightPolicy(0.25)
     with RayCollector(
         [nav, nav], policy, frames_per_batch=16, init_random_frames=32, sync=False, timeout=60
     ) as collector:
-        batches = [collector.next() for _ in range(6)]
-        assert all(b.batch_size == (2, 8) for b in batches)
-        # Each worker's first 16 frames (its first batch) are random, then the policy acts.
-        assert [b[ACT].unique().tolist() == [0.25] for b in batches] == [False] * 2 + [True] * 4
+        batches = by_worker(collector, 2)
         with torch.no_grad():
             policy.weight.fill_(-0.5)
         collector.update_policy_weights_()
-        # The batch each actor has in flight ends with the old weights, then the new ones.
-        actions = [collector.next()[ACT].unique().tolist() for _ in range(4)]
-        assert actions == [[0.25]] * 2 + [[-0.5]] * 2
-    workers = [int(b[WORKER].unique()) for b in batches]
-    assert sorted(workers) == [0, 0, 0, 1, 1, 1]  # each actor has one batch in flight
-    ids: list[set[int]] = [set(), set()]
-    for batch, worker in zip(batches, workers):
-        ids[worker] |= set(batch[IDS].flatten().tolist())
-    assert ids[0] and not ids[0] & ids[1]
+        updated = by_worker(collector, 2)
+    for worker in range(2):
+        assert all(b.batch_size == (2, 8) for b in batches[worker])
+        # Its first 16 frames (its first batch) are random, then the policy acts.
+        actions = [b[ACT].unique().tolist() for b in batches[worker]]
+        assert actions[0] != [0.25] and set(map(tuple, actions[1:])) == {(0.25,)}
+        # The batch it had in flight ends with the old weights, then come the new ones.
+        actions = [b[ACT].unique().tolist() for b in updated[worker]]
+        assert actions[0] == [0.25] and set(map(tuple, actions[1:])) == {(-0.5,)}
+    ids = [{i for b in batches[w] for i in b[IDS].flatten().tolist()} for w in range(2)]
+    assert not ids[0] & ids[1]
     wait_for_cpus()
 
 
@@ -233,6 +250,7 @@ def test_a_killed_actor_is_a_worker_error_and_the_others_are_killed() -> None:
     with pytest.raises(RuntimeError, match="RayCollector is shut down"):
         collector.next()
     collector.shutdown()  # idempotent
+    assert ray.is_initialized()  # the Ray it found running is left running
     wait_for_cpus()
 
 
@@ -302,3 +320,26 @@ def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without Ray imports
     with pytest.raises(ImportError, match=r"pip install 'marlkit\[ray\]'"):
         RayCollector([nav], None, frames_per_batch=8)
+
+
+def test_a_ray_it_starts_itself_is_stopped_at_shutdown() -> None:
+    # In a fresh process, where Ray is not initialised (a second local Ray, of 1 CPU).
+    script = textwrap.dedent(
+        """
+        import ray, marlkit
+        from marlkit.collectors import RayCollector
+        make = lambda: marlkit.make("navigation", num_envs=2, n_agents=2)
+        init = dict(num_cpus=1, include_dashboard=False, log_to_driver=False,
+                    object_store_memory=80 * 1024**2, configure_logging=False)
+        collector = RayCollector([make], None, frames_per_batch=8, ray_init_kwargs=init)
+        assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 1
+        assert collector.next().batch_size == (1, 2, 4)
+        collector.shutdown()
+        assert not ray.is_initialized()
+        print("stopped")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "stopped", done.stderr[-3000:]
