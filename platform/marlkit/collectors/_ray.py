@@ -19,24 +19,23 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
-from torch import nn
+from tensordict import TensorDictBase
 
 from marlkit._utils import check_int, import_optional
 from marlkit.collectors._base import (
     CollectorBase,
     Policy,
     PostProc,
+    check_env_fns,
     split_frames,
     split_workers,
     tag_worker,
 )
+from marlkit.collectors._multi import _as_weights, _weights_of
 from marlkit.collectors._single import Collector, _device
-from marlkit.collectors._trajectories import split_trajectories
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.exploration import Exploration
-from marlkit.envs import EnvBase
-from marlkit.envs.batched import WorkerError
+from marlkit.envs import EnvBase, WorkerError
 
 __all__ = ["RayCollector"]
 
@@ -76,9 +75,7 @@ class _RemoteCollector:
         return self._collector
 
     def next(self) -> TensorDictBase:
-        # No graph crosses the process boundary (and non-leaf tensors that require grad cannot).
-        with torch.no_grad():
-            return self.collector.next()
+        return self.collector.next()
 
     def load_weights(self, weights: Weights) -> None:
         if isinstance(weights, TensorDictBase):
@@ -101,24 +98,6 @@ class _RemoteCollector:
         if self._collector is not None:
             self._collector.shutdown()
         self._env.close()
-
-
-def _check_factories(create_env_fns: object) -> list[EnvFactory]:
-    if callable(create_env_fns) or not isinstance(create_env_fns, Sequence):
-        raise TypeError(
-            "create_env_fns must be a sequence of env factories, one per Ray actor (e.g. "
-            f"[make_env] * 4), got {type(create_env_fns).__name__}"
-        )
-    factories = list(create_env_fns)
-    if not factories:
-        raise ValueError("create_env_fns is empty: a RayCollector needs at least one factory")
-    for i, fn in enumerate(factories):
-        if not callable(fn):
-            raise TypeError(
-                f"create_env_fns[{i}] must be a callable returning an EnvBase (the actor builds "
-                f"its env), got {type(fn).__name__}: {fn!r}"
-            )
-    return factories
 
 
 def _check_positive(name: str, value: object, *, allow_zero: bool) -> float:
@@ -162,9 +141,8 @@ class RayCollector(CollectorBase):
             batch).
         total_frames: stop after this many frames (rounded up to whole batches); ``-1``: never.
         sync: stack one batch of every actor per iteration (True) or yield them as they come.
-        init_random_frames: frames collected with random actions before the policy is used,
-            counted over all workers: each worker acts randomly for its first
-            ``ceil(init_random_frames / W)`` frames.
+        init_random_frames: frames each worker collects with random actions before its policy
+            is used (each counts its own frames, as in :class:`MultiSyncCollector`).
         max_frames_per_traj: truncate trajectories at this many steps (see :class:`Collector`).
         reset_at_each_iter: every actor starts every batch from a reset.
         split_trajs: yield ``[n_trajectories, T_max]`` batches (:func:`split_trajectories`).
@@ -230,10 +208,11 @@ class RayCollector(CollectorBase):
             frames_per_batch=frames_per_batch,
             total_frames=total_frames,
             exploration=exploration,
+            split_trajs=split_trajs,
             postproc=postproc,
             progress=progress,
         )
-        factories = _check_factories(create_env_fns)
+        factories = check_env_fns(create_env_fns)
         self.num_workers = len(factories)
         self.sync = bool(sync)
         #: Frames each actor collects per request.
@@ -244,10 +223,9 @@ class RayCollector(CollectorBase):
         )
         if policy is not None and not callable(policy):
             raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
-        init_random = check_int("init_random_frames", init_random_frames, low=0)
         worker_kwargs: dict[str, Any] = {
             "frames_per_batch": self.worker_frames,
-            "init_random_frames": -(-init_random // self.num_workers),
+            "init_random_frames": check_int("init_random_frames", init_random_frames, low=0),
             "max_frames_per_traj": check_int(
                 "max_frames_per_traj", max_frames_per_traj, low=1, allow_none=True
             ),
@@ -256,7 +234,6 @@ class RayCollector(CollectorBase):
             "storing_device": _device(storing_device, "storing_device"),
             "exploration": exploration,
         }
-        self.split_trajs = bool(split_trajs)
         self.num_cpus_per_actor = _check_positive(
             "num_cpus_per_actor", num_cpus_per_actor, allow_zero=True
         )
@@ -368,15 +345,12 @@ class RayCollector(CollectorBase):
         return self._gather(refs, f"{method}()")
 
     # ------------------------------------------------------------------ collecting
-    def _finish(self, batch: TensorDictBase) -> TensorDictBase:
-        return split_trajectories(batch) if self.split_trajs else batch
-
     def _collect(self) -> TensorDictBase:
         if not self.sync:
-            return self._finish(self._collect_async())
+            return self._collect_async()
         answers = self._call("next")
         batches = [tag_worker(answers[w], w, self.num_workers) for w in range(self.num_workers)]
-        return self._finish(stack_tensordicts(batches, 0))
+        return stack_tensordicts(batches, 0)
 
     def _request(self, worker: int) -> None:
         prior, self._acks[worker] = self._acks[worker], []
@@ -419,26 +393,19 @@ class RayCollector(CollectorBase):
         raised at that actor's next batch).
 
         Raises:
-            TypeError: ``weights`` for a policy that is not an ``nn.Module``, or weights that are
-                neither a mapping nor a TensorDict.
+            TypeError: the policy has no weights (``None``, or not an ``nn.Module`` with
+                parameters), or ``weights`` are neither a mapping nor a TensorDict.
             WorkerError: an actor failed to load them (``sync=True``).
         """
         self._check_open()
-        policy = self._policy
-        if not isinstance(policy, nn.Module):
-            if weights is not None:
-                raise TypeError(
-                    f"update_policy_weights_(weights) needs an nn.Module policy, got {policy!r}"
-                )
-            return  # no parameters to send: the actors hold the same callable
-        if weights is None:
-            weights = TensorDict.from_module(policy).data
-        elif not isinstance(weights, (TensorDictBase, Mapping)):
+        current = _weights_of(self._policy)
+        if current is None:
             raise TypeError(
-                "weights must be a state_dict or a TensorDict of parameters, got "
-                f"{type(weights).__name__}"
+                f"the policy {self._policy!r} has no weights to update (an nn.Module with "
+                "parameters is needed)"
             )
-        ref = self._ray.put(weights)
+        new = current if weights is None else _as_weights(weights)
+        ref = self._ray.put(new)
         refs = {w: actor.load_weights.remote(ref) for w, actor in enumerate(self._actors)}
         if self.sync:
             self._gather(refs, "update_policy_weights_()")
@@ -463,8 +430,7 @@ class RayCollector(CollectorBase):
             The next seed the last actor did not use.
         """
         self._check_open()
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        check_int("seed", seed, low=0)
         self._drain()
         for worker, actor in enumerate(self._actors):
             seed = self._gather({worker: actor.set_seed.remote(seed)}, "set_seed()")[worker]
