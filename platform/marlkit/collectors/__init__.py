@@ -3,6 +3,7 @@
 * :class:`Collector`: one env (of any batch) in this process.
 * :class:`MultiSyncCollector`: one Collector per worker process, their batches stacked.
 * :class:`MultiAsyncCollector`: one Collector per worker process, each batch yielded as it comes.
+* :class:`RayCollector`: one remote Collector per env factory on Ray actors (``marlkit[ray]``).
 
 Every collector is an iterator of TensorDicts ``[*B, T]`` with ``("collector", "traj_ids")``,
 runs its policy under an exploration mode (:mod:`marlkit.data.exploration`), counts its frames
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from marlkit.collectors._base import CollectorBase, split_frames
 from marlkit.collectors._multi import MultiAsyncCollector, MultiSyncCollector
+from marlkit.collectors._ray import RayCollector
 from marlkit.collectors._single import Collector
 from marlkit.collectors._trajectories import split_trajectories
 
@@ -21,6 +23,7 @@ __all__ = [
     "CollectorBase",
     "MultiAsyncCollector",
     "MultiSyncCollector",
+    "RayCollector",
     "split_frames",
     "split_trajectories",
 ]

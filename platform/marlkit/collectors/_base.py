@@ -7,7 +7,7 @@ import abc
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -19,7 +19,15 @@ from marlkit.collectors._trajectories import split_trajectories
 from marlkit.data.exploration import EXPLORATION_MODES, Exploration
 from marlkit.data.keys import TRAJ_IDS, WORKER
 
-__all__ = ["CollectorBase", "Policy", "PostProc", "split_frames", "split_workers", "tag_worker"]
+__all__ = [
+    "CollectorBase",
+    "Policy",
+    "PostProc",
+    "check_env_fns",
+    "split_frames",
+    "split_workers",
+    "tag_worker",
+]
 
 #: Reads a root TensorDict and writes actions (and whatever else it computes) into it.
 Policy = Callable[[TensorDictBase], TensorDictBase]
@@ -44,6 +52,27 @@ def split_frames(frames_per_batch: int, env_batch: torch.Size) -> int:
             f"{low + per_step}"
         )
     return frames // per_step
+
+
+def check_env_fns(create_env_fns: object) -> list[Callable[[], Any]]:
+    """The env factories of a multi-worker collector (one per worker), as a list.
+
+    Raises:
+        TypeError: not a sequence (a single factory, say), or an element that is not callable.
+        ValueError: an empty sequence.
+    """
+    if callable(create_env_fns) or not isinstance(create_env_fns, Sequence):
+        raise TypeError(
+            "create_env_fns must be a list of env factories (one per worker, e.g. "
+            f"[make_env] * 4), got {type(create_env_fns).__name__}"
+        )
+    fns = list(create_env_fns)
+    if not fns:
+        raise ValueError("create_env_fns is empty: a collector of workers needs one factory each")
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise TypeError(f"create_env_fns[{i}] is not callable: {fn!r}")
+    return fns
 
 
 def split_workers(frames_per_batch: int, num_workers: int) -> int:

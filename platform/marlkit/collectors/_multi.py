@@ -29,7 +29,14 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from marlkit._utils import check_int
-from marlkit.collectors._base import CollectorBase, Policy, PostProc, split_frames, split_workers
+from marlkit.collectors._base import (
+    CollectorBase,
+    Policy,
+    PostProc,
+    check_env_fns,
+    split_frames,
+    split_workers,
+)
 from marlkit.collectors._base import tag_worker as _tag_worker
 from marlkit.collectors._single import Collector, _device
 from marlkit.data._fast import stack_tensordicts
@@ -226,7 +233,7 @@ class _MultiCollector(CollectorBase):
             progress=progress,
             replay_buffer=replay_buffer,
         )
-        fns = self._check_factories(create_env_fns)
+        fns = check_env_fns(create_env_fns)
         if policy is not None and not callable(policy):
             raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
         self.num_workers = len(fns)
@@ -277,21 +284,6 @@ class _MultiCollector(CollectorBase):
         self._ready: list[tuple[int, TensorDictBase]] = []
 
     # ------------------------------------------------------------------ construction checks
-    @staticmethod
-    def _check_factories(create_env_fns: Sequence[EnvFactory]) -> list[EnvFactory]:
-        if callable(create_env_fns) or not isinstance(create_env_fns, Sequence):
-            raise TypeError(
-                "create_env_fns must be a list of env factories (one per worker), got "
-                f"{type(create_env_fns).__name__}"
-            )
-        fns = list(create_env_fns)
-        if not fns:
-            raise ValueError("create_env_fns is empty: a multiprocess collector needs a worker")
-        for i, fn in enumerate(fns):
-            if not callable(fn):
-                raise TypeError(f"create_env_fns[{i}] is not callable: {fn!r}")
-        return fns
-
     def _check_batches(self, batches: list[tuple[int, ...]], per_worker: int) -> None:
         for w, batch in enumerate(batches):
             try:

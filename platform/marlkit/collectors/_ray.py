@@ -1,0 +1,496 @@
+"""``RayCollector``: the collector interface on Ray actors, one remote :class:`Collector` per env
+factory, on one machine or a cluster.
+
+Ray is an optional dependency (``pip install "marlkit[ray]"``), imported only when a
+``RayCollector`` is built. Every wait on an actor has a deadline; an actor that raises, dies or
+does not answer in time is a :class:`~marlkit.envs.batched.WorkerError` naming the worker, and
+the collector kills the remaining actors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from marlkit._utils import check_int, import_optional
+from marlkit.collectors._base import (
+    CollectorBase,
+    Policy,
+    PostProc,
+    check_env_fns,
+    split_frames,
+    split_workers,
+    tag_worker,
+)
+from marlkit.collectors._multi import _as_weights, _weights_of
+from marlkit.collectors._single import Collector, _device
+from marlkit.data._fast import stack_tensordicts
+from marlkit.data.exploration import Exploration
+from marlkit.envs import EnvBase, WorkerError
+
+__all__ = ["RayCollector"]
+
+EnvFactory = Callable[[], EnvBase]
+Weights = Mapping[str, torch.Tensor] | TensorDictBase
+
+#: How long :meth:`RayCollector.shutdown` lets the actors close their envs before killing them.
+_CLOSE_GRACE_S = 3.0
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _import_ray() -> ModuleType:
+    return import_optional("ray", extra="ray", purpose="RayCollector")
+
+
+class _RemoteCollector:
+    """What each Ray actor holds: the env its factory builds, then a :class:`Collector` on it.
+
+    Built in two steps so that the parent can check the env batches (and refuse them with a
+    ``ValueError``) before any collector exists.
+    """
+
+    def __init__(self, factory: EnvFactory):
+        self._env = Collector._resolve_env(factory)
+        self._collector: Collector | None = None
+
+    def env_batch(self) -> tuple[int, ...]:
+        return tuple(self._env.batch_size)
+
+    def start(self, policy: Policy | None, kwargs: dict[str, Any]) -> None:
+        self._collector = Collector(self._env, policy, **kwargs)
+
+    @property
+    def collector(self) -> Collector:
+        if self._collector is None:
+            raise RuntimeError("the remote collector was not started")
+        return self._collector
+
+    def next(self) -> TensorDictBase:
+        return self.collector.next()
+
+    def load_weights(self, weights: Weights) -> None:
+        if isinstance(weights, TensorDictBase):
+            weights = weights.to(self.collector.device)
+        self.collector.update_policy_weights_(weights)
+
+    def reset(self) -> None:
+        self.collector.reset()
+
+    def set_seed(self, seed: int) -> int:
+        return self.collector.set_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.collector.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.collector.load_state_dict(state)
+
+    def close(self) -> None:
+        if self._collector is not None:
+            self._collector.shutdown()
+        self._env.close()
+
+
+def _check_positive(name: str, value: object, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}: {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return number
+
+
+class RayCollector(CollectorBase):
+    """Batches from ``len(create_env_fns)`` remote collectors, one Ray actor each.
+
+    Actor ``w`` builds its env with ``create_env_fns[w]()`` and runs a single-process
+    :class:`Collector` over it with a copy of ``policy``; factories and policy are sent with
+    cloudpickle (lambdas and closures are fine; marlkit must be importable on every node).
+    Every batch of worker ``w`` goes through :func:`tag_worker`: its trajectory ids are unique
+    across workers and ``("collector", "worker")`` says which worker collected each step.
+
+    * ``sync=True``: each iteration asks every actor for ``frames_per_batch / W`` frames and
+      stacks their batches ``[*B, T]`` along a new leading dim: ``[W, *B, T]`` (every worker's env
+      batch must be the same).
+    * ``sync=False``: every actor collects ``frames_per_batch`` frames at its own pace; the
+      iterator yields each batch ``[*B, T]`` as it comes and at once asks that actor for its
+      next one (so each actor has one batch in flight).
+
+    ``split_trajs`` and ``postproc`` are applied here, to the stacked (or single) batch.
+
+    If Ray is not initialised, the collector calls ``ray.init(**ray_init_kwargs)`` and
+    :meth:`shutdown` stops Ray again; a running Ray (``ray.init(address=...)`` to a cluster, say)
+    is used as it is and left running.
+
+    Args:
+        create_env_fns: one env factory per actor.
+        policy: the policy (a ``TensorDictModule``, say, or any cloudpickle-able callable);
+            ``None`` samples the action spec.
+        frames_per_batch: frames per yielded batch (with ``sync=True`` a multiple of ``W``, and
+            each share a multiple of the env batch; with ``sync=False`` a multiple of the env
+            batch).
+        total_frames: stop after this many frames (rounded up to whole batches); ``-1``: never.
+        sync: stack one batch of every actor per iteration (True) or yield them as they come.
+        init_random_frames: frames each worker collects with random actions before its policy
+            is used (each counts its own frames, as in :class:`MultiSyncCollector`).
+        max_frames_per_traj: truncate trajectories at this many steps (see :class:`Collector`).
+        reset_at_each_iter: every actor starts every batch from a reset.
+        split_trajs: yield ``[n_trajectories, T_max]`` batches (:func:`split_trajectories`).
+        device: where each actor's policy runs (see :class:`Collector`).
+        storing_device: where each actor stores its batches (see :class:`Collector`).
+        exploration: the exploration mode of the policies (``"random"`` or
+            ``"deterministic"``).
+        postproc: applied to every batch before it is yielded.
+        progress: show a progress bar (frames, frames/s) on stderr.
+        num_cpus_per_actor: the CPUs Ray reserves for each actor (fractions allowed).
+        ray_init_kwargs: the arguments of ``ray.init`` when the collector starts Ray itself.
+        timeout: seconds each wait on the actors may last (a batch, a call, the start).
+
+    Raises:
+        ImportError: Ray is not installed (``pip install "marlkit[ray]"``).
+        ValueError: no factory, frames that do not split over the workers or the env batch,
+            workers with different env batches (``sync=True``), a bad count, number, mode or
+            device.
+        TypeError: factories that are not a sequence of callables, a policy that is not
+            callable, a number of the wrong type.
+        WorkerError: an actor failed to start (its factory raised, say) or did not start within
+            ``timeout`` (a cluster without the CPUs asked for, say).
+
+    Examples:
+        >>> import ray
+        >>> import marlkit
+        >>> from marlkit.collectors import RayCollector
+        >>> ray.init(num_cpus=2, include_dashboard=False)  # doctest: +SKIP
+        >>> make = lambda: marlkit.make("navigation", num_envs=4, n_agents=2)
+        >>> with RayCollector([make, make], None, frames_per_batch=64, total_frames=128) as c:
+        ...     [tuple(batch.batch_size) for batch in c]  # doctest: +SKIP
+        [(2, 4, 8), (2, 4, 8)]
+    """
+
+    def __init__(
+        self,
+        create_env_fns: Sequence[EnvFactory],
+        policy: Policy | None,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        *,
+        sync: bool = True,
+        init_random_frames: int = 0,
+        max_frames_per_traj: int | None = None,
+        reset_at_each_iter: bool = False,
+        split_trajs: bool = False,
+        device: str | torch.device | None = None,
+        storing_device: str | torch.device | None = None,
+        exploration: Exploration = "random",
+        postproc: PostProc | None = None,
+        progress: bool = False,
+        num_cpus_per_actor: float = 1,
+        ray_init_kwargs: Mapping[str, Any] | None = None,
+        timeout: float = 120.0,
+    ):
+        # First: shutdown() (and __del__) must work whatever fails below.
+        self._actors: list[Any] = []
+        self._started = False  # whether every actor built its env (and can be asked to close it)
+        self._owns_ray = False
+        #: Async mode, per worker: the batch requested, the loads submitted before it, when.
+        self._inflight: dict[int, tuple[Any, list[Any], float]] = {}
+        super().__init__(
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            exploration=exploration,
+            split_trajs=split_trajs,
+            postproc=postproc,
+            progress=progress,
+        )
+        factories = check_env_fns(create_env_fns)
+        self.num_workers = len(factories)
+        self.sync = bool(sync)
+        #: Frames each actor collects per request.
+        self.worker_frames = (
+            split_workers(self.frames_per_batch, self.num_workers)
+            if self.sync
+            else self.frames_per_batch
+        )
+        if policy is not None and not callable(policy):
+            raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+        worker_kwargs: dict[str, Any] = {
+            "frames_per_batch": self.worker_frames,
+            "init_random_frames": check_int("init_random_frames", init_random_frames, low=0),
+            "max_frames_per_traj": check_int(
+                "max_frames_per_traj", max_frames_per_traj, low=1, allow_none=True
+            ),
+            "reset_at_each_iter": bool(reset_at_each_iter),
+            "device": _device(device, "device"),
+            "storing_device": _device(storing_device, "storing_device"),
+            "exploration": exploration,
+        }
+        self.num_cpus_per_actor = _check_positive(
+            "num_cpus_per_actor", num_cpus_per_actor, allow_zero=True
+        )
+        self.timeout = _check_positive("timeout", timeout, allow_zero=False)
+        if ray_init_kwargs is not None and not isinstance(ray_init_kwargs, Mapping):
+            raise TypeError(
+                f"ray_init_kwargs must be a mapping or None, got {type(ray_init_kwargs).__name__}"
+            )
+        self._policy = policy
+        #: Per worker: the weight loads not yet confirmed (async mode does not wait for them).
+        self._acks: list[list[Any]] = [[] for _ in factories]
+        self._ray = _import_ray()
+        if not self._ray.is_initialized():
+            self._ray.init(**dict(ray_init_kwargs or {}))
+            self._owns_ray = True
+        try:
+            self._start(factories, policy, worker_kwargs)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # ------------------------------------------------------------------ start
+    def _start(
+        self, factories: list[EnvFactory], policy: Policy | None, kwargs: dict[str, Any]
+    ) -> None:
+        remote = self._ray.remote(_RemoteCollector).options(
+            num_cpus=self.num_cpus_per_actor, max_restarts=0
+        )
+        self._actors = [remote.remote(factory) for factory in factories]
+        batches = self._gather(
+            {w: actor.env_batch.remote() for w, actor in enumerate(self._actors)},
+            "start (building its env)",
+        )
+        self._started = True
+        sizes = [torch.Size(batches[w]) for w in range(self.num_workers)]
+        if self.sync and len(set(sizes)) > 1:
+            raise ValueError(
+                "with sync=True the batches of all workers are stacked, so every env batch must "
+                f"be the same; the factories built {[list(s) for s in sizes]}"
+            )
+        for size in sizes:
+            split_frames(self.worker_frames, size)
+        policy_ref = self._ray.put(policy)
+        self._gather(
+            {w: actor.start.remote(policy_ref, kwargs) for w, actor in enumerate(self._actors)},
+            "start (building its collector)",
+        )
+
+    # ------------------------------------------------------------------ waiting on actors
+    def _fail(self, worker: int, what: str, err: BaseException | None) -> WorkerError:
+        """Shut the collector down and return the error that says why (to raise)."""
+        self.shutdown()
+        exceptions = self._ray.exceptions
+        closed = "the RayCollector is shut down"
+        if err is None:
+            return WorkerError(
+                f"worker {worker} did not answer {what} within {self.timeout:g} s (an actor that "
+                f"Ray cannot place, for want of num_cpus_per_actor={self.num_cpus_per_actor:g} "
+                f"free CPUs, waits too); {closed}",
+                worker=worker,
+            )
+        text = _ANSI.sub("", str(err)).strip()
+        remote_tb = text if 'File "' in text else None
+        if isinstance(err, exceptions.RayTaskError):
+            cause = getattr(err, "cause", None)
+            summary = f"{type(cause).__name__}: {cause}" if cause is not None else "it raised"
+            message = f"worker {worker} failed during {what}: {summary}; {closed}"
+        elif isinstance(err, exceptions.RayActorError):
+            how = "failed to start" if remote_tb else "died"
+            message = f"worker {worker} (its Ray actor) {how} during {what}; {closed}"
+            if not remote_tb:
+                message += f"\n{text}"
+        else:
+            message = f"worker {worker} failed during {what}: {text}; {closed}"
+        if remote_tb:
+            message += f"\n--- traceback in worker {worker} ---\n{remote_tb}"
+        error = WorkerError(message, worker=worker, remote_traceback=remote_tb)
+        error.__cause__ = err
+        return error
+
+    def _get(self, worker: int, ref: Any, what: str) -> Any:
+        """The value of a ``ref`` that :func:`ray.wait` found ready."""
+        try:
+            return self._ray.get(ref, timeout=self.timeout)
+        except self._ray.exceptions.GetTimeoutError:
+            raise self._fail(worker, what, None) from None
+        except self._ray.exceptions.RayError as err:
+            raise self._fail(worker, what, err) from err
+
+    def _gather(self, refs: Mapping[int, Any], what: str) -> dict[int, Any]:
+        """Wait for one answer per worker (``{worker: ref}``), within ``timeout`` in all; the
+        first failure is raised as soon as it comes, whatever the others do."""
+        deadline = time.monotonic() + self.timeout
+        waiting = {ref: worker for worker, ref in refs.items()}
+        answers: dict[int, Any] = {}
+        while waiting:
+            left = max(0.0, deadline - time.monotonic())
+            ready, _ = self._ray.wait(list(waiting), num_returns=1, timeout=left)
+            if not ready:
+                raise self._fail(min(waiting.values()), what, None)
+            for ref in ready:
+                worker = waiting.pop(ref)
+                answers[worker] = self._get(worker, ref, what)
+        return answers
+
+    def _call(self, method: str, *args: Any) -> dict[int, Any]:
+        """Call ``method`` on every actor and wait for all of them."""
+        refs = {w: getattr(actor, method).remote(*args) for w, actor in enumerate(self._actors)}
+        return self._gather(refs, f"{method}()")
+
+    # ------------------------------------------------------------------ collecting
+    def _collect(self) -> TensorDictBase:
+        if not self.sync:
+            return self._collect_async()
+        answers = self._call("next")
+        batches = [tag_worker(answers[w], w, self.num_workers) for w in range(self.num_workers)]
+        return stack_tensordicts(batches, 0)
+
+    def _request(self, worker: int) -> None:
+        prior, self._acks[worker] = self._acks[worker], []
+        ref = self._actors[worker].next.remote()
+        self._inflight[worker] = (ref, prior, time.monotonic())
+
+    def _collect_async(self) -> TensorDictBase:
+        for worker in range(self.num_workers):
+            if worker not in self._inflight:
+                self._request(worker)
+        waiting = {ref: worker for worker, (ref, _, _) in self._inflight.items()}
+        ready, _ = self._ray.wait(list(waiting), num_returns=1, timeout=self.timeout)
+        if not ready:  # name the worker asked longest ago
+            oldest = min(self._inflight, key=lambda w: self._inflight[w][2])
+            raise self._fail(oldest, "collecting a batch", None)
+        worker = waiting[ready[0]]
+        ref, prior, _ = self._inflight.pop(worker)
+        batch = self._get(worker, ref, "collecting a batch")
+        for load in prior:  # sent before this request, so done: confirm them (raise if failed)
+            self._gather({worker: load}, "update_policy_weights_()")
+        self._request(worker)
+        return tag_worker(batch, worker, self.num_workers)
+
+    def _drain(self) -> None:
+        """Async mode: wait for the batches in flight and drop them, so that what follows
+        (a reset, a seed, a state) applies to every batch yielded from now on."""
+        pending = {w: ref for w, (ref, _, _) in self._inflight.items()}
+        self._inflight.clear()
+        self._gather(pending, "collecting a batch")
+
+    # ------------------------------------------------------------------ control
+    def update_policy_weights_(self, weights: Weights | None = None) -> None:
+        """Send new policy weights to every actor.
+
+        Without ``weights``, broadcast the user's policy's current parameters and buffers
+        (``TensorDict.from_module(policy)``); with a ``state_dict`` or a TensorDict of
+        parameters, broadcast those. They are put in Ray's object store once and every actor
+        loads them. Every batch requested after this returns uses them; with ``sync=False`` the
+        batch each actor has in flight finishes with the old weights (a load that failed is
+        raised at that actor's next batch).
+
+        Raises:
+            TypeError: the policy has no weights (``None``, or not an ``nn.Module`` with
+                parameters), or ``weights`` are neither a mapping nor a TensorDict.
+            WorkerError: an actor failed to load them (``sync=True``).
+        """
+        self._check_open()
+        current = _weights_of(self._policy)
+        if current is None:
+            raise TypeError(
+                f"the policy {self._policy!r} has no weights to update (an nn.Module with "
+                "parameters is needed)"
+            )
+        new = current if weights is None else _as_weights(weights)
+        ref = self._ray.put(new)
+        refs = {w: actor.load_weights.remote(ref) for w, actor in enumerate(self._actors)}
+        if self.sync:
+            self._gather(refs, "update_policy_weights_()")
+        else:
+            for worker, load in refs.items():
+                self._acks[worker].append(load)
+
+    def reset(self) -> None:
+        """Reset every actor's envs now (async mode: dropping the batches in flight); the next
+        batches start from there, with new trajectory ids."""
+        self._check_open()
+        self._drain()
+        self._call("reset")
+
+    def set_seed(self, seed: int) -> int:
+        """Seed the actors in turn: actor ``w`` gets the next unused seed actor ``w - 1``
+        returned, so that no two envs share a seed. Their envs restart at the next batch (async
+        mode: the batches in flight are dropped), so the same seed gives the same batches
+        (with ``sync=False`` in the same per-worker order; the arrival order may differ).
+
+        Returns:
+            The next seed the last actor did not use.
+        """
+        self._check_open()
+        check_int("seed", seed, low=0)
+        self._drain()
+        for worker, actor in enumerate(self._actors):
+            seed = self._gather({worker: actor.set_seed.remote(seed)}, "set_seed()")[worker]
+        return seed
+
+    def state_dict(self) -> dict[str, Any]:
+        """This collector's frames and batches, and ``"workers"``: each actor's
+        :meth:`Collector.state_dict` (with ``sync=False``, after the batch it has in flight)."""
+        self._check_open()
+        states = self._call("state_dict")
+        return {**self._counters(), "workers": [states[w] for w in range(self.num_workers)]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (async mode: dropping the batches in flight);
+        every actor restarts its envs from a reset.
+
+        Raises:
+            KeyError: a key is missing.
+            ValueError: the state is of a different number of workers.
+        """
+        self._check_open()
+        state = dict(state)
+        if "workers" not in state:
+            raise KeyError(f"the RayCollector state has no 'workers'; keys: {sorted(state)}")
+        workers = list(state["workers"])
+        if len(workers) != self.num_workers:
+            raise ValueError(
+                f"the state holds {len(workers)} workers' states, this RayCollector has "
+                f"{self.num_workers} workers"
+            )
+        self._load_counters(state)
+        self._drain()
+        self._gather(
+            {w: a.load_state_dict.remote(workers[w]) for w, a in enumerate(self._actors)},
+            "load_state_dict()",
+        )
+
+    # ------------------------------------------------------------------ closing
+    def _shutdown(self) -> None:
+        actors, self._actors = self._actors, []
+        self._inflight.clear()
+        if actors and self._started:
+            with contextlib.suppress(Exception):  # let the envs close, briefly
+                closing = [actor.close.remote() for actor in actors]
+                self._ray.wait(closing, num_returns=len(closing), timeout=_CLOSE_GRACE_S)
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    self._ray.kill(actor)
+        if self._owns_ray:
+            self._owns_ray = False
+            with contextlib.suppress(Exception):
+                self._ray.shutdown()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.shutdown()
+
+    def __repr__(self) -> str:
+        return (
+            f"RayCollector(num_workers={self.num_workers}, sync={self.sync}, "
+            f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, "
+            f"frames={self.frames})"
+        )
