@@ -152,6 +152,7 @@ class RayCollector(CollectorBase):
             ``"deterministic"``).
         postproc: applied to every batch before it is yielded.
         progress: show a progress bar (frames, frames/s) on stderr.
+        replay_buffer: write every batch into it, in this process (see :class:`Collector`).
         num_cpus_per_actor: the CPUs Ray reserves for each actor (fractions allowed).
         ray_init_kwargs: the arguments of ``ray.init`` when the collector starts Ray itself.
         timeout: seconds each wait on the actors may last (a batch, a call, the start).
@@ -194,6 +195,7 @@ class RayCollector(CollectorBase):
         exploration: Exploration = "random",
         postproc: PostProc | None = None,
         progress: bool = False,
+        replay_buffer: Any = None,
         num_cpus_per_actor: float = 1,
         ray_init_kwargs: Mapping[str, Any] | None = None,
         timeout: float = 120.0,
@@ -211,6 +213,7 @@ class RayCollector(CollectorBase):
             split_trajs=split_trajs,
             postproc=postproc,
             progress=progress,
+            replay_buffer=replay_buffer,
         )
         factories = check_env_fns(create_env_fns)
         self.num_workers = len(factories)
