@@ -285,10 +285,10 @@ def test_an_actor_ray_cannot_place_times_out() -> None:
 
 
 def test_env_batches_are_checked_against_the_frames_and_each_other() -> None:
-    with pytest.raises(ValueError, match=r"every env batch must be the same.*\[2\], \[4\]"):
+    with pytest.raises(ValueError, match=r"different batch sizes \[\(2,\), \(4,\)\].*sync=False"):
         RayCollector([nav, lambda: nav(4)], None, frames_per_batch=16, timeout=60)
     wait_for_cpus()
-    with pytest.raises(ValueError, match="frames_per_batch=6 is not a multiple of the 4 envs"):
+    with pytest.raises(ValueError, match="worker 0: frames_per_batch=6 is not a multiple of the 4"):
         RayCollector([lambda: nav(4)], None, frames_per_batch=6, timeout=60)
     wait_for_cpus()
 

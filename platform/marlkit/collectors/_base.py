@@ -92,6 +92,27 @@ def split_workers(frames_per_batch: int, num_workers: int) -> int:
     return frames // workers
 
 
+def check_worker_batches(
+    batches: list[tuple[int, ...]], per_worker: int, *, stacked: bool, hint: str
+) -> None:
+    """Refuse workers' env batches that ``per_worker`` frames do not divide into steps, or, when
+    their batches are ``stacked``, that differ (``hint`` says what to use instead).
+
+    Raises:
+        ValueError: naming the worker, or every batch.
+    """
+    for w, batch in enumerate(batches):
+        try:
+            split_frames(per_worker, torch.Size(batch))
+        except ValueError as err:
+            raise ValueError(f"worker {w}: {err}") from None
+    if stacked and len(set(batches)) > 1:
+        raise ValueError(
+            f"the workers' envs have different batch sizes {batches}; a synchronous batch "
+            f"stacks one batch of every worker and needs equal ones ({hint})"
+        )
+
+
 def tag_worker(batch: TensorDictBase, worker: int, num_workers: int) -> TensorDictBase:
     """Make worker ``worker``'s batch unique among ``num_workers`` workers, in place.
 

@@ -34,7 +34,7 @@ from marlkit.collectors._base import (
     Policy,
     PostProc,
     check_env_fns,
-    split_frames,
+    check_worker_batches,
     split_workers,
 )
 from marlkit.collectors._base import tag_worker as _tag_worker
@@ -272,7 +272,12 @@ class _MultiCollector(CollectorBase):
             name, payloads, start_method=start_method, timeout=timeout, torch_threads=torch_threads
         )
         try:
-            self._check_batches([tuple(b) for b, _ in self._pool.hello], per_worker)
+            check_worker_batches(
+                [tuple(b) for b, _ in self._pool.hello],
+                per_worker,
+                stacked=self._sync,
+                hint="MultiAsyncCollector yields each worker's batch on its own",
+            )
             start = ("start", (policy_blob, self._weights, kwargs))
             self._pool.call({w: start for w in range(self.num_workers)}, "start")
         except BaseException:
@@ -284,19 +289,6 @@ class _MultiCollector(CollectorBase):
         self._ready: list[tuple[int, TensorDictBase]] = []
 
     # ------------------------------------------------------------------ construction checks
-    def _check_batches(self, batches: list[tuple[int, ...]], per_worker: int) -> None:
-        for w, batch in enumerate(batches):
-            try:
-                split_frames(per_worker, torch.Size(batch))
-            except ValueError as err:
-                raise ValueError(f"worker {w}: {err}") from None
-        if self._sync and len(set(batches)) > 1:
-            raise ValueError(
-                f"the workers' envs have different batch sizes {batches}; a synchronous batch "
-                "stacks one batch of every worker and needs equal ones (MultiAsyncCollector "
-                "yields each worker's batch on its own)"
-            )
-
     # ------------------------------------------------------------------ plumbing
     @property
     def pool(self) -> WorkerPool:

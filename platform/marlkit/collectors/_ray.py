@@ -27,7 +27,7 @@ from marlkit.collectors._base import (
     Policy,
     PostProc,
     check_env_fns,
-    split_frames,
+    check_worker_batches,
     split_workers,
     tag_worker,
 )
@@ -271,14 +271,12 @@ class RayCollector(CollectorBase):
             "start (building its env)",
         )
         self._started = True
-        sizes = [torch.Size(batches[w]) for w in range(self.num_workers)]
-        if self.sync and len(set(sizes)) > 1:
-            raise ValueError(
-                "with sync=True the batches of all workers are stacked, so every env batch must "
-                f"be the same; the factories built {[list(s) for s in sizes]}"
-            )
-        for size in sizes:
-            split_frames(self.worker_frames, size)
+        check_worker_batches(
+            [tuple(batches[w]) for w in range(self.num_workers)],
+            self.worker_frames,
+            stacked=self.sync,
+            hint="sync=False yields each worker's batch on its own",
+        )
         policy_ref = self._ray.put(policy)
         self._gather(
             {w: actor.start.remote(policy_ref, kwargs) for w, actor in enumerate(self._actors)},
