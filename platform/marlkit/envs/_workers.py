@@ -16,9 +16,9 @@ What every worker does, whatever it serves:
 * it sends any exception, with its traceback, back to the parent, which raises
   :class:`WorkerError` naming the worker.
 
-What the parent does: every wait has a timeout and checks that the worker is alive, so a worker
-that dies (killed, segfault, ``os._exit``) is reported within a fraction of a second; a dead
-worker closes the whole pool.
+What the parent does: every wait has a timeout and also wakes on the worker's process sentinel,
+so a worker that dies (killed, segfault, ``os._exit``) is reported at once, without polling; a
+dead worker closes the whole pool.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, NoReturn, Protocol
 
 import cloudpickle
@@ -40,9 +41,17 @@ import torch.multiprocessing as mp
 
 __all__ = ["Server", "WorkerError", "WorkerPool", "serialise", "serialise_setup"]
 
-#: How often waits wake up to check that the workers are alive, and the watchdogs the parent.
-_POLL_S = 0.05
+#: How often the workers' watchdogs check that the parent is alive.
 _PARENT_POLL_S = 0.5
+
+
+def _encode(message: tuple[str, Any]) -> bytes:
+    """``message`` as ``Connection.send`` would pickle it (``Connection.recv`` reads it back)."""
+    return bytes(ForkingPickler.dumps(message))
+
+
+#: The commonest answer, pickled once: most commands answer nothing.
+_OK_NONE = _encode(("ok", None))
 
 
 class WorkerError(RuntimeError):
@@ -153,7 +162,11 @@ def _serve(
                 server.close()
                 conn.send(("ok", None))
                 return
-            conn.send(("ok", server.handle(cmd, arg)))
+            answer = server.handle(cmd, arg)
+            if answer is None:
+                conn.send_bytes(_OK_NONE)
+            else:
+                conn.send(("ok", answer))
         except BaseException as err:
             try:
                 conn.send(("error", _error_payload(err)))
@@ -206,6 +219,7 @@ class WorkerPool:
         self._conns: list[multiprocessing.connection.Connection] = []
         #: Workers with a command sent and not answered yet (busy, or stuck).
         self._pending: set[int] = set()
+        self._encoded: dict[str, bytes] = {}
         self.closed = False
         ctx = mp.get_context(start_method)
         try:
@@ -254,7 +268,13 @@ class WorkerPool:
             WorkerError: the worker is dead (the pool is then shut down).
         """
         try:
-            self._conns[i].send(message)
+            if message[1] is None:  # an argument-less command, pickled once
+                encoded = self._encoded.get(message[0])
+                if encoded is None:
+                    encoded = self._encoded[message[0]] = _encode(message)
+                self._conns[i].send_bytes(encoded)
+            else:
+                self._conns[i].send(message)
         except (BrokenPipeError, ConnectionError, OSError) as err:
             self._died(i, what, err)
         self._pending.add(i)
@@ -267,20 +287,9 @@ class WorkerPool:
                 message), died, or did not answer within ``timeout`` (default: the pool's); a
                 dead or stuck worker shuts the pool down.
         """
-        conn, proc = self._conns[i], self._procs[i]
-        limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        while not conn.poll(_POLL_S):
-            if not proc.is_alive():
-                self._died(i, what)
-            if time.monotonic() > deadline:
-                pid = proc.pid
-                self.shutdown()
-                raise WorkerError(
-                    f"worker {i} (pid {pid}) did not answer {what} within {limit:.0f} s; "
-                    f"{self.owner} is shut down",
-                    worker=i,
-                )
+        conn = self._conns[i]
+        if not conn.poll():
+            self._wait([i], what, self.timeout if timeout is None else timeout)
         try:
             status, payload = conn.recv()
         except (EOFError, ConnectionError, OSError) as err:
@@ -323,20 +332,37 @@ class WorkerPool:
         order = list(workers)
         if not order:
             raise ValueError("first_ready needs at least one worker to wait for")
+        ready = self._wait(order, what, self.timeout)
+        return next(i for i in order if i in ready)
+
+    def _wait(self, order: list[int], what: str, limit: float) -> set[int]:
+        """Block until one of the workers in ``order`` has an answer waiting (those that have),
+        waking as soon as one answers or dies (its process sentinel), never later than ``limit``
+        seconds: no polling, so the wait leaves the CPU to the workers.
+
+        Raises:
+            WorkerError: a worker died, or none answered in time; the pool is then shut down.
+        """
         conns = {self._conns[i]: i for i in order}
-        deadline = time.monotonic() + self.timeout
+        sentinels = {self._procs[i].sentinel: i for i in order}
+        deadline = time.monotonic() + limit
         while True:
-            ready = {conns[c] for c in multiprocessing.connection.wait(list(conns), _POLL_S)}  # type: ignore[index]
-            if ready:
-                return next(i for i in order if i in ready)
-            for i in order:
-                if not self._procs[i].is_alive():
-                    self._died(i, what)
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            woke = multiprocessing.connection.wait([*conns, *sentinels], max(0.0, left))
+            ready = {conns[c] for c in woke if c in conns}
+            if ready:  # an answer, even from a worker that died just after sending it
+                return ready
+            for sentinel in woke:
+                self._died(sentinels[sentinel], what)
+            if left <= 0:
+                late = (
+                    f"worker {order[0]} (pid {self._procs[order[0]].pid}) did not answer"
+                    if len(order) == 1
+                    else f"no worker of {order} answered"
+                )
                 self.shutdown()
                 raise WorkerError(
-                    f"no worker of {order} answered {what} within {self.timeout:.0f} s; "
-                    f"{self.owner} is shut down",
+                    f"{late} {what} within {limit:.0f} s; {self.owner} is shut down",
                     worker=order[0],
                 )
 

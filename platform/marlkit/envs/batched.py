@@ -30,6 +30,7 @@ from marlkit._utils import check_int, get_logger
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.composite import Composite
 from marlkit.data.keys import NEXT, RESET, NestedKey
+from marlkit.envs._shared import BufferLeaves
 from marlkit.envs._workers import WorkerError, WorkerPool, serialise_setup
 from marlkit.envs.common import EnvBase
 
@@ -87,12 +88,15 @@ def _select(out: TensorDictBase, keys: list[NestedKey], worker: int, what: str) 
         return out.select(*keys)
     except KeyError:
         have = set(out.keys(True, True))
-        missing = [k for k in keys if k not in have]
-        raise KeyError(
-            f"worker {worker}'s env returned no {', '.join(map(repr, missing))} from {what}(); "
-            "a batched env needs every observation, state, done (and, from step, reward) key of "
-            "the specs in every output"
-        ) from None
+        raise _missing_error([k for k in keys if k not in have], worker, what) from None
+
+
+def _missing_error(missing: Sequence[NestedKey], worker: int, what: str) -> KeyError:
+    return KeyError(
+        f"worker {worker}'s env returned no {', '.join(map(repr, missing))} from {what}(); "
+        "a batched env needs every observation, state, done (and, from step, reward) key of "
+        "the specs in every output"
+    )
 
 
 def _overlapping(ranges: Sequence[tuple[int, int] | None]) -> tuple[int, int] | None:
@@ -289,10 +293,10 @@ class _EnvServer:
         env.validate_actions = False  # validated once, by the parent
         self.index = index
         self.env = env
-        self._in: TensorDictBase | None = None
-        self._out: TensorDictBase | None = None
-        self._next_keys: list[NestedKey] = []
-        self._reset_keys: list[NestedKey] = []
+        # The worker's slices of the shared buffers: what a step reads, what step and reset write.
+        self._in: BufferLeaves | None = None
+        self._out: BufferLeaves | None = None
+        self._reset_out: BufferLeaves | None = None
 
     @classmethod
     def setup(
@@ -304,28 +308,35 @@ class _EnvServer:
     def handle(self, cmd: str, arg: Any) -> Any:
         env = self.env
         if cmd == "buffers":
-            shared_in, shared_out, self._next_keys, self._reset_keys = arg
-            self._in, self._out = shared_in[self.index], shared_out[self.index]
+            shared_in, shared_out, next_keys, reset_keys = arg
+            mine = shared_in[self.index]
+            self._in = BufferLeaves(mine, mine.keys(True, True))
+            self._out = BufferLeaves(shared_out[self.index], next_keys)
+            self._reset_out = BufferLeaves(shared_out[self.index], reset_keys)
             return None
-        my_in, my_out = self._in, self._out
         if cmd == "seed":
             return env.set_seed(arg)
         if cmd == "render":
             return env.render(arg)
-        if my_in is None or my_out is None:
+        my_in, my_out, my_reset = self._in, self._out, self._reset_out
+        if my_in is None or my_out is None or my_reset is None:
             raise RuntimeError(f"{cmd!r} before the shared buffers arrived")
         if cmd == "step":
-            out = env.step(my_in.clone()).get(NEXT)
-            my_out.update_(_select(out, self._next_keys, self.index, "step"))
+            self._write(my_out, env.step(my_in.read()).get(NEXT), "step")
             return None
         if cmd == "reset":
             sub = None
             if arg is not None:
-                sub = my_in.clone()
+                sub = my_in.read()
                 sub.set(RESET, arg)
-            my_out.update_(_select(env.reset(sub), self._reset_keys, self.index, "reset"))
+            self._write(my_reset, env.reset(sub), "reset")
             return None
         raise ValueError(f"unknown command {cmd!r}")
+
+    def _write(self, leaves: BufferLeaves, out: TensorDictBase, what: str) -> None:
+        missing = leaves.write(out)
+        if missing:
+            raise _missing_error(missing, self.index, what)
 
     def close(self) -> None:
         self.env.close()
@@ -385,8 +396,12 @@ class ParallelEnv(_BatchedEnv):
         super().__init__(num_workers, specs, meta, validate_actions)
         self._shared_in = self._root_spec.zero().share_memory_()
         self._shared_out = self._next_spec.zero().share_memory_()
+        self._inputs = BufferLeaves(self._shared_in, self._root_keys)
+        self._outputs = BufferLeaves(self._shared_out, self._next_keys)
+        self._reset_outputs = BufferLeaves(self._shared_out, self._reset_keys)
         buffers = (self._shared_in, self._shared_out, self._next_keys, self._reset_keys)
         self._call({i: ("buffers", buffers) for i in range(num_workers)}, "start")
+        self._step_calls = {w: ("step", None) for w in range(num_workers)}
         self._reseed_if_overlapping([m["seed_range"] for _, m in answers])
 
     def _call(self, calls: Mapping[int, tuple[str, Any]], what: str) -> dict[int, Any]:
@@ -402,7 +417,7 @@ class ParallelEnv(_BatchedEnv):
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
         if tensordict is not None:
-            self._shared_in.update_(tensordict.select(*self._root_keys, strict=False))
+            self._inputs.write(tensordict)
         calls: dict[int, tuple[str, torch.Tensor | None]]
         if env_mask is None:
             calls = {w: ("reset", None) for w in range(self.num_workers)}
@@ -410,12 +425,12 @@ class ParallelEnv(_BatchedEnv):
             masks = self._worker_masks(env_mask)
             calls = {w: ("reset", m) for w, m in enumerate(masks) if m is not None}
         self._call(calls, "reset")
-        return self._shared_out.select(*self._reset_keys).clone()
+        return self._reset_outputs.read()
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._shared_in.update_(tensordict.select(*self._root_keys, strict=False))
-        self._call({w: ("step", None) for w in range(self.num_workers)}, "step")
-        return self._shared_out.clone()
+        self._inputs.write(tensordict)  # the keys it lacks keep their last values
+        self._call(self._step_calls, "step")
+        return self._outputs.read()
 
     def _set_seed(self, seed: int) -> int:
         for w in range(self.num_workers):  # a chain: each worker starts where the last stopped
