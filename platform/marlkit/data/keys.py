@@ -12,6 +12,10 @@ The layout they build (see DESIGN.md)::
     STATE                                  [*B, ...]
     (NEXT, DONE | TERMINATED | TRUNCATED)  [*B, 1] bool
     RESET, (group, RESET)                  partial-reset masks
+    (group, ACTION_VALUE)                  [*B, n, n_actions] Q-values of every action
+    (group, CHOSEN_ACTION_VALUE)           [*B, n, 1] Q-value of the action taken
+    CHOSEN_ACTION_VALUE                    [*B, 1] the mixed team value (mixers)
+    TD_ERROR, PRIORITY_WEIGHT              [*B] written by value losses / prioritized samplers
     TRAJ_IDS = ("collector", "traj_ids")   [*B] trajectory id, written by collectors
     WORKER = ("collector", "worker")       [*B] the worker that collected it (multi-worker)
 """
@@ -21,6 +25,8 @@ from __future__ import annotations
 __all__ = [
     "ACTION",
     "ACTION_MASK",
+    "ACTION_VALUE",
+    "CHOSEN_ACTION_VALUE",
     "COLLECTOR",
     "COLLECTOR_MASK",
     "DEFAULT_GROUP",
@@ -31,11 +37,13 @@ __all__ = [
     "MASK",
     "NEXT",
     "OBSERVATION",
+    "PRIORITY_WEIGHT",
     "RESERVED_GROUP_NAMES",
     "RESET",
     "REWARD",
     "STATE",
     "STEP_COUNT",
+    "TD_ERROR",
     "TERMINATED",
     "TRAJ_IDS",
     "TRUNCATED",
@@ -63,6 +71,14 @@ STEP_COUNT = "step_count"
 EPISODE_REWARD = "episode_reward"
 IS_INIT = "is_init"
 DEFAULT_GROUP = "agents"
+#: Value-based policies and losses (TorchRL's names): every action's Q-value ``[*B, n, A]``,
+#: the taken action's ``[*B, n, 1]`` (and the mixed team value, at the root, ``[*B, 1]``).
+ACTION_VALUE = "action_value"
+CHOSEN_ACTION_VALUE = "chosen_action_value"
+#: Per-sample absolute TD error ``[*B]`` (priorities) and the prioritized sampler's importance
+#: weights ``[*B]``.
+TD_ERROR = "td_error"
+PRIORITY_WEIGHT = "priority_weight"
 #: What collectors add to a batch: trajectory ids ``[*B, T]`` int64, unique across batches and
 #: resets, and (with ``split_trajs``) the mask of the real steps of each padded trajectory.
 COLLECTOR = "collector"
