@@ -156,13 +156,16 @@ class ValueLoss(nn.Module):
         """The greedy value ``[*B, n, 1]`` of the next step, among its allowed actions: the
         target network's max (``double_dqn=False``), or the target network's value of the online
         network's argmax (double Q, van Hasselt et al. 2016). Agents with no allowed action get
-        0."""
-        online = getattr(self, network)
-        target_values = self._action_values(next_td.clone(False), self._target(network))
+        0. The target network writes into ``next_td`` (pass a shallow copy)."""
+        if double_dqn:
+            online_values = self._action_values(next_td.clone(False), getattr(self, network))
+        target_values = self._action_values(next_td, self._target(network))
         allowed = self._allowed(next_td, target_values.shape[-1])
         if double_dqn:
-            index, _ = masked_greedy(self._action_values(next_td.clone(False), online), allowed)
+            index, _ = masked_greedy(online_values, allowed)
             value = target_values.gather(-1, index.unsqueeze(-1))
         else:
             _, value = masked_greedy(target_values, allowed)
-        return value.nan_to_num(neginf=0.0) if allowed is not None else value
+        if allowed is not None:
+            value = value.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+        return value

@@ -150,7 +150,7 @@ class DQNLoss(ValueLoss):
         n = values.shape[-2]
         nxt = self._next(td)
         with torch.no_grad():
-            next_value = self._next_value(nxt, "value_network", self.double_dqn)
+            next_value = self._next_value(nxt.clone(False), "value_network", self.double_dqn)
             reward = self._read(nxt, keys.reward, f"[*B, {n}, 1]")
             check_trailing(reward, (NEXT, keys.reward), (n, 1), "DQNLoss", f"[*B, {n}, 1]")
             bootstrap = ~self._terminated(nxt, n)

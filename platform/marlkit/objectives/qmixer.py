@@ -211,8 +211,8 @@ class QMixerLoss(ValueLoss):
 
         nxt = self._next(td)
         with torch.no_grad():
-            next_values = self._next_value(nxt, "local_value_network", self.double_dqn)
             next_td = nxt.clone(False)
+            next_values = self._next_value(next_td, "local_value_network", self.double_dqn)
             next_q_tot = self._mix(next_td, next_values, self._target("mixer_network"))
             present = self._agent_mask(td, values.shape[-2])
             reward = self._team_reward(nxt, present)
