@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
@@ -17,10 +17,20 @@ __all__ = [
     "chosen_value",
     "encode_action",
     "get_tensor",
+    "key_name",
     "masked_greedy",
 ]
 
 ActionSpace = Literal["categorical", "one_hot"]
+
+
+def key_name(key: Any) -> Any:
+    """``key`` as messages print it: nested tuples flattened (``("next", ("a", "b"))`` ->
+    ``("next", "a", "b")``)."""
+    try:
+        return unravel_key(key)
+    except (TypeError, ValueError):
+        return key
 
 
 def get_tensor(td: TensorDictBase, key: NestedKey, owner: str, expected: str) -> torch.Tensor:
@@ -38,17 +48,17 @@ def get_tensor(td: TensorDictBase, key: NestedKey, owner: str, expected: str) ->
     value = td.get(key, None)
     if value is None:
         raise KeyError(
-            f"{owner}: the input has no key {unravel_key(key)!r} (expected a tensor {expected})"
+            f"{owner}: the input has no key {key_name(key)!r} (expected a tensor {expected})"
         )
     if not isinstance(value, torch.Tensor):
         raise TypeError(
-            f"{owner}: {unravel_key(key)!r} must be a tensor {expected}, got {type(value).__name__}"
+            f"{owner}: {key_name(key)!r} must be a tensor {expected}, got {type(value).__name__}"
         )
     return value
 
 
 def check_trailing(
-    tensor: torch.Tensor, key: NestedKey, trailing: Sequence[int], owner: str, expected: str
+    tensor: torch.Tensor, key: Any, trailing: Sequence[int], owner: str, expected: str
 ) -> None:
     """Raise a ``ValueError`` naming ``key`` unless ``tensor``'s last dims are ``trailing``.
 
@@ -58,7 +68,7 @@ def check_trailing(
     k = len(trailing)
     if tensor.dim() < k or tuple(tensor.shape[tensor.dim() - k :]) != tuple(trailing):
         raise ValueError(
-            f"{owner}: {unravel_key(key)!r} must have shape {expected}, got {tuple(tensor.shape)}"
+            f"{owner}: {key_name(key)!r} must have shape {expected}, got {tuple(tensor.shape)}"
         )
 
 
@@ -126,7 +136,7 @@ def chosen_value(
     action: torch.Tensor,
     action_space: ActionSpace,
     owner: str,
-    key: NestedKey,
+    key: Any,
 ) -> torch.Tensor:
     """The value of the taken action.
 
@@ -144,7 +154,7 @@ def chosen_value(
     if action_space == "one_hot":
         if tuple(action.shape) != tuple(action_value.shape):
             raise ValueError(
-                f"{owner}: the one-hot {unravel_key(key)!r} must have shape "
+                f"{owner}: the one-hot {key_name(key)!r} must have shape "
                 f"{tuple(action_value.shape)} (like the action values), got {tuple(action.shape)}"
             )
         return (action_value * action.to(action_value.dtype)).sum(-1, keepdim=True)
@@ -152,12 +162,12 @@ def chosen_value(
         action = action.unsqueeze(-1)
     elif tuple(action.shape) != (*lead, 1):
         raise ValueError(
-            f"{owner}: the categorical {unravel_key(key)!r} must have shape {lead} "
+            f"{owner}: the categorical {key_name(key)!r} must have shape {lead} "
             f"([*B, n_agents]), got {tuple(action.shape)}"
         )
     if action.dtype.is_floating_point or action.dtype == torch.bool:
         raise ValueError(
-            f"{owner}: the categorical {unravel_key(key)!r} must hold integer indices, got "
+            f"{owner}: the categorical {key_name(key)!r} must hold integer indices, got "
             f"{action.dtype}"
         )
     return action_value.gather(-1, action.long())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -50,11 +51,12 @@ class Mixer(TensorDictModuleBase):
         self.group = group
         self.local_value_key = local_value_key or join_key(group, CHOSEN_ACTION_VALUE)
         self.global_value_key = global_value_key
-        self.in_keys: list[NestedKey] = [self.local_value_key]
-        self.out_keys: list[NestedKey] = [self.global_value_key]
+        in_keys: list[Any] = [self.local_value_key]
+        out_keys: list[Any] = [self.global_value_key]
+        self.in_keys, self.out_keys = in_keys, out_keys
 
     def _local_values(self, tensordict: TensorDictBase) -> torch.Tensor:
-        name = type(self).__name__
+        name = str(type(self).__name__)
         expected = f"[*B, {self.n_agents}, 1]"
         values = get_tensor(tensordict, self.local_value_key, name, expected)
         check_trailing(values, self.local_value_key, (self.n_agents, 1), name, expected)
@@ -149,7 +151,8 @@ class QMixer(Mixer):
         self.state_dim = math.prod(self.state_shape)
         self.embed_dim = int(mixing_embed_dim)
         self.state_key = state_key
-        self.in_keys.append(state_key)
+        in_keys: list[Any] = [*self.in_keys, state_key]
+        self.in_keys = in_keys
         s, e = self.state_dim, self.embed_dim
         self.hyper_w_1 = nn.Linear(s, e * n_agents)
         self.hyper_w_final = nn.Linear(s, e)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -111,10 +112,11 @@ class QValueActor(TensorDictModuleBase):
             self.module = TensorDictModule(
                 module, in_keys=[self.observation_key], out_keys=[self.action_value_key]
             )
-        self.in_keys = list(self.module.in_keys)
+        in_keys: list[Any] = list(self.module.in_keys)
         if self.action_mask_key is not None:
-            self.in_keys.append(self.action_mask_key)
-        self.out_keys = [self.action_value_key, self.action_key, self.chosen_action_value_key]
+            in_keys.append(self.action_mask_key)
+        out_keys: list[Any] = [self.action_value_key, self.action_key, self.chosen_action_value_key]
+        self.in_keys, self.out_keys = in_keys, out_keys
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Write the action values, the greedy action and its value into ``tensordict``."""
@@ -164,6 +166,9 @@ class EGreedy(TensorDictModuleBase):
         ValueError: epsilons outside ``[0, 1]``, ``annealing_num_steps < 1``, no way to know the
             number of actions.
     """
+
+    eps: torch.Tensor
+    module: TensorDictModuleBase
 
     def __init__(
         self,

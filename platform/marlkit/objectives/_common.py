@@ -44,17 +44,17 @@ def weighted_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Te
 class ValueLoss(nn.Module):
     """Base of the value losses: keys, target networks and the greedy next-step value.
 
-    Subclasses declare ``_AcceptedKeys`` (a dataclass of default keys, rebuilt per group by
-    :meth:`_default_keys`), call :meth:`_add_network` for each network, and implement
-    ``forward``.
+    Subclasses set ``tensor_keys`` (their keys dataclass, TorchRL's ``_AcceptedKeys``, built
+    for their group), call :meth:`_add_network` for each network, and implement ``forward``.
 
     Attributes:
-        tensor_keys: the keys in use (an ``_AcceptedKeys``), changed by :meth:`set_keys`.
+        tensor_keys: the keys in use (a dataclass), changed by :meth:`set_keys`.
         delay_value: whether target networks exist (and :class:`SoftUpdate` /
             :class:`HardUpdate` move them).
     """
 
-    _AcceptedKeys: type
+    #: The keys in use: the loss's keys dataclass (set in the subclass's ``__init__``).
+    tensor_keys: Any
 
     def __init__(self, *, gamma: float, delay_value: bool, loss_function: LossFunction):
         super().__init__()

@@ -102,6 +102,9 @@ class DQNLoss(ValueLoss):
             message names the key and the expected shape.
     """
 
+    tensor_keys: _DQNKeys
+    value_network: TensorDictModuleBase
+
     def __init__(
         self,
         value_network: TensorDictModuleBase,

@@ -124,6 +124,10 @@ class QMixerLoss(ValueLoss):
             message names the key and the expected shape.
     """
 
+    tensor_keys: _QMixerKeys
+    local_value_network: TensorDictModuleBase
+    mixer_network: TensorDictModuleBase
+
     def __init__(
         self,
         local_value_network: TensorDictModuleBase,
