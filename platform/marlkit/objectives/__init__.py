@@ -4,7 +4,7 @@ never envs)."""
 from __future__ import annotations
 
 # --- value decomposition (QMIX / VDN / IQL) and target networks --------------------------------
-from marlkit.objectives._common import ValueLoss
+from marlkit.objectives._common import ValueKeys, ValueLoss
 from marlkit.objectives.dqn import DQNLoss
 from marlkit.objectives.qmixer import QMixerLoss
 from marlkit.objectives.target import HardUpdate, SoftUpdate, TargetNetUpdater
@@ -16,5 +16,6 @@ __all__ = [
     "QMixerLoss",
     "SoftUpdate",
     "TargetNetUpdater",
+    "ValueKeys",
     "ValueLoss",
 ]

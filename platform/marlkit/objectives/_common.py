@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 from tensordict import TensorDictBase
@@ -14,10 +14,21 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from marlkit._utils import did_you_mean
-from marlkit.data.keys import NEXT, NestedKey, unravel_key
+from marlkit.data.keys import (
+    ACTION,
+    ACTION_MASK,
+    ACTION_VALUE,
+    MASK,
+    NEXT,
+    PRIORITY_WEIGHT,
+    TD_ERROR,
+    NestedKey,
+    join_key,
+    unravel_key,
+)
 from marlkit.modules._checks import check_trailing, get_tensor, masked_greedy
 
-__all__ = ["LossFunction", "ValueLoss", "distance", "weighted_mean"]
+__all__ = ["LossFunction", "ValueKeys", "ValueLoss", "distance", "weighted_mean"]
 
 LossFunction = Literal["l2", "smooth_l1", "l1"]
 _LOSS_FUNCTIONS = ("l2", "smooth_l1", "l1")
@@ -41,11 +52,46 @@ def weighted_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Te
     return (values * weight).sum() / weight.sum().clamp_min(1e-12)
 
 
+K = TypeVar("K", bound="ValueKeys")
+
+
+@dataclasses.dataclass
+class ValueKeys:
+    """The keys every value loss reads and writes (TorchRL's ``_AcceptedKeys``); each loss
+    extends it. The fields named in ``GROUP_FIELDS`` live under the agent group.
+
+    Attributes:
+        action: the taken action ``[*B, n]`` int64 (or one-hot ``[*B, n, A]``).
+        action_value: what the value network writes, ``[*B, n, A]``.
+        action_mask: ``[*B, n, A]`` bool; the next step's restricts the greedy action.
+        mask: ``[*B, n]`` bool, agents present.
+        priority: written: the absolute TD error ``[*B]``.
+        priority_weight: read where present: importance weights ``[*B]``.
+    """
+
+    GROUP_FIELDS: ClassVar[tuple[str, ...]] = ("action", "action_value", "action_mask", "mask")
+
+    action: NestedKey = ACTION
+    action_value: NestedKey = ACTION_VALUE
+    action_mask: NestedKey | None = ACTION_MASK
+    mask: NestedKey | None = MASK
+    priority: NestedKey = TD_ERROR
+    priority_weight: NestedKey | None = PRIORITY_WEIGHT
+
+    @classmethod
+    def for_group(cls: type[K], group: str) -> K:
+        """The default keys, those of ``GROUP_FIELDS`` under ``group``."""
+        keys = cls()
+        for name in cls.GROUP_FIELDS:
+            setattr(keys, name, join_key(group, getattr(keys, name)))
+        return keys
+
+
 class ValueLoss(nn.Module):
     """Base of the value losses: keys, target networks and the greedy next-step value.
 
-    Subclasses set ``tensor_keys`` (their keys dataclass, TorchRL's ``_AcceptedKeys``, built
-    for their group), call :meth:`_add_network` for each network, and implement ``forward``.
+    Subclasses pass their :class:`ValueKeys` subclass, call :meth:`_add_network` for each
+    network, and implement ``forward``.
 
     Attributes:
         tensor_keys: the keys in use (a dataclass), changed by :meth:`set_keys`.
@@ -56,7 +102,17 @@ class ValueLoss(nn.Module):
     #: The keys in use: the loss's keys dataclass (set in the subclass's ``__init__``).
     tensor_keys: Any
 
-    def __init__(self, *, gamma: float, delay_value: bool, loss_function: LossFunction):
+    def __init__(
+        self,
+        keys: type[ValueKeys],
+        network: nn.Module,
+        *,
+        group: str,
+        gamma: float,
+        delay_value: bool,
+        loss_function: LossFunction,
+        action_space: Literal["categorical", "one_hot"],
+    ):
         super().__init__()
         name = type(self).__name__
         if not (isinstance(gamma, (int, float)) and 0.0 <= float(gamma) <= 1.0):
@@ -70,6 +126,10 @@ class ValueLoss(nn.Module):
         self.delay_value = bool(delay_value)
         self.loss_function: LossFunction = loss_function
         self._pairs: list[tuple[str, str]] = []
+        self.group = group
+        self.tensor_keys = keys.for_group(group)
+        #: How actions are spelled: the actor's (a QValueActor knows), else ``action_space``.
+        self.action_space = getattr(network, "action_space", action_space)
 
     # ------------------------------------------------------------------ keys
     def set_keys(self, **keys: NestedKey) -> ValueLoss:
@@ -129,6 +189,15 @@ class ValueLoss(nn.Module):
                 "each transition, as collectors write it)"
             )
         return nxt
+
+    def _present(self, td: TensorDictBase, n: int) -> torch.Tensor | None:
+        """The agents present, ``(group, "mask")`` as ``[*B, n, 1]`` bool (None: all)."""
+        key = self.tensor_keys.mask
+        mask = td.get(key, None) if key is not None else None
+        if mask is None:
+            return None
+        check_trailing(mask, key, (n,), type(self).__name__, f"[*B, {n}] bool")
+        return mask.unsqueeze(-1)
 
     def _action_values(self, td: TensorDictBase, network: nn.Module) -> torch.Tensor:
         """Run ``network`` on ``td`` (in place) and return its action values ``[*B, n, A]``."""

@@ -3,70 +3,37 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from marlkit.data.keys import (
-    ACTION,
-    ACTION_MASK,
-    ACTION_VALUE,
-    DEFAULT_GROUP,
-    MASK,
-    NEXT,
-    PRIORITY_WEIGHT,
-    REWARD,
-    TD_ERROR,
-    TERMINATED,
-    NestedKey,
-    join_key,
-)
+from marlkit.data.keys import DEFAULT_GROUP, NEXT, REWARD, TERMINATED, NestedKey
 from marlkit.modules._checks import check_trailing, chosen_value
-from marlkit.objectives._common import LossFunction, ValueLoss, distance
+from marlkit.objectives._common import LossFunction, ValueKeys, ValueLoss, distance
 
 __all__ = ["DQNLoss"]
 
 
 @dataclasses.dataclass
-class _DQNKeys:
-    """The keys :class:`DQNLoss` reads and writes (``set_keys`` changes them).
+class _DQNKeys(ValueKeys):
+    """The keys :class:`DQNLoss` reads and writes (``set_keys`` changes them): those of
+    :class:`~marlkit.objectives.ValueKeys` (absent agents are left out of the loss, and an
+    agent absent at the next step does not bootstrap) and
 
     Attributes:
-        action: the taken action ``[*B, n]`` int64 (or one-hot ``[*B, n, A]``).
-        action_value: what the value network writes, ``[*B, n, A]``.
-        action_mask: ``[*B, n, A]`` bool; the next step's restricts the greedy action.
-        mask: ``[*B, n]`` bool, agents present: absent agents are left out of the loss, and an
-            agent absent at the next step does not bootstrap.
         reward: the agents' rewards (under ``"next"``) ``[*B, n, 1]``.
         terminated: the agents' termination (under ``"next"``) ``[*B, n, 1]`` bool; where
-            missing, the root ``root_terminated`` ``[*B, 1]`` for every agent.
+            missing, ``root_terminated`` ``[*B, 1]`` for every agent.
         root_terminated: ``"terminated"`` (under ``"next"``).
-        priority: written: the absolute TD error ``[*B]``, averaged over present agents.
-        priority_weight: read where present: importance weights ``[*B]``.
     """
 
-    action: NestedKey
-    action_value: NestedKey
-    action_mask: NestedKey | None
-    mask: NestedKey | None
-    reward: NestedKey
-    terminated: NestedKey
-    root_terminated: NestedKey = TERMINATED
-    priority: NestedKey = TD_ERROR
-    priority_weight: NestedKey | None = PRIORITY_WEIGHT
+    GROUP_FIELDS: ClassVar[tuple[str, ...]] = (*ValueKeys.GROUP_FIELDS, "reward", "terminated")
 
-    @classmethod
-    def for_group(cls, group: str) -> _DQNKeys:
-        return cls(
-            action=join_key(group, ACTION),
-            action_value=join_key(group, ACTION_VALUE),
-            action_mask=join_key(group, ACTION_MASK),
-            mask=join_key(group, MASK),
-            reward=join_key(group, REWARD),
-            terminated=join_key(group, TERMINATED),
-        )
+    reward: NestedKey = REWARD
+    terminated: NestedKey = TERMINATED
+    root_terminated: NestedKey = TERMINATED
 
 
 class DQNLoss(ValueLoss):
@@ -116,20 +83,17 @@ class DQNLoss(ValueLoss):
         loss_function: LossFunction = "l2",
         action_space: Literal["categorical", "one_hot"] = "categorical",
     ):
-        super().__init__(gamma=gamma, delay_value=delay_value, loss_function=loss_function)
-        self.group = group
+        super().__init__(
+            _DQNKeys,
+            value_network,
+            group=group,
+            gamma=gamma,
+            delay_value=delay_value,
+            loss_function=loss_function,
+            action_space=action_space,
+        )
         self.double_dqn = bool(double_dqn)
-        self.action_space = getattr(value_network, "action_space", action_space)
-        self.tensor_keys = _DQNKeys.for_group(group)
         self._add_network("value_network", value_network)
-
-    def _present(self, td: TensorDictBase, n: int) -> torch.Tensor | None:
-        key = self.tensor_keys.mask
-        mask = td.get(key, None) if key is not None else None
-        if mask is None:
-            return None
-        check_trailing(mask, key, (n,), "DQNLoss", f"[*B, {n}] bool")
-        return mask.unsqueeze(-1)
 
     def _terminated(self, nxt: TensorDictBase, n: int) -> torch.Tensor:
         keys = self.tensor_keys

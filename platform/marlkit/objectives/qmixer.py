@@ -3,78 +3,62 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from marlkit.data.keys import (
-    ACTION,
-    ACTION_MASK,
-    ACTION_VALUE,
     CHOSEN_ACTION_VALUE,
     DEFAULT_GROUP,
-    MASK,
     NEXT,
-    PRIORITY_WEIGHT,
     REWARD,
-    TD_ERROR,
     TERMINATED,
     NestedKey,
-    join_key,
 )
 from marlkit.modules._checks import check_trailing, chosen_value
-from marlkit.objectives._common import LossFunction, ValueLoss, distance, weighted_mean
+from marlkit.objectives._common import (
+    LossFunction,
+    ValueKeys,
+    ValueLoss,
+    distance,
+    weighted_mean,
+)
 
 __all__ = ["QMixerLoss"]
 
 
 @dataclasses.dataclass
-class _QMixerKeys:
-    """The keys :class:`QMixerLoss` reads and writes (``set_keys`` changes them).
+class _QMixerKeys(ValueKeys):
+    """The keys :class:`QMixerLoss` reads and writes (``set_keys`` changes them): those of
+    :class:`~marlkit.objectives.ValueKeys` and
 
     Attributes:
-        action: the taken action ``[*B, n]`` int64 (or one-hot ``[*B, n, A]``).
-        action_value: what the local value network writes, ``[*B, n, A]``.
-        local_value: each agent's chosen value, ``[*B, n, 1]`` (the mixer's input).
+        local_value: each agent's chosen value, ``(group, "chosen_action_value")``
+            ``[*B, n, 1]`` (the mixer's input); absent agents enter it as 0.
         global_value: the mixer's output ``[*B, 1]``.
-        action_mask: ``[*B, n, A]`` bool; the next step's restricts the greedy action.
-        mask: ``[*B, n]`` bool, agents present (absent ones contribute 0 to the mix).
         reward: the root team reward (under ``"next"``) ``[*B, 1]``, used where present.
         group_reward: the agents' rewards (under ``"next"``) ``[*B, n, 1]``, reduced to a team
             reward where there is no root one.
         terminated: the root termination (under ``"next"``) ``[*B, 1]``.
-        group_terminated: the agents' (under ``"next"``) ``[*B, n, 1]``, all of them
+        group_terminated: the agents' (under ``"next"``) ``[*B, n, 1]``: all of them
             terminated ends the team's episode; used where there is no root one.
-        priority: written: the absolute TD error ``[*B]``.
-        priority_weight: read where present: importance weights ``[*B]``.
     """
 
-    action: NestedKey
-    action_value: NestedKey
-    local_value: NestedKey
-    action_mask: NestedKey | None
-    mask: NestedKey | None
-    group_reward: NestedKey
-    group_terminated: NestedKey
+    GROUP_FIELDS: ClassVar[tuple[str, ...]] = (
+        *ValueKeys.GROUP_FIELDS,
+        "local_value",
+        "group_reward",
+        "group_terminated",
+    )
+
+    local_value: NestedKey = CHOSEN_ACTION_VALUE
     global_value: NestedKey = CHOSEN_ACTION_VALUE
     reward: NestedKey = REWARD
+    group_reward: NestedKey = REWARD
     terminated: NestedKey = TERMINATED
-    priority: NestedKey = TD_ERROR
-    priority_weight: NestedKey | None = PRIORITY_WEIGHT
-
-    @classmethod
-    def for_group(cls, group: str) -> _QMixerKeys:
-        return cls(
-            action=join_key(group, ACTION),
-            action_value=join_key(group, ACTION_VALUE),
-            local_value=join_key(group, CHOSEN_ACTION_VALUE),
-            action_mask=join_key(group, ACTION_MASK),
-            mask=join_key(group, MASK),
-            group_reward=join_key(group, REWARD),
-            group_terminated=join_key(group, TERMINATED),
-        )
+    group_terminated: NestedKey = TERMINATED
 
 
 class QMixerLoss(ValueLoss):
@@ -141,29 +125,25 @@ class QMixerLoss(ValueLoss):
         reward_reduction: Literal["mean", "sum"] = "mean",
         action_space: Literal["categorical", "one_hot"] = "categorical",
     ):
-        super().__init__(gamma=gamma, delay_value=delay_value, loss_function=loss_function)
+        super().__init__(
+            _QMixerKeys,
+            local_value_network,
+            group=group,
+            gamma=gamma,
+            delay_value=delay_value,
+            loss_function=loss_function,
+            action_space=action_space,
+        )
         if reward_reduction not in ("mean", "sum"):
             raise ValueError(
                 f"QMixerLoss: reward_reduction must be 'mean' or 'sum', got {reward_reduction!r}"
             )
-        self.group = group
         self.double_dqn = bool(double_dqn)
         self.reward_reduction = reward_reduction
-        self.action_space = getattr(local_value_network, "action_space", action_space)
-        self.tensor_keys = _QMixerKeys.for_group(group)
         self._add_network("local_value_network", local_value_network)
         self._add_network("mixer_network", mixer_network)
 
     # ------------------------------------------------------------------ pieces
-    def _agent_mask(self, td: TensorDictBase, n: int) -> torch.Tensor | None:
-        """``(group, "mask")`` as ``[*B, n, 1]`` bool, or None."""
-        key = self.tensor_keys.mask
-        mask = td.get(key, None) if key is not None else None
-        if mask is None:
-            return None
-        check_trailing(mask, key, (n,), "QMixerLoss", f"[*B, {n}] bool")
-        return mask.unsqueeze(-1)
-
     def _team_reward(self, nxt: TensorDictBase, present: torch.Tensor | None) -> torch.Tensor:
         keys = self.tensor_keys
         reward = nxt.get(keys.reward, None)
@@ -194,7 +174,7 @@ class QMixerLoss(ValueLoss):
     def _mix(
         self, td: TensorDictBase, values: torch.Tensor, mixer: torch.nn.Module
     ) -> torch.Tensor:
-        present = self._agent_mask(td, values.shape[-2])
+        present = self._present(td, values.shape[-2])
         if present is not None:
             values = values * present
         td.set(self.tensor_keys.local_value, values)
@@ -218,7 +198,7 @@ class QMixerLoss(ValueLoss):
             next_td = nxt.clone(False)
             next_values = self._next_value(next_td, "local_value_network", self.double_dqn)
             next_q_tot = self._mix(next_td, next_values, self._target("mixer_network"))
-            present = self._agent_mask(td, values.shape[-2])
+            present = self._present(td, values.shape[-2])
             reward = self._team_reward(nxt, present)
             not_terminated = (~self._team_terminated(nxt)).to(q_tot.dtype)
             target = reward + self.gamma * not_terminated * next_q_tot
