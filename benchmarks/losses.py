@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
+import functools
 import statistics
 import sys
 import time
@@ -34,7 +34,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from marlkit.bench import describe_environment, set_threads
+from marlkit.bench import alternate, run_sections
 from marlkit.modules import QMixer, QValueActor
 from marlkit.objectives import QMixerLoss, SoftUpdate
 
@@ -151,12 +151,10 @@ def bench_qmix(args: argparse.Namespace) -> dict[str, Any]:
     }
     for step in sides.values():  # warm-up
         _ms_per_step(step, 5)
-    rounds: dict[str, list[float]] = {name: [] for name in sides}
-    order = list(sides)
-    for _ in range(args.rounds):
-        for name in order:
-            rounds[name].append(_ms_per_step(sides[name], args.steps))
-        order.reverse()
+    rounds = alternate(
+        {name: functools.partial(_ms_per_step, step, args.steps) for name, step in sides.items()},
+        args.rounds,
+    )
     ratios = [a / b for a, b in zip(rounds["marlkit"], rounds["plain"])]
     return {
         "minibatch": QMIX_BATCH,
@@ -190,14 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50, help="gradient steps per side per round")
     parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
-    args = parser.parse_args(argv)
-    set_threads(args.threads)
-    out: dict[str, Any] = {"benchmark": "losses", **describe_environment()}
-    for name in args.only or sorted(SECTIONS):
-        out[name] = SECTIONS[name](args)
-        print(f"{name}: done", file=sys.stderr)
-    print(json.dumps(out, indent=2))
-    return 0
+    return run_sections("losses", SECTIONS, parser.parse_args(argv))
 
 
 if __name__ == "__main__":
