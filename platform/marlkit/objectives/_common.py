@@ -26,6 +26,7 @@ from marlkit.data.keys import (
     join_key,
     unravel_key,
 )
+from marlkit.modules import QValueActor
 from marlkit.modules._checks import check_trailing, get_tensor, masked_greedy
 
 __all__ = ["LossFunction", "ValueKeys", "ValueLoss", "distance", "weighted_mean"]
@@ -200,7 +201,12 @@ class ValueLoss(nn.Module):
         return mask.unsqueeze(-1)
 
     def _action_values(self, td: TensorDictBase, network: nn.Module) -> torch.Tensor:
-        """Run ``network`` on ``td`` (in place) and return its action values ``[*B, n, A]``."""
+        """Run ``network`` on ``td`` (in place) and return its action values ``[*B, n, A]``.
+
+        Of a :class:`~marlkit.modules.QValueActor` only the Q-network runs: the loss takes its
+        own greedy actions (the actor's would be computed and thrown away at every step)."""
+        if isinstance(network, QValueActor):
+            network = network.module
         network(td)
         keys: Any = self.tensor_keys
         return self._read(td, keys.action_value, "[*B, n_agents, n_actions]")
