@@ -29,7 +29,7 @@ from marlkit.data.keys import (
 from marlkit.modules import QValueActor
 from marlkit.modules._checks import check_trailing, get_tensor, masked_greedy
 
-__all__ = ["LossFunction", "ValueKeys", "ValueLoss", "distance", "weighted_mean"]
+__all__ = ["DiscreteKeys", "LossFunction", "ValueKeys", "ValueLoss", "distance", "weighted_mean"]
 
 LossFunction = Literal["l2", "smooth_l1", "l1"]
 _LOSS_FUNCTIONS = ("l2", "smooth_l1", "l1")
@@ -62,19 +62,16 @@ class ValueKeys:
     extends it. The fields named in ``GROUP_FIELDS`` live under the agent group.
 
     Attributes:
-        action: the taken action ``[*B, n]`` int64 (or one-hot ``[*B, n, A]``).
-        action_value: what the value network writes, ``[*B, n, A]``.
-        action_mask: ``[*B, n, A]`` bool; the next step's restricts the greedy action.
+        action: the taken action: ``[*B, n]`` int64 (or one-hot ``[*B, n, A]``) for discrete
+            losses, ``[*B, n, act_dim]`` for continuous ones.
         mask: ``[*B, n]`` bool, agents present.
         priority: written: the absolute TD error ``[*B]``.
         priority_weight: read where present: importance weights ``[*B]``.
     """
 
-    GROUP_FIELDS: ClassVar[tuple[str, ...]] = ("action", "action_value", "action_mask", "mask")
+    GROUP_FIELDS: ClassVar[tuple[str, ...]] = ("action", "mask")
 
     action: NestedKey = ACTION
-    action_value: NestedKey = ACTION_VALUE
-    action_mask: NestedKey | None = ACTION_MASK
     mask: NestedKey | None = MASK
     priority: NestedKey = TD_ERROR
     priority_weight: NestedKey | None = PRIORITY_WEIGHT
@@ -86,6 +83,25 @@ class ValueKeys:
         for name in cls.GROUP_FIELDS:
             setattr(keys, name, join_key(group, getattr(keys, name)))
         return keys
+
+
+@dataclasses.dataclass
+class DiscreteKeys(ValueKeys):
+    """:class:`ValueKeys` and those of losses on discrete actions.
+
+    Attributes:
+        action_value: what the value network writes, ``[*B, n, A]``.
+        action_mask: ``[*B, n, A]`` bool; the next step's restricts the greedy action.
+    """
+
+    GROUP_FIELDS: ClassVar[tuple[str, ...]] = (
+        *ValueKeys.GROUP_FIELDS,
+        "action_value",
+        "action_mask",
+    )
+
+    action_value: NestedKey = ACTION_VALUE
+    action_mask: NestedKey | None = ACTION_MASK
 
 
 class ValueLoss(nn.Module):

@@ -19,8 +19,8 @@ from marlkit.data.keys import (
 )
 from marlkit.modules._checks import check_trailing, chosen_value
 from marlkit.objectives._common import (
+    DiscreteKeys,
     LossFunction,
-    ValueKeys,
     ValueLoss,
     distance,
     weighted_mean,
@@ -30,9 +30,9 @@ __all__ = ["QMixerLoss"]
 
 
 @dataclasses.dataclass
-class _QMixerKeys(ValueKeys):
+class _QMixerKeys(DiscreteKeys):
     """The keys :class:`QMixerLoss` reads and writes (``set_keys`` changes them): those of
-    :class:`~marlkit.objectives.ValueKeys` and
+    :class:`~marlkit.objectives.DiscreteKeys` and
 
     Attributes:
         local_value: each agent's chosen value, ``(group, "chosen_action_value")``
@@ -47,7 +47,7 @@ class _QMixerKeys(ValueKeys):
     """
 
     GROUP_FIELDS: ClassVar[tuple[str, ...]] = (
-        *ValueKeys.GROUP_FIELDS,
+        *DiscreteKeys.GROUP_FIELDS,
         "local_value",
         "group_reward",
         "group_terminated",
