@@ -15,6 +15,7 @@ The layout they build (see DESIGN.md)::
     (group, ACTION_VALUE)                  [*B, n, n_actions] Q-values of every action
     (group, CHOSEN_ACTION_VALUE)           [*B, n, 1] Q-value of the action taken
     CHOSEN_ACTION_VALUE                    [*B, 1] the mixed team value (mixers)
+    (group, STATE_ACTION_VALUE)            [*B, n, 1] Q(o, a) of a continuous-action critic
     TD_ERROR, PRIORITY_WEIGHT              [*B] written by value losses / prioritized samplers
     TRAJ_IDS = ("collector", "traj_ids")   [*B] trajectory id, written by collectors
     WORKER = ("collector", "worker")       [*B] the worker that collected it (multi-worker)
@@ -42,6 +43,7 @@ __all__ = [
     "RESET",
     "REWARD",
     "STATE",
+    "STATE_ACTION_VALUE",
     "STEP_COUNT",
     "TD_ERROR",
     "TERMINATED",
@@ -75,6 +77,8 @@ DEFAULT_GROUP = "agents"
 #: the taken action's ``[*B, n, 1]`` (and the mixed team value, at the root, ``[*B, 1]``).
 ACTION_VALUE = "action_value"
 CHOSEN_ACTION_VALUE = "chosen_action_value"
+#: A critic's value of an observation and a (continuous) action, ``[*B, n, 1]``.
+STATE_ACTION_VALUE = "state_action_value"
 #: Per-sample absolute TD error ``[*B]`` (priorities) and the prioritized sampler's importance
 #: weights ``[*B]``.
 TD_ERROR = "td_error"

@@ -3,15 +3,21 @@ never envs)."""
 
 from __future__ import annotations
 
-# --- value decomposition (QMIX / VDN / IQL) and target networks --------------------------------
-from marlkit.objectives._common import ValueKeys, ValueLoss
+# --- value-based losses (QMIX / VDN / IQL, MADDPG / IDDPG) and target networks ---------------
+from marlkit.objectives._common import DiscreteKeys, ValueKeys, ValueLoss
+from marlkit.objectives._per_agent import AgentTDKeys, AgentTDLoss
+from marlkit.objectives.ddpg import DDPGLoss
 from marlkit.objectives.dqn import DQNLoss
 from marlkit.objectives.qmixer import QMixerLoss
 from marlkit.objectives.target import HardUpdate, SoftUpdate, TargetNetUpdater
 
 __all__ = [
-    # value decomposition (QMIX / VDN / IQL) and target networks
+    # value-based losses (QMIX / VDN / IQL, MADDPG / IDDPG) and target networks
+    "AgentTDKeys",
+    "AgentTDLoss",
+    "DDPGLoss",
     "DQNLoss",
+    "DiscreteKeys",
     "HardUpdate",
     "QMixerLoss",
     "SoftUpdate",

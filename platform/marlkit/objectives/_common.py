@@ -128,7 +128,7 @@ class ValueLoss(nn.Module):
         gamma: float,
         delay_value: bool,
         loss_function: LossFunction,
-        action_space: Literal["categorical", "one_hot"],
+        action_space: Literal["categorical", "one_hot", "continuous"],
     ):
         super().__init__()
         name = type(self).__name__
@@ -146,7 +146,7 @@ class ValueLoss(nn.Module):
         self.group = group
         self.tensor_keys = keys.for_group(group)
         #: How actions are spelled: the actor's (a QValueActor knows), else ``action_space``.
-        self.action_space = getattr(network, "action_space", action_space)
+        self.action_space: Any = getattr(network, "action_space", action_space)
 
     # ------------------------------------------------------------------ keys
     def set_keys(self, **keys: NestedKey) -> ValueLoss:
