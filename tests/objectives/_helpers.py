@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
 
 from marlkit.modules import QValueActor
 
@@ -85,4 +87,82 @@ def random_batch(
     nxt["terminated"] = torch.rand(*batch, 1) < 0.2
     nxt["done"] = nxt["terminated"].clone()
     td["next"] = nxt
+    return td
+
+
+# ---------------------------------------------------------------- continuous actions
+OBS, KEYS = ("agents", "observation"), ("agents", "action")
+
+
+class Critic(nn.Module):
+    """``Q(o, a) = w . [o, a]`` per agent (no bias)."""
+
+    def __init__(self, w: list[float]):
+        super().__init__()
+        self.linear = nn.Linear(len(w), 1, bias=False)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.tensor([w]))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.linear(torch.cat([obs, action], -1))
+
+
+class Central(nn.Module):
+    """MADDPG: every agent's value from all agents' observations and actions."""
+
+    def __init__(self, n: int, obs: int, act: int):
+        super().__init__()
+        self.n = n
+        self.net = nn.Linear(n * (obs + act), n)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        joint = torch.cat([obs, action], -1).flatten(-2)
+        return self.net(joint).unsqueeze(-1)
+
+
+def critic(module: nn.Module) -> TensorDictModule:
+    return TensorDictModule(
+        module, in_keys=[OBS, KEYS], out_keys=[("agents", "state_action_value")]
+    )
+
+
+def continuous_transition(terminated: bool = False) -> TensorDict:
+    return TensorDict(
+        {
+            "agents": TensorDict(
+                {
+                    "observation": torch.tensor([[[1.0], [2.0]]]),
+                    "action": torch.tensor([[[0.5], [-1.0]]]),
+                },
+                [1, 2],
+            ),
+            "next": TensorDict(
+                {
+                    "agents": TensorDict(
+                        {
+                            "observation": torch.tensor([[[0.0], [1.0]]]),
+                            "reward": torch.tensor([[[1.0], [2.0]]]),
+                        },
+                        [1, 2],
+                    ),
+                    "terminated": torch.tensor([[terminated]]),
+                },
+                [1],
+            ),
+        },
+        [1],
+    )
+
+
+def continuous_batch(lead: tuple[int, ...], n: int, obs: int, act: int) -> TensorDict:
+    """Random continuous-action transitions ``[*lead]``: actions in ``[-1, 1]``."""
+
+    def step() -> TensorDict:
+        return TensorDict({OBS: torch.randn(*lead, n, obs)}, list(lead))
+
+    td = step()
+    td[KEYS] = torch.rand(*lead, n, act) * 2 - 1
+    td["next"] = step()
+    td["next", "agents", "reward"] = torch.randn(*lead, n, 1)
+    td["next", "terminated"] = torch.zeros(*lead, 1, dtype=torch.bool)
     return td

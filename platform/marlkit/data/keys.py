@@ -25,6 +25,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACTION",
+    "ACTION_LOG_PROB",
     "ACTION_MASK",
     "ACTION_VALUE",
     "CHOSEN_ACTION_VALUE",
@@ -77,6 +78,8 @@ DEFAULT_GROUP = "agents"
 #: the taken action's ``[*B, n, 1]`` (and the mixed team value, at the root, ``[*B, 1]``).
 ACTION_VALUE = "action_value"
 CHOSEN_ACTION_VALUE = "chosen_action_value"
+#: The log-probability of a sampled action ``[*B, n]`` (probabilistic actors).
+ACTION_LOG_PROB = "action_log_prob"
 #: A critic's value of an observation and a (continuous) action, ``[*B, n, 1]``.
 STATE_ACTION_VALUE = "state_action_value"
 #: Per-sample absolute TD error ``[*B]`` (priorities) and the prioritized sampler's importance

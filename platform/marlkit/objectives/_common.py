@@ -166,19 +166,19 @@ class ValueLoss(nn.Module):
         return self
 
     # ------------------------------------------------------------------ networks
-    def _add_network(self, name: str, module: nn.Module) -> None:
-        """Register ``module`` as ``name`` and, with ``delay_value``, a frozen copy of it as
-        ``target_<name>`` (never given gradients)."""
+    def _add_network(self, name: str, module: nn.Module, *, target: bool = True) -> None:
+        """Register ``module`` as ``name`` and, with ``delay_value`` and ``target``, a frozen
+        copy of it as ``target_<name>`` (never given gradients)."""
         if not isinstance(module, TensorDictModuleBase):
             raise TypeError(
                 f"{type(self).__name__}: {name} must be a TensorDict module (in_keys/out_keys), "
                 f"got {type(module).__name__}"
             )
         setattr(self, name, module)
-        if self.delay_value:
-            target = copy.deepcopy(module)
-            target.requires_grad_(False)
-            setattr(self, f"target_{name}", target)
+        if self.delay_value and target:
+            frozen = copy.deepcopy(module)
+            frozen.requires_grad_(False)
+            setattr(self, f"target_{name}", frozen)
             self._pairs.append((name, f"target_{name}"))
 
     def _target(self, name: str) -> nn.Module:

@@ -65,6 +65,30 @@ class AgentTDLoss(ValueLoss):
             bootstrap = bootstrap & next_present
         return reward + self.gamma * bootstrap.to(next_value.dtype) * next_value
 
+    def _critic_value(
+        self, td: TensorDictBase, critic: torch.nn.Module, *, detach: bool = False
+    ) -> torch.Tensor:
+        """Run ``critic`` on ``td`` (in place) and return its ``state_action_value`` key
+        ``[*B, n, 1]`` (losses with a critic). ``detach``: with the critic's parameters
+        detached, so that a gradient through it reaches only its inputs (the actor)."""
+        if detach:
+            params = {name: p.detach() for name, p in critic.named_parameters()}
+            torch.func.functional_call(critic, params, (td,))
+        else:
+            critic(td)
+        key = self.tensor_keys.state_action_value
+        value = self._read(td, key, "[*B, n_agents, 1]")
+        check_trailing(value, key, (1,), type(self).__name__, "[*B, n_agents, 1]")
+        return value
+
+    def _agent_mean(self, tensordict: TensorDictBase, values: torch.Tensor) -> torch.Tensor:
+        """The mean of ``values`` ``[*B, n, 1]`` over the present agents of ``tensordict``."""
+        present = self._present(tensordict, values.shape[-2])
+        if present is None:
+            return values.mean()
+        mask = present.to(values.dtype)
+        return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
     def _agent_loss(
         self, tensordict: TensorDictBase, pred: torch.Tensor, target: torch.Tensor
     ) -> dict[str, torch.Tensor]:

@@ -11,7 +11,6 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from marlkit.data.keys import DEFAULT_GROUP, STATE_ACTION_VALUE, NestedKey
-from marlkit.modules._checks import check_trailing
 from marlkit.objectives._common import LossFunction
 from marlkit.objectives._per_agent import AgentTDKeys, AgentTDLoss
 
@@ -94,37 +93,24 @@ class DDPGLoss(AgentTDLoss):
         self._add_network("actor_network", actor_network)
         self._add_network("value_network", value_network)
 
-    def _value(self, td: TensorDictBase, critic: torch.nn.Module | None) -> torch.Tensor:
-        """Run ``critic`` on ``td`` (in place; None: it already ran) and return its
-        ``[*B, n, 1]``."""
-        if critic is not None:
-            critic(td)
-        key = self.tensor_keys.state_action_value
-        value = self._read(td, key, "[*B, n_agents, 1]")
-        check_trailing(value, key, (1,), "DDPGLoss", "[*B, n_agents, 1]")
-        return value
-
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The actor and critic losses on a batch of transitions ``[*B]``."""
         self._read(tensordict, self.tensor_keys.action, "[*B, n_agents, act_dim]")
         td = tensordict.clone(False)
-        q = self._value(td, self.value_network)
+        q = self._critic_value(td, self.value_network)
         with torch.no_grad():
             nxt = self._next(td).clone(False)
             self._target("actor_network")(nxt)
-            target = self._agent_target(nxt, self._value(nxt, self._target("value_network")))
+            next_value = self._critic_value(nxt, self._target("value_network"))
+            target = self._agent_target(nxt, next_value)
         terms = self._agent_loss(tensordict, q, target)
 
-        # The actor's loss through a critic whose parameters are detached: its gradient
+        # The actor's loss through the critic with its parameters detached: its gradient
         # reaches the actor only.
         policy_td = tensordict.clone(False)
         self.actor_network(policy_td)
-        detached = {name: p.detach() for name, p in self.value_network.named_parameters()}
-        torch.func.functional_call(self.value_network, detached, (policy_td,))
-        q_policy = self._value(policy_td, None)
-        present = self._present(tensordict, q_policy.shape[-2])
-        mask = torch.ones_like(q_policy) if present is None else present.to(q_policy.dtype)
-        loss_actor = -(q_policy * mask).sum() / mask.sum().clamp_min(1.0)
+        q_policy = self._critic_value(policy_td, self.value_network, detach=True)
+        loss_actor = -self._agent_mean(tensordict, q_policy)
         return TensorDict(
             {
                 "loss_actor": loss_actor,
