@@ -26,7 +26,7 @@ other processes hits them alike, and reports the median of the per-round ratios.
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import statistics
 import sys
 import time
@@ -38,7 +38,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 import marlkit
-from marlkit.bench import describe_environment, set_threads, time_steps
+from marlkit.bench import alternate, run_sections, time_steps
 from marlkit.collectors import Collector, MultiSyncCollector
 from marlkit.data._fast import stack_tensordicts
 from marlkit.envs import EnvBase, ParallelEnv, SerialEnv
@@ -48,15 +48,11 @@ def _alternate(
     sides: dict[str, Callable[[], None]], rounds: int, seconds: float, min_steps: int
 ) -> dict[str, list[float]]:
     """Steps per second of each side, one entry per round, the order flipping every round."""
-    rates: dict[str, list[float]] = {name: [] for name in sides}
-    order = list(sides)
-    for _ in range(rounds):
-        for name in order:
-            rates[name].append(
-                time_steps(sides[name], min_seconds=seconds, min_steps=min_steps)["steps_per_s"]
-            )
-        order.reverse()
-    return rates
+
+    def rate(step: Callable[[], None]) -> float:
+        return time_steps(step, min_seconds=seconds, min_steps=min_steps)["steps_per_s"]
+
+    return alternate({name: functools.partial(rate, step) for name, step in sides.items()}, rounds)
 
 
 def _paired(a: Callable[[], None], b: Callable[[], None], pairs: int) -> list[tuple[float, float]]:
@@ -289,14 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mpe-envs", type=int, default=4, help="envs per worker (parallel_env)")
     parser.add_argument("--mpe-steps", type=int, default=50, help="steps per round unit")
     parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
-    args = parser.parse_args(argv)
-    set_threads(args.threads)
-    out: dict[str, Any] = {"benchmark": "collectors", **describe_environment()}
-    for name in args.only or list(SECTIONS):
-        out[name] = SECTIONS[name](args)
-        print(f"{name}: done", file=sys.stderr)
-    print(json.dumps(out, indent=2))
-    return 0
+    return run_sections("collectors", SECTIONS, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ Sides alternate round by round; rates are medians over rounds.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
-import json
 import statistics
 import sys
 import time
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from marlkit.bench import describe_environment, set_threads
+from marlkit.bench import alternate, run_sections
 from marlkit.replay import PrioritizedSampler, RandomSampler, ReplayBuffer, TensorStorage
 
 CAPACITY = 1_000_000
@@ -93,12 +93,13 @@ def bench_prioritized(args: argparse.Namespace) -> dict[str, Any]:
         rb, rates = _filled(PrioritizedSampler(CAPACITY, 0.6, 0.4, backend=backend, seed=0))
         sides[name] = _prioritized_step(rb)
         extend[name] = rates
-    rounds: dict[str, list[float]] = {name: [] for name in sides}
-    order = list(sides)
-    for _ in range(args.rounds):
-        for name in order:
-            rounds[name].append(_iterations_per_s(sides[name], args.round_seconds))
-        order.reverse()
+    rounds = alternate(
+        {
+            name: functools.partial(_iterations_per_s, step, args.round_seconds)
+            for name, step in sides.items()
+        },
+        args.rounds,
+    )
     ratios = [a / b for a, b in zip(rounds["native"], rounds["torch"])]
     return {
         "capacity": CAPACITY,
@@ -175,14 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--round-seconds", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
-    args = parser.parse_args(argv)
-    set_threads(args.threads)
-    out: dict[str, Any] = {"benchmark": "replay", **describe_environment()}
-    for name in args.only or ["memory", "prioritized", "uniform"]:  # memory first: a clean RSS
-        out[name] = SECTIONS[name](args)
-        print(f"{name}: done", file=sys.stderr)
-    print(json.dumps(out, indent=2))
-    return 0
+    # memory first: a clean RSS
+    return run_sections(
+        "replay", SECTIONS, parser.parse_args(argv), ["memory", "prioritized", "uniform"]
+    )
 
 
 if __name__ == "__main__":

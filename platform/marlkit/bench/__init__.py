@@ -6,6 +6,8 @@
   default; ``"knn"``: native navigation's defaults) and the JSON ``"work"`` object saying so.
 - :mod:`marlkit.bench.scaling`: the scaling sweep (agent-steps/s as agents per env grow), its
   JSON, table and plot (:mod:`marlkit.bench.plot`, matplotlib from the ``bench`` extra).
+- :mod:`marlkit.bench.rounds`: alternating rounds and the JSON-printing ``main`` of the
+  side-by-side scripts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from marlkit.bench.cells import (
 )
 from marlkit.bench.environment import describe_environment, set_threads
 from marlkit.bench.plot import plot_scaling
+from marlkit.bench.rounds import alternate, run_sections
 from marlkit.bench.scaling import (
     DEFAULT_AGENTS,
     DEFAULT_TOTAL_AGENTS,
@@ -47,6 +50,7 @@ __all__ = [
     "ScalingConfig",
     "ScalingReport",
     "TimingSettings",
+    "alternate",
     "describe_environment",
     "make_stepper",
     "measure_cell",
@@ -54,6 +58,7 @@ __all__ = [
     "plot_scaling",
     "run_cell",
     "run_scaling",
+    "run_sections",
     "set_threads",
     "time_steps",
 ]

@@ -12,6 +12,11 @@ The layout they build (see DESIGN.md)::
     STATE                                  [*B, ...]
     (NEXT, DONE | TERMINATED | TRUNCATED)  [*B, 1] bool
     RESET, (group, RESET)                  partial-reset masks
+    (group, ACTION_VALUE)                  [*B, n, n_actions] Q-values of every action
+    (group, CHOSEN_ACTION_VALUE)           [*B, n, 1] Q-value of the action taken
+    CHOSEN_ACTION_VALUE                    [*B, 1] the mixed team value (mixers)
+    (group, STATE_ACTION_VALUE)            [*B, n, 1] Q(o, a) of a continuous-action critic
+    TD_ERROR, PRIORITY_WEIGHT              [*B] written by value losses / prioritized samplers
     TRAJ_IDS = ("collector", "traj_ids")   [*B] trajectory id, written by collectors
     WORKER = ("collector", "worker")       [*B] the worker that collected it (multi-worker)
 """
@@ -20,7 +25,10 @@ from __future__ import annotations
 
 __all__ = [
     "ACTION",
+    "ACTION_LOG_PROB",
     "ACTION_MASK",
+    "ACTION_VALUE",
+    "CHOSEN_ACTION_VALUE",
     "COLLECTOR",
     "COLLECTOR_MASK",
     "DEFAULT_GROUP",
@@ -31,11 +39,14 @@ __all__ = [
     "MASK",
     "NEXT",
     "OBSERVATION",
+    "PRIORITY_WEIGHT",
     "RESERVED_GROUP_NAMES",
     "RESET",
     "REWARD",
     "STATE",
+    "STATE_ACTION_VALUE",
     "STEP_COUNT",
+    "TD_ERROR",
     "TERMINATED",
     "TRAJ_IDS",
     "TRUNCATED",
@@ -63,6 +74,18 @@ STEP_COUNT = "step_count"
 EPISODE_REWARD = "episode_reward"
 IS_INIT = "is_init"
 DEFAULT_GROUP = "agents"
+#: Value-based policies and losses (TorchRL's names): every action's Q-value ``[*B, n, A]``,
+#: the taken action's ``[*B, n, 1]`` (and the mixed team value, at the root, ``[*B, 1]``).
+ACTION_VALUE = "action_value"
+CHOSEN_ACTION_VALUE = "chosen_action_value"
+#: The log-probability of a sampled action ``[*B, n]`` (probabilistic actors).
+ACTION_LOG_PROB = "action_log_prob"
+#: A critic's value of an observation and a (continuous) action, ``[*B, n, 1]``.
+STATE_ACTION_VALUE = "state_action_value"
+#: Per-sample absolute TD error ``[*B]`` (priorities) and the prioritized sampler's importance
+#: weights ``[*B]``.
+TD_ERROR = "td_error"
+PRIORITY_WEIGHT = "priority_weight"
 #: What collectors add to a batch: trajectory ids ``[*B, T]`` int64, unique across batches and
 #: resets, and (with ``split_trajs``) the mask of the real steps of each padded trajectory.
 COLLECTOR = "collector"

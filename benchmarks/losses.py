@@ -1,0 +1,195 @@
+"""Loss-step costs, each against a hand-written plain-torch floor in the same run; prints one
+JSON object.
+
+* ``qmix``: one QMIX gradient step on a minibatch of 400 transitions of 3 agents (native
+  ``navigation`` sizes: observation 10, 5 discrete actions, state 18): a Q-network of two
+  hidden layers of 256 shared by the agents, a ``QMixer`` of embed 32, target copies of both,
+  Adam, a soft target update (tau 0.005). ``marlkit``: ``QMixerLoss(QValueActor, QMixer)`` +
+  ``SoftUpdate``; ``plain``: the same networks (deep copies of the same initial weights)
+  called as tensors by a hand-written QMIX step. Both compute, per step: the online Q-values
+  and the taken actions' values, the mixed ``Q_tot``, the target networks' greedy next values
+  and ``Q_tot'`` under no_grad, the mean team reward, ``y = r + gamma (1 - terminated) Q_tot'``,
+  the squared-error loss, ``|Q_tot - y|`` per sample, backward, ``Adam.step`` and the Polyak
+  update of every target tensor. The minibatch is fixed (no replay sampling on either side).
+  Target: marlkit <= 1.2x the plain step.
+
+Sides alternate round by round; per-step times are medians over rounds.
+
+    python benchmarks/losses.py
+    python benchmarks/losses.py --only qmix --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from marlkit.bench import alternate, run_sections
+from marlkit.modules import QMixer, QValueActor
+from marlkit.objectives import QMixerLoss, SoftUpdate
+
+# ---------------------------------------------------------------------------- qmix
+QMIX_BATCH, QMIX_AGENTS, QMIX_OBS, QMIX_ACTIONS, QMIX_STATE = 400, 3, 10, 5, 18
+QMIX_HIDDEN, QMIX_EMBED, QMIX_GAMMA, QMIX_TAU, QMIX_LR = 256, 32, 0.99, 0.005, 5e-4
+
+
+def _qmix_minibatch(seed: int = 0) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    b, n = QMIX_BATCH, QMIX_AGENTS
+
+    def step() -> TensorDict:
+        return TensorDict(
+            {
+                "agents": TensorDict(
+                    {"observation": torch.randn(b, n, QMIX_OBS, generator=g)}, [b, n]
+                ),
+                "state": torch.randn(b, QMIX_STATE, generator=g),
+            },
+            [b],
+        )
+
+    td = step()
+    td["agents", "action"] = torch.randint(QMIX_ACTIONS, (b, n), generator=g)
+    nxt = step()
+    nxt["agents", "reward"] = torch.randn(b, n, 1, generator=g)
+    nxt["terminated"] = torch.rand(b, 1, generator=g) < 0.05
+    td["next"] = nxt
+    return td
+
+
+def _qmix_networks() -> tuple[nn.Sequential, QMixer]:
+    torch.manual_seed(0)
+    q_net = nn.Sequential(
+        nn.Linear(QMIX_OBS, QMIX_HIDDEN),
+        nn.ReLU(),
+        nn.Linear(QMIX_HIDDEN, QMIX_HIDDEN),
+        nn.ReLU(),
+        nn.Linear(QMIX_HIDDEN, QMIX_ACTIONS),
+    )
+    return q_net, QMixer([QMIX_STATE], QMIX_EMBED, QMIX_AGENTS)
+
+
+def _qmix_marlkit(q_net: nn.Module, mixer: QMixer, batch: TensorDict) -> Callable[[], None]:
+    loss = QMixerLoss(
+        QValueActor(q_net, n_actions=QMIX_ACTIONS), mixer, gamma=QMIX_GAMMA, delay_value=True
+    )
+    optim = torch.optim.Adam(loss.online_parameters(), lr=QMIX_LR)
+    updater = SoftUpdate(loss, tau=QMIX_TAU)
+
+    def step() -> None:
+        out = loss(batch)
+        optim.zero_grad()
+        out["loss"].backward()
+        optim.step()
+        updater.step()
+
+    return step
+
+
+def _plain_mix(mixer: QMixer, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """QMIX's mixing by hand on ``mixer``'s layers: ``q [b, n, 1]``, ``s [b, S]`` -> ``[b, 1]``."""
+    w1 = mixer.hyper_w_1(s).abs().view(-1, QMIX_AGENTS, QMIX_EMBED)
+    b1 = mixer.hyper_b_1(s).view(-1, 1, QMIX_EMBED)
+    hidden = nn.functional.elu(torch.bmm(q.view(-1, 1, QMIX_AGENTS), w1) + b1)
+    w2 = mixer.hyper_w_final(s).abs().view(-1, QMIX_EMBED, 1)
+    return (torch.bmm(hidden, w2) + mixer.V(s).view(-1, 1, 1)).view(-1, 1)
+
+
+def _qmix_plain(q_net: nn.Module, mixer: QMixer, batch: TensorDict) -> Callable[[], None]:
+    target_q, target_mixer = copy.deepcopy(q_net), copy.deepcopy(mixer)
+    for p in (*target_q.parameters(), *target_mixer.parameters()):
+        p.requires_grad_(False)
+    online = [*q_net.parameters(), *mixer.parameters()]
+    target = [*target_q.parameters(), *target_mixer.parameters()]
+    optim = torch.optim.Adam(online, lr=QMIX_LR)
+    obs, action = batch["agents", "observation"], batch["agents", "action"]
+    state, next_state = batch["state"], batch["next", "state"]
+    next_obs, reward = batch["next", "agents", "observation"], batch["next", "agents", "reward"]
+    terminated = batch["next", "terminated"]
+
+    def step() -> None:
+        chosen = q_net(obs).gather(-1, action.unsqueeze(-1))
+        q_tot = _plain_mix(mixer, chosen, state)
+        with torch.no_grad():
+            next_q = target_q(next_obs).max(-1, keepdim=True).values
+            next_tot = _plain_mix(target_mixer, next_q, next_state)
+            y = reward.mean(-2) + QMIX_GAMMA * (~terminated).float() * next_tot
+        loss = (q_tot - y).pow(2).mean()
+        (q_tot.detach() - y).abs().squeeze(-1)  # the per-sample TD error, as the loss writes it
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(target, online, QMIX_TAU)
+
+    return step
+
+
+def _ms_per_step(step: Callable[[], None], steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return 1e3 * (time.perf_counter() - start) / steps
+
+
+def bench_qmix(args: argparse.Namespace) -> dict[str, Any]:
+    batch = _qmix_minibatch()
+    q_net, mixer = _qmix_networks()
+    sides = {
+        "marlkit": _qmix_marlkit(copy.deepcopy(q_net), copy.deepcopy(mixer), batch.clone()),
+        "plain": _qmix_plain(copy.deepcopy(q_net), copy.deepcopy(mixer), batch.clone()),
+    }
+    for step in sides.values():  # warm-up
+        _ms_per_step(step, 5)
+    rounds = alternate(
+        {name: functools.partial(_ms_per_step, step, args.steps) for name, step in sides.items()},
+        args.rounds,
+    )
+    ratios = [a / b for a, b in zip(rounds["marlkit"], rounds["plain"])]
+    return {
+        "minibatch": QMIX_BATCH,
+        "agents": QMIX_AGENTS,
+        "observation": QMIX_OBS,
+        "actions": QMIX_ACTIONS,
+        "state": QMIX_STATE,
+        "q_network": f"MLP {QMIX_OBS}-{QMIX_HIDDEN}-{QMIX_HIDDEN}-{QMIX_ACTIONS}, shared",
+        "mixer": f"QMixer embed {QMIX_EMBED}",
+        "work": "both, per step: online Q-values and taken-action values, Q_tot by the mixer, "
+        "target Q-network greedy next values and target mixer Q_tot' under no_grad, mean team "
+        "reward, y = r + gamma (1 - terminated) Q_tot', squared-error loss, |Q_tot - y| per "
+        "sample, backward, Adam.step, Polyak update (tau 0.005) of every target tensor; marlkit: "
+        "QMixerLoss(QValueActor, QMixer) + SoftUpdate on a TensorDict; plain: the same networks "
+        "called on tensors by a hand-written step; fixed minibatch, no replay sampling",
+        "steps_per_round": args.steps,
+        "marlkit_ms_per_step": statistics.median(rounds["marlkit"]),
+        "plain_ms_per_step": statistics.median(rounds["plain"]),
+        "marlkit_over_plain": statistics.median(ratios),
+        "rounds": ratios,
+        "target": {"marlkit_over_plain": 1.2},
+    }
+
+
+SECTIONS = {"qmix": bench_qmix}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", choices=sorted(SECTIONS), default=None)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=50, help="gradient steps per side per round")
+    parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
+    return run_sections("losses", SECTIONS, parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

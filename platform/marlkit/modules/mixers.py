@@ -1,0 +1,186 @@
+"""Value-decomposition mixers: :class:`VDNMixer` (sum) and :class:`QMixer` (monotonic
+hypernetwork mixing, Rashid et al. 2018), as TensorDict modules.
+
+Both read the agents' chosen action values ``(group, "chosen_action_value")`` ``[*B, n, 1]``
+and write the team value ``"chosen_action_value"`` ``[*B, 1]`` at the root.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+
+from marlkit.data.keys import CHOSEN_ACTION_VALUE, DEFAULT_GROUP, STATE, NestedKey, join_key
+from marlkit.modules._checks import check_trailing, get_tensor
+
+__all__ = ["Mixer", "QMixer", "VDNMixer"]
+
+
+class Mixer(TensorDictModuleBase):
+    """The common part of mixers: keys, reading and checking the agents' values.
+
+    Subclasses implement :meth:`mix` on tensors.
+
+    Args:
+        n_agents: agents in the group.
+        group: the agent group.
+        local_value_key: default ``(group, "chosen_action_value")``, ``[*B, n, 1]``.
+        global_value_key: default ``"chosen_action_value"`` (root), ``[*B, 1]``.
+    """
+
+    def __init__(
+        self,
+        n_agents: int,
+        *,
+        group: str = DEFAULT_GROUP,
+        local_value_key: NestedKey | None = None,
+        global_value_key: NestedKey = CHOSEN_ACTION_VALUE,
+    ):
+        super().__init__()
+        if isinstance(n_agents, bool) or not isinstance(n_agents, int) or n_agents < 1:
+            raise ValueError(
+                f"{type(self).__name__}: n_agents must be an int >= 1, got {n_agents!r}"
+            )
+        self.n_agents = n_agents
+        self.group = group
+        self.local_value_key = local_value_key or join_key(group, CHOSEN_ACTION_VALUE)
+        self.global_value_key = global_value_key
+        in_keys: list[Any] = [self.local_value_key]
+        out_keys: list[Any] = [self.global_value_key]
+        self.in_keys, self.out_keys = in_keys, out_keys
+
+    def _local_values(self, tensordict: TensorDictBase) -> torch.Tensor:
+        name = str(type(self).__name__)
+        expected = f"[*B, {self.n_agents}, 1]"
+        values = get_tensor(tensordict, self.local_value_key, name, expected)
+        check_trailing(values, self.local_value_key, (self.n_agents, 1), name, expected)
+        return values
+
+    def mix(self, local_values: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:
+        """The team value ``[*B, 1]`` of the agents' values ``[*B, n, 1]``."""
+        raise NotImplementedError
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Write ``global_value_key`` ``[*B, 1]`` into ``tensordict``."""
+        tensordict.set(self.global_value_key, self.mix(self._local_values(tensordict), tensordict))
+        return tensordict
+
+
+class VDNMixer(Mixer):
+    """VDN (Sunehag et al. 2017): the team value is the sum of the agents' values.
+
+    Args:
+        n_agents, group, local_value_key, global_value_key: see :class:`Mixer`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from marlkit.modules import VDNMixer
+        >>> td = TensorDict({("agents", "chosen_action_value"): torch.ones(4, 3, 1)}, [4])
+        >>> VDNMixer(3)(td)["chosen_action_value"].squeeze(-1)
+        tensor([3., 3., 3., 3.])
+    """
+
+    def mix(self, local_values: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:
+        return local_values.sum(-2)
+
+
+class QMixer(Mixer):
+    """QMIX's monotonic mixing network (Rashid et al. 2018).
+
+    ``Q_tot = w2(s) . elu(W1(s) q + b1(s)) + V(s)`` with ``W1 = |hyper_w1(s)|`` and ``w2 =
+    |hyper_w2(s)|``: non-negative weights, so ``dQ_tot / dq_i >= 0`` for every agent.
+
+    The hypernetworks read ``state_key`` (``[*B, *state_shape]``, flattened): the root
+    ``"state"`` by default; where the env has no state, pass ``state_key=(group,
+    "observation")`` and ``state_shape=(n_agents, obs_dim)`` to condition on the agents'
+    observations concatenated.
+
+    Args:
+        state_shape: the shape of one sample of ``state_key`` (``[state_dim]``).
+        mixing_embed_dim: the mixing layer's width.
+        n_agents: agents in the group.
+        group, local_value_key, global_value_key: see :class:`Mixer`.
+        state_key: what the hypernetworks read (default ``"state"``).
+
+    Raises:
+        ValueError: a bad shape or width; when called, a state or values of the wrong shape
+            (the message names the key and the expected shape).
+        KeyError: a missing key (when called).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from marlkit.modules import QMixer
+        >>> mixer = QMixer([10], 32, n_agents=3)
+        >>> td = TensorDict({("agents", "chosen_action_value"): torch.randn(4, 3, 1),
+        ...                  "state": torch.randn(4, 10)}, [4])
+        >>> mixer(td)["chosen_action_value"].shape
+        torch.Size([4, 1])
+    """
+
+    def __init__(
+        self,
+        state_shape: Sequence[int] | int,
+        mixing_embed_dim: int,
+        n_agents: int,
+        *,
+        group: str = DEFAULT_GROUP,
+        state_key: NestedKey = STATE,
+        local_value_key: NestedKey | None = None,
+        global_value_key: NestedKey = CHOSEN_ACTION_VALUE,
+    ):
+        super().__init__(
+            n_agents,
+            group=group,
+            local_value_key=local_value_key,
+            global_value_key=global_value_key,
+        )
+        shape = (state_shape,) if isinstance(state_shape, int) else tuple(state_shape)
+        if not shape or any(isinstance(d, bool) or int(d) < 1 for d in shape):
+            raise ValueError(f"QMixer: state_shape must be dims >= 1, got {state_shape!r}")
+        if isinstance(mixing_embed_dim, bool) or int(mixing_embed_dim) < 1:
+            raise ValueError(f"QMixer: mixing_embed_dim must be >= 1, got {mixing_embed_dim!r}")
+        self.state_shape = tuple(int(d) for d in shape)
+        self.state_dim = math.prod(self.state_shape)
+        self.embed_dim = int(mixing_embed_dim)
+        self.state_key = state_key
+        in_keys: list[Any] = [*self.in_keys, state_key]
+        self.in_keys = in_keys
+        s, e = self.state_dim, self.embed_dim
+        self.hyper_w_1 = nn.Linear(s, e * n_agents)
+        self.hyper_w_final = nn.Linear(s, e)
+        self.hyper_b_1 = nn.Linear(s, e)
+        self.V = nn.Sequential(nn.Linear(s, e), nn.ReLU(), nn.Linear(e, 1))
+
+    def mix(self, local_values: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:
+        expected = f"[*B, {', '.join(map(str, self.state_shape))}]"
+        state = get_tensor(tensordict, self.state_key, "QMixer", expected)
+        check_trailing(state, self.state_key, self.state_shape, "QMixer", expected)
+        lead = local_values.shape[:-2]
+        if tuple(state.shape[: state.dim() - len(self.state_shape)]) != tuple(lead):
+            raise ValueError(
+                f"QMixer: {self.state_key!r} has batch dims "
+                f"{tuple(state.shape[: state.dim() - len(self.state_shape)])}, the agents' "
+                f"values {tuple(lead)}; expected {expected} with the same B"
+            )
+        return self.mix_tensors(local_values, state)
+
+    def mix_tensors(self, local_values: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """The team value ``[*B, 1]`` of ``local_values`` ``[*B, n, 1]`` in ``state``
+        ``[*B, *state_shape]`` (no key checks)."""
+        lead = local_values.shape[:-2]
+        q = local_values.reshape(-1, 1, self.n_agents)
+        s = state.reshape(-1, self.state_dim).to(q.dtype)
+        w1 = self.hyper_w_1(s).abs().view(-1, self.n_agents, self.embed_dim)
+        b1 = self.hyper_b_1(s).view(-1, 1, self.embed_dim)
+        hidden = nn.functional.elu(torch.bmm(q, w1) + b1)
+        w_final = self.hyper_w_final(s).abs().view(-1, self.embed_dim, 1)
+        v = self.V(s).view(-1, 1, 1)
+        return (torch.bmm(hidden, w_final) + v).reshape(*lead, 1)

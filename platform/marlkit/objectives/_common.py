@@ -1,0 +1,262 @@
+"""What the value losses share: accepted keys with ``set_keys``, target networks, the greedy
+next-step value (plain or double Q), distances and weighted means."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal, TypeVar
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+
+from marlkit._utils import did_you_mean
+from marlkit.data.keys import (
+    ACTION,
+    ACTION_MASK,
+    ACTION_VALUE,
+    MASK,
+    NEXT,
+    PRIORITY_WEIGHT,
+    TD_ERROR,
+    NestedKey,
+    join_key,
+    unravel_key,
+)
+from marlkit.modules import QValueActor
+from marlkit.modules._checks import check_trailing, get_tensor, masked_greedy
+
+__all__ = ["DiscreteKeys", "LossFunction", "ValueKeys", "ValueLoss", "distance", "weighted_mean"]
+
+LossFunction = Literal["l2", "smooth_l1", "l1"]
+_LOSS_FUNCTIONS = ("l2", "smooth_l1", "l1")
+
+
+def distance(pred: torch.Tensor, target: torch.Tensor, loss_function: LossFunction) -> torch.Tensor:
+    """Elementwise distance: ``"l2"`` (squared error), ``"smooth_l1"`` (Huber, delta 1),
+    ``"l1"``."""
+    if loss_function == "l2":
+        return (pred - target).pow(2)
+    if loss_function == "smooth_l1":
+        return nn.functional.smooth_l1_loss(pred, target, reduction="none")
+    return (pred - target).abs()
+
+
+def weighted_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """``sum(w * v) / sum(w)`` (the plain mean when ``weight`` is None)."""
+    if weight is None:
+        return values.mean()
+    weight = weight.to(values.dtype)
+    return (values * weight).sum() / weight.sum().clamp_min(1e-12)
+
+
+K = TypeVar("K", bound="ValueKeys")
+
+
+@dataclasses.dataclass
+class ValueKeys:
+    """The keys every value loss reads and writes (TorchRL's ``_AcceptedKeys``); each loss
+    extends it. The fields named in ``GROUP_FIELDS`` live under the agent group.
+
+    Attributes:
+        action: the taken action: ``[*B, n]`` int64 (or one-hot ``[*B, n, A]``) for discrete
+            losses, ``[*B, n, act_dim]`` for continuous ones.
+        mask: ``[*B, n]`` bool, agents present.
+        priority: written: the absolute TD error ``[*B]``.
+        priority_weight: read where present: importance weights ``[*B]``.
+    """
+
+    GROUP_FIELDS: ClassVar[tuple[str, ...]] = ("action", "mask")
+
+    action: NestedKey = ACTION
+    mask: NestedKey | None = MASK
+    priority: NestedKey = TD_ERROR
+    priority_weight: NestedKey | None = PRIORITY_WEIGHT
+
+    @classmethod
+    def for_group(cls: type[K], group: str) -> K:
+        """The default keys, those of ``GROUP_FIELDS`` under ``group``."""
+        keys = cls()
+        for name in cls.GROUP_FIELDS:
+            setattr(keys, name, join_key(group, getattr(keys, name)))
+        return keys
+
+
+@dataclasses.dataclass
+class DiscreteKeys(ValueKeys):
+    """:class:`ValueKeys` and those of losses on discrete actions.
+
+    Attributes:
+        action_value: what the value network writes, ``[*B, n, A]``.
+        action_mask: ``[*B, n, A]`` bool; the next step's restricts the greedy action.
+    """
+
+    GROUP_FIELDS: ClassVar[tuple[str, ...]] = (
+        *ValueKeys.GROUP_FIELDS,
+        "action_value",
+        "action_mask",
+    )
+
+    action_value: NestedKey = ACTION_VALUE
+    action_mask: NestedKey | None = ACTION_MASK
+
+
+class ValueLoss(nn.Module):
+    """Base of the value losses: keys, target networks and the greedy next-step value.
+
+    Subclasses pass their :class:`ValueKeys` subclass, call :meth:`_add_network` for each
+    network, and implement ``forward``.
+
+    Attributes:
+        tensor_keys: the keys in use (a dataclass), changed by :meth:`set_keys`.
+        delay_value: whether target networks exist (and :class:`SoftUpdate` /
+            :class:`HardUpdate` move them).
+    """
+
+    #: The keys in use: the loss's keys dataclass (set in the subclass's ``__init__``).
+    tensor_keys: Any
+
+    def __init__(
+        self,
+        keys: type[ValueKeys],
+        network: nn.Module,
+        *,
+        group: str,
+        gamma: float,
+        delay_value: bool,
+        loss_function: LossFunction,
+        action_space: Literal["categorical", "one_hot", "continuous"],
+    ):
+        super().__init__()
+        name = type(self).__name__
+        if not (isinstance(gamma, (int, float)) and 0.0 <= float(gamma) <= 1.0):
+            raise ValueError(f"{name}: gamma must lie in [0, 1], got {gamma!r}")
+        if loss_function not in _LOSS_FUNCTIONS:
+            raise ValueError(
+                f"{name}: loss_function must be one of {list(_LOSS_FUNCTIONS)}, got "
+                f"{loss_function!r}"
+            )
+        self.gamma = float(gamma)
+        self.delay_value = bool(delay_value)
+        self.loss_function: LossFunction = loss_function
+        self._pairs: list[tuple[str, str]] = []
+        self.group = group
+        self.tensor_keys = keys.for_group(group)
+        #: How actions are spelled: the actor's (a QValueActor knows), else ``action_space``.
+        self.action_space: Any = getattr(network, "action_space", action_space)
+
+    # ------------------------------------------------------------------ keys
+    def set_keys(self, **keys: NestedKey) -> ValueLoss:
+        """Change the keys the loss reads and writes; returns ``self``.
+
+        Raises:
+            ValueError: a name that is not one of the accepted keys (the message lists them).
+        """
+        fields = [f.name for f in dataclasses.fields(self.tensor_keys)]
+        for name, key in keys.items():
+            if name not in fields:
+                raise ValueError(
+                    f"{type(self).__name__}.set_keys: unknown key name {name!r}"
+                    f"{did_you_mean(name, fields)}; accepted: {fields}"
+                )
+            setattr(self.tensor_keys, name, unravel_key(key) if key is not None else None)
+        return self
+
+    # ------------------------------------------------------------------ networks
+    def _add_network(self, name: str, module: nn.Module, *, target: bool = True) -> None:
+        """Register ``module`` as ``name`` and, with ``delay_value`` and ``target``, a frozen
+        copy of it as ``target_<name>`` (never given gradients)."""
+        if not isinstance(module, TensorDictModuleBase):
+            raise TypeError(
+                f"{type(self).__name__}: {name} must be a TensorDict module (in_keys/out_keys), "
+                f"got {type(module).__name__}"
+            )
+        setattr(self, name, module)
+        if self.delay_value and target:
+            frozen = copy.deepcopy(module)
+            frozen.requires_grad_(False)
+            setattr(self, f"target_{name}", frozen)
+            self._pairs.append((name, f"target_{name}"))
+
+    def _target(self, name: str) -> nn.Module:
+        return getattr(self, f"target_{name}" if self.delay_value else name)
+
+    def target_pairs(self) -> Iterator[tuple[nn.Module, nn.Module]]:
+        """``(online, target)`` network pairs (none without ``delay_value``)."""
+        for online, target in self._pairs:
+            yield getattr(self, online), getattr(self, target)
+
+    def online_parameters(self) -> Iterator[nn.Parameter]:
+        """The parameters an optimiser trains (the target networks' excluded)."""
+        targets = {id(p) for _, t in self.target_pairs() for p in t.parameters()}
+        return (p for p in self.parameters() if id(p) not in targets)
+
+    # ------------------------------------------------------------------ shared maths
+    def _read(self, td: TensorDictBase, key: NestedKey, expected: str) -> torch.Tensor:
+        return get_tensor(td, key, type(self).__name__, expected)
+
+    def _next(self, td: TensorDictBase) -> TensorDictBase:
+        nxt = td.get(NEXT, None)
+        if not isinstance(nxt, TensorDictBase):
+            raise KeyError(
+                f"{type(self).__name__}: the input has no {NEXT!r} TensorDict (the next step of "
+                "each transition, as collectors write it)"
+            )
+        return nxt
+
+    def _present(self, td: TensorDictBase, n: int) -> torch.Tensor | None:
+        """The agents present, ``(group, "mask")`` as ``[*B, n, 1]`` bool (None: all)."""
+        key = self.tensor_keys.mask
+        mask = td.get(key, None) if key is not None else None
+        if mask is None:
+            return None
+        check_trailing(mask, key, (n,), type(self).__name__, f"[*B, {n}] bool")
+        return mask.unsqueeze(-1)
+
+    def _action_values(self, td: TensorDictBase, network: nn.Module) -> torch.Tensor:
+        """Run ``network`` on ``td`` (in place) and return its action values ``[*B, n, A]``.
+
+        Of a :class:`~marlkit.modules.QValueActor` only the Q-network runs: the loss takes its
+        own greedy actions (the actor's would be computed and thrown away at every step)."""
+        if isinstance(network, QValueActor):
+            network = network.module
+        network(td)
+        keys: Any = self.tensor_keys
+        return self._read(td, keys.action_value, "[*B, n_agents, n_actions]")
+
+    def _allowed(self, td: TensorDictBase, n_actions: int) -> torch.Tensor | None:
+        keys: Any = self.tensor_keys
+        if keys.action_mask is None:
+            return None
+        mask = td.get(keys.action_mask, None)
+        if mask is not None:
+            check_trailing(
+                mask,
+                keys.action_mask,
+                (n_actions,),
+                type(self).__name__,
+                f"[*B, n_agents, {n_actions}] bool",
+            )
+        return mask
+
+    @torch.no_grad()
+    def _next_value(self, next_td: TensorDictBase, network: str, double_dqn: bool) -> torch.Tensor:
+        """The greedy value ``[*B, n, 1]`` of the next step, among its allowed actions: the
+        target network's max (``double_dqn=False``), or the target network's value of the online
+        network's argmax (double Q, van Hasselt et al. 2016). Agents with no allowed action get
+        0. The target network writes into ``next_td`` (pass a shallow copy)."""
+        if double_dqn:
+            online_values = self._action_values(next_td.clone(False), getattr(self, network))
+        target_values = self._action_values(next_td, self._target(network))
+        allowed = self._allowed(next_td, target_values.shape[-1])
+        if double_dqn:
+            index, _ = masked_greedy(online_values, allowed)
+            value = target_values.gather(-1, index.unsqueeze(-1))
+        else:
+            _, value = masked_greedy(target_values, allowed)
+        if allowed is not None:
+            value = value.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+        return value

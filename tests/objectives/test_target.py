@@ -1,0 +1,57 @@
+"""SoftUpdate and HardUpdate move the target networks, and only them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from marlkit.modules import QMixer, QValueActor
+from marlkit.objectives import DQNLoss, HardUpdate, QMixerLoss, SoftUpdate
+
+from ._helpers import identity_actor
+
+
+def _qmix() -> QMixerLoss:
+    torch.manual_seed(0)
+    return QMixerLoss(QValueActor(torch.nn.Linear(4, 3), n_actions=3), QMixer([6], 8, 2))
+
+
+def _shift_online(loss: QMixerLoss) -> None:
+    with torch.no_grad():
+        for p in loss.online_parameters():
+            p.add_(1.0)
+
+
+def test_soft_update_is_polyak_averaging() -> None:
+    loss = _qmix()
+    updater = SoftUpdate(loss, tau=0.25)
+    before = [p.clone() for p in loss.target_mixer_network.parameters()]
+    _shift_online(loss)
+    updater.step()
+    for old, new, online in zip(
+        before, loss.target_mixer_network.parameters(), loss.mixer_network.parameters()
+    ):
+        torch.testing.assert_close(new, 0.75 * old + 0.25 * online)
+
+
+def test_hard_update_copies_every_interval() -> None:
+    loss = _qmix()
+    updater = HardUpdate(loss, value_network_update_interval=2)
+    _shift_online(loss)
+    online = loss.local_value_network.module.module.weight
+    target = loss.target_local_value_network.module.module.weight
+    updater.step()
+    assert not torch.equal(online, target)
+    updater.step()
+    assert torch.equal(online, target) and target is not online
+
+
+def test_updaters_need_target_networks() -> None:
+    with pytest.raises(ValueError, match="delay_value=True"):
+        SoftUpdate(DQNLoss(identity_actor(3), delay_value=False))
+    with pytest.raises(ValueError, match=r"tau must lie in \(0, 1\]"):
+        SoftUpdate(DQNLoss(identity_actor(3)), tau=0.0)
+    with pytest.raises(ValueError, match="value_network_update_interval"):
+        HardUpdate(DQNLoss(identity_actor(3)), value_network_update_interval=0)
+    with pytest.raises(TypeError, match="needs a value loss"):
+        SoftUpdate(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
