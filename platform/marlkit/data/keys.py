@@ -20,7 +20,9 @@ from __future__ import annotations
 
 __all__ = [
     "ACTION",
+    "ACTION_LOG_PROB",
     "ACTION_MASK",
+    "ADVANTAGE",
     "COLLECTOR",
     "COLLECTOR_MASK",
     "DEFAULT_GROUP",
@@ -28,17 +30,24 @@ __all__ = [
     "DONE_KEYS",
     "EPISODE_REWARD",
     "IS_INIT",
+    "LOC",
+    "LOGITS",
     "MASK",
     "NEXT",
     "OBSERVATION",
     "RESERVED_GROUP_NAMES",
     "RESET",
     "REWARD",
+    "RNN_STATE",
+    "RNN_STATE_IN",
+    "SCALE",
     "STATE",
+    "STATE_VALUE",
     "STEP_COUNT",
     "TERMINATED",
     "TRAJ_IDS",
     "TRUNCATED",
+    "VALUE_TARGET",
     "WORKER",
     "NestedKey",
     "join_key",
@@ -70,6 +79,22 @@ TRAJ_IDS = (COLLECTOR, "traj_ids")
 COLLECTOR_MASK = (COLLECTOR, "mask")
 #: Multi-worker collectors: the worker that collected each step ``[*B, T]`` int64.
 WORKER = (COLLECTOR, "worker")
+
+#: Probabilistic actors: the distribution's parameters and the sampled action's log-prob
+#: ``(group, ACTION_LOG_PROB)`` ``[*B, n]`` (one per agent, summed over action dims).
+LOC = "loc"
+SCALE = "scale"
+LOGITS = "logits"
+ACTION_LOG_PROB = "action_log_prob"
+#: Critics and value estimators: ``(group, STATE_VALUE | ADVANTAGE | VALUE_TARGET)`` ``[*B, n, 1]``.
+STATE_VALUE = "state_value"
+ADVANTAGE = "advantage"
+VALUE_TARGET = "value_target"
+#: Recurrent modules: ``(group, RNN_STATE)`` ``[*B, n, hidden]`` is the state after the step (a
+#: root entry, so ``step_mdp`` carries it to the next step's input); ``(group, RNN_STATE_IN)``
+#: the state the step started from (zeroed at episode starts), what training sequences begin with.
+RNN_STATE = "rnn_state"
+RNN_STATE_IN = "rnn_state_in"
 
 #: The done-like keys every done level carries.
 DONE_KEYS = (DONE, TERMINATED, TRUNCATED)
