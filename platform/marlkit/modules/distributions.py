@@ -22,7 +22,6 @@ class Normal(D.Independent):
         scale: standard deviation, the same shape (positive).
     """
 
-    arg_constraints = {"loc": D.constraints.real, "scale": D.constraints.positive}
 
     def __init__(self, loc: torch.Tensor, scale: torch.Tensor, validate_args: bool | None = None):
         super().__init__(D.Normal(loc, scale, validate_args=validate_args), 1, validate_args)
@@ -45,7 +44,6 @@ class TanhNormal(D.Independent):
         low, high: the action bounds (floats or tensors broadcastable to ``loc``).
     """
 
-    arg_constraints = {"loc": D.constraints.real, "scale": D.constraints.positive}
     has_rsample = True
 
     def __init__(
@@ -56,14 +54,22 @@ class TanhNormal(D.Independent):
         high: float | torch.Tensor = 1.0,
         validate_args: bool | None = None,
     ):
+        # Float bounds are checked in Python: no tensor-to-bool sync (nor a torch.compile
+        # graph break) on every call.
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            if not high > low:
+                raise ValueError(f"TanhNormal needs high > low, got low={low}, high={high}")
+            unit = low == -1 and high == 1
+        else:
+            if bool((torch.as_tensor(high) <= torch.as_tensor(low)).any()):
+                raise ValueError(f"TanhNormal needs high > low, got low={low}, high={high}")
+            unit = False
         low_t = torch.as_tensor(low, dtype=loc.dtype, device=loc.device)
         high_t = torch.as_tensor(high, dtype=loc.dtype, device=loc.device)
-        if bool((high_t <= low_t).any()):
-            raise ValueError(f"TanhNormal needs high > low, got low={low}, high={high}")
         self.low, self.high = low_t, high_t
         transforms: list[D.Transform] = [D.TanhTransform(cache_size=1)]
-        half = (high_t - low_t) / 2
-        if bool(((half != 1) | (low_t + half != 0)).any()):
+        if not unit:
+            half = (high_t - low_t) / 2
             transforms.append(D.AffineTransform(low_t + half, half, cache_size=1))
         base = D.TransformedDistribution(
             D.Normal(loc, scale, validate_args=validate_args), transforms, validate_args=False
