@@ -32,9 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _timing import alternate, summary
 from tensordict import TensorDict
 
+from _timing import alternate, summary
 from marlkit.bench import describe_environment, set_threads
 from marlkit.modules import (
     MultiAgentMLP,

@@ -24,9 +24,8 @@ import argparse
 import json
 
 import torch
-from _timing import alternate, summary
-from torch import nn
 
+from _timing import alternate, summary
 from marlkit.bench import describe_environment, set_threads
 from marlkit.modules import MultiAgentMLP
 

@@ -85,7 +85,9 @@ def test_actor_keys_and_log_prob_shape(batch: tuple) -> None:
     assert td["agents", "action"].shape == (*batch, 3, 2)
     assert td["agents", "action_log_prob"].shape == (*batch, 3)
     dist = actor.get_dist(td)
-    torch.testing.assert_close(dist.log_prob(td["agents", "action"]), td["agents", "action_log_prob"])
+    torch.testing.assert_close(
+        dist.log_prob(td["agents", "action"]), td["agents", "action_log_prob"]
+    )
 
 
 def test_actor_follows_exploration_mode() -> None:
@@ -120,7 +122,7 @@ def test_masked_categorical_actor_reads_action_mask() -> None:
 
 
 def test_actor_rejects_non_modules() -> None:
-    with pytest.raises(TypeError, match="nn.Module or a TensorDictModule"):
+    with pytest.raises(TypeError, match=r"nn\.Module or a TensorDictModule"):
         ProbabilisticActor(lambda x: x, distribution_class=Normal)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no default keys"):
         ProbabilisticActor(torch.nn.Identity(), distribution_class=torch.distributions.Beta)
@@ -137,7 +139,10 @@ def test_critics_local_centralised_state() -> None:
     # A centralised critic's value of agent 0 depends on agent 1's observation; a local one not.
     other = td.clone()
     other["agents", "observation"][..., 1, :] += 1.0
-    v0, v1 = local(td.clone())["agents", "state_value"], local(other.clone())["agents", "state_value"]
+    v0, v1 = (
+        local(td.clone())["agents", "state_value"],
+        local(other.clone())["agents", "state_value"],
+    )
     torch.testing.assert_close(v0[..., 0, :], v1[..., 0, :])
     c0, c1 = central(td.clone())["agents", "state_value"], central(other)["agents", "state_value"]
     assert not torch.allclose(c0[..., 0, :], c1[..., 0, :])

@@ -30,8 +30,9 @@ def test_collect_gae_ppo_epochs_move_parameters() -> None:
     loss = ClipPPOLoss(actor, critic, value_norm=norm)
     optim = torch.optim.Adam(loss.parameters(), lr=3e-3)
     start = [p.detach().clone() for p in loss.parameters()]
-    collector = Collector(env, actor, frames_per_batch=4 * 25, total_frames=4 * 25 * 2,
-                          max_frames_per_traj=10)
+    collector = Collector(
+        env, actor, frames_per_batch=4 * 25, total_frames=4 * 25 * 2, max_frames_per_traj=10
+    )
     n_batches = 0
     for batch in collector:
         n_batches += 1

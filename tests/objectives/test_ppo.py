@@ -51,8 +51,14 @@ def total(out: TensorDict) -> torch.Tensor:
 def test_hand_computed_values() -> None:
     actor, critic = make()
     td = batch()
-    loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coef=0.05, critic_coef=0.5,
-                       normalize_advantage=False)
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=0.2,
+        entropy_coef=0.05,
+        critic_coef=0.5,
+        normalize_advantage=False,
+    )
     out = loss(td.clone())
     g = td["agents"]
     with torch.no_grad():
@@ -157,13 +163,15 @@ def test_any_leading_batch_dims(dist) -> None:
 
 def test_categorical_actor() -> None:
     torch.manual_seed(0)
-    actor = ProbabilisticActor(MultiAgentMLP(OBS, 5, N, num_cells=8), distribution_class=Categorical)
+    actor = ProbabilisticActor(
+        MultiAgentMLP(OBS, 5, N, num_cells=8), distribution_class=Categorical
+    )
     critic = StateValueCritic(N, OBS, num_cells=8)
     td = batch()
     td["agents"].set("action", torch.randint(0, 5, (6, N)), inplace=False)
     out = ClipPPOLoss(actor, critic)(td)
     total(out).backward()
-    assert all(torch.isfinite(out[k]) for k in out.keys())
+    assert all(torch.isfinite(out[k]) for k in out)
 
 
 def test_bad_keys_and_shapes_name_key_and_shape() -> None:

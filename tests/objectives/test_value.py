@@ -133,7 +133,9 @@ def collected(d: dict[str, torch.Tensor], team: bool, root_flags: bool) -> Tenso
     [(GAE(GAMMA, LMBDA), ref_gae), (TDLambda(GAMMA, LMBDA), ref_td_lambda), (TD0(GAMMA), ref_td0)],
     ids=["GAE", "TDLambda", "TD0"],
 )
-def test_modules_broadcast_root_rewards_and_flags(module, ref, team: bool, root_flags: bool) -> None:
+def test_modules_broadcast_root_rewards_and_flags(
+    module, ref, team: bool, root_flags: bool
+) -> None:
     d = random_batch(seed=1)
     if team:  # one reward for the team
         d["r"] = d["r"][:, :, :1].expand_as(d["r"]).contiguous()
@@ -181,9 +183,16 @@ def test_value_network_and_value_norm() -> None:
     with torch.no_grad():
         v = norm.denormalize(critic.module(obs))
         nv = norm.denormalize(critic.module(next_obs))
-    adv, _ = gae(GAMMA, LMBDA, v, nv, td["next", "reward"].unsqueeze(-2),
-                 td["next", "done"].unsqueeze(-2), td["next", "terminated"].unsqueeze(-2),
-                 time_dim=-3)
+    adv, _ = gae(
+        GAMMA,
+        LMBDA,
+        v,
+        nv,
+        td["next", "reward"].unsqueeze(-2),
+        td["next", "done"].unsqueeze(-2),
+        td["next", "terminated"].unsqueeze(-2),
+        time_dim=-3,
+    )
     torch.testing.assert_close(out["agents", "advantage"], adv)
     assert not out["agents", "advantage"].requires_grad
 
@@ -202,7 +211,14 @@ def test_errors_name_keys_and_shapes() -> None:
     with pytest.raises(ValueError, match="unknown key name 'values'"):
         GAE(GAMMA, LMBDA).set_keys(values="x")
     with pytest.raises(ValueError, match="must broadcast"):
-        gae(GAMMA, LMBDA, torch.zeros(3, 4), torch.zeros(3, 5), torch.zeros(3, 4),
-            torch.zeros(3, 4, dtype=torch.bool), torch.zeros(3, 4, dtype=torch.bool))
+        gae(
+            GAMMA,
+            LMBDA,
+            torch.zeros(3, 4),
+            torch.zeros(3, 5),
+            torch.zeros(3, 4),
+            torch.zeros(3, 4, dtype=torch.bool),
+            torch.zeros(3, 4, dtype=torch.bool),
+        )
     with pytest.raises(ValueError, match="lmbda must be in"):
         GAE(0.9, 1.5)

@@ -17,7 +17,7 @@ The actor follows marlkit's exploration mode (:mod:`marlkit.data.exploration`): 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict.nn import (
@@ -64,7 +64,8 @@ class NormalParamExtractor(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if x.shape[-1] % 2:
             raise ValueError(
-                f"NormalParamExtractor: expected an even last dim (2 * act_dim), got {list(x.shape)}"
+                "NormalParamExtractor: expected an even last dim (2 * act_dim), got "
+                f"{list(x.shape)}"
             )
         loc, raw = x.chunk(2, -1)
         return loc, nn.functional.softplus(raw) + self.min_scale
@@ -139,8 +140,10 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         return_log_prob: bool = True,
         distribution_kwargs: Mapping[str, Any] | None = None,
     ):
-        keys = dict(dist_keys) if dist_keys is not None else distribution_keys(
-            distribution_class, group
+        keys = (
+            dict(dist_keys)
+            if dist_keys is not None
+            else distribution_keys(distribution_class, group)
         )
         action = action_key if action_key is not None else join_key(group, ACTION)
         if isinstance(network, TensorDictModuleBase):
@@ -150,7 +153,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
             head = TensorDictModule(
                 network,
                 in_keys=list(in_keys) if in_keys is not None else [(group, OBSERVATION)],
-                out_keys=params,
+                out_keys=cast(Any, params),
             )
         else:
             raise TypeError(
@@ -158,7 +161,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
             )
         action_path = (action,) if isinstance(action, str) else tuple(action)
         sampler = ProbabilisticTensorDictModule(
-            in_keys=keys,
+            in_keys=cast(Any, keys),
             out_keys=[action],
             distribution_class=distribution_class,
             distribution_kwargs=dict(distribution_kwargs or {}),

@@ -22,7 +22,6 @@ class Normal(D.Independent):
         scale: standard deviation, the same shape (positive).
     """
 
-
     def __init__(self, loc: torch.Tensor, scale: torch.Tensor, validate_args: bool | None = None):
         super().__init__(D.Normal(loc, scale, validate_args=validate_args), 1, validate_args)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -146,7 +148,7 @@ class MultiAgentMLP(nn.Module):
         width_in = n_agent_inputs * n_agents if centralised else n_agent_inputs
         sizes = [width_in, *cells, n_agent_outputs]
         self.layers = nn.ModuleList(
-            StackedLinear(self.n_stacks, a, b, device=device) for a, b in zip(sizes, sizes[1:])
+            StackedLinear(self.n_stacks, a, b, device=device) for a, b in itertools.pairwise(sizes)
         )
         self.activations = nn.ModuleList(activation() for _ in cells)
 
@@ -183,7 +185,8 @@ class MultiAgentMLP(nn.Module):
             raise IndexError(f"agent must be in [0, {self.n_agents}), got {agent}")
         stack = 0 if self.share_params else agent
         mods: list[nn.Module] = []
-        for i, layer in enumerate(self.layers):
+        for i, module in enumerate(self.layers):
+            layer = cast(StackedLinear, module)
             lin = nn.Linear(layer.in_features, layer.out_features, device=layer.weight.device)
             with torch.no_grad():
                 lin.weight.copy_(layer.weight[stack].T)

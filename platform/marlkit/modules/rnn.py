@@ -25,7 +25,6 @@ from typing import Any, TypeVar, cast
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from torch import nn
 
 from marlkit.data.keys import (
     DEFAULT_GROUP,
@@ -125,8 +124,8 @@ class MultiAgentGRU(TensorDictModuleBase):
         self.out_key = out_key if out_key is not None else (group, "rnn_output")
         self.state_key = join_key(group, RNN_STATE)
         self.state_in_key = join_key(group, RNN_STATE_IN)
-        self.in_keys = [self.in_key, self.state_key, join_key(group, init_key), init_key]
-        self.out_keys = [self.out_key, self.state_key, self.state_in_key]
+        self.in_keys = cast(Any, [self.in_key, self.state_key, join_key(group, init_key), init_key])
+        self.out_keys = cast(Any, [self.out_key, self.state_key, self.state_in_key])
         self.input_gates = StackedLinear(self.n_stacks, input_size, 3 * hidden_size, device)
         self.hidden_gates = StackedLinear(self.n_stacks, hidden_size, 3 * hidden_size, device)
         bound = hidden_size**-0.5  # GRUCell's initialisation
@@ -136,7 +135,8 @@ class MultiAgentGRU(TensorDictModuleBase):
 
     # ------------------------------------------------------------------ maths
     def _cell(self, gx: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """One step in the stacked layout: ``gx`` ``[S, N, 3H]`` (input gates), ``h`` ``[S, N, H]``."""
+        """One step in the stacked layout: ``gx`` ``[S, N, 3H]`` (input gates), ``h``
+        ``[S, N, H]``."""
         gh = self.hidden_gates(h)
         xr, xz, xn = gx.chunk(3, -1)
         hr, hz, hn = gh.chunk(3, -1)
@@ -171,7 +171,9 @@ class MultiAgentGRU(TensorDictModuleBase):
         x = tensordict.get(self.in_key, None)
         if x is None:
             raise KeyError(f"MultiAgentGRU: missing input {self.in_key!r}")
-        batch = check_agent_input(x, self.n_agents, self.input_size, f"MultiAgentGRU {self.in_key!r}")
+        batch = check_agent_input(
+            x, self.n_agents, self.input_size, f"MultiAgentGRU {self.in_key!r}"
+        )
         if recurrent_mode():
             return self._sequence(tensordict, x, batch)
         reset = self._reset_flag(tensordict, batch)
@@ -198,18 +200,16 @@ class MultiAgentGRU(TensorDictModuleBase):
         n, hid = self.n_agents, self.hidden_size
         reset = self._reset_flag(tensordict, batch)  # [*B, T, n, 1]
         first = tensordict.get(self.state_in_key, None)
-        h = (
-            first[..., 0, :, :]
-            if first is not None
-            else x.new_zeros(*lead, n, hid)
-        )
+        h = first[..., 0, :, :] if first is not None else x.new_zeros(*lead, n, hid)
         check_agent_input(h, n, hid, f"MultiAgentGRU state {self.state_in_key!r}")
         # Input gates for every step in one call: [S, rows * T, 3H].
         seq = x.reshape(-1, steps, n, self.input_size)
         rows = seq.shape[0]
         gx_all = self.input_gates(to_stacks(seq.reshape(rows * steps, n, -1), self.n_stacks))
-        gx_all = gx_all.reshape(gx_all.shape[0], rows, steps, -1) if self.n_stacks > 1 else (
-            gx_all.reshape(1, rows, steps, n, -1)
+        gx_all = (
+            gx_all.reshape(gx_all.shape[0], rows, steps, -1)
+            if self.n_stacks > 1
+            else (gx_all.reshape(1, rows, steps, n, -1))
         )
         resets = reset.reshape(rows, steps, n, 1)
         h_rows = h.reshape(rows, n, hid)

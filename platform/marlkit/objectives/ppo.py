@@ -4,7 +4,7 @@ the critic they are given)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -178,18 +178,17 @@ class ClipPPOLoss(TensorDictModuleBase):
         k = self.tensor_keys
         actor_in = list(getattr(self.actor_network, "in_keys", []))
         critic_in = list(getattr(self.critic_network, "in_keys", []))
-        self.in_keys = list(
-            dict.fromkeys(
-                [*actor_in, *critic_in, k.action, k.sample_log_prob, k.advantage, k.value_target]
-            )
-        )
+        keys = [*actor_in, *critic_in, k.action, k.sample_log_prob, k.advantage, k.value_target]
+        self.in_keys = cast(Any, list(dict.fromkeys(keys)))
         self.out_keys = ["loss_objective", "loss_critic", "loss_entropy"]
 
     # ------------------------------------------------------------------ checks
     def _get(self, td: TensorDictBase, key: NestedKey, what: str) -> torch.Tensor:
         value = td.get(key, None)
         if value is None:
-            raise KeyError(f"ClipPPOLoss: missing {what} {key!r} (set_keys({what}=...) to change it)")
+            raise KeyError(
+                f"ClipPPOLoss: missing {what} {key!r} (set_keys({what}=...) to change it)"
+            )
         return value
 
     def _check_shape(self, value: torch.Tensor, key: NestedKey, shape: tuple[int, ...]) -> None:
@@ -224,7 +223,7 @@ class ClipPPOLoss(TensorDictModuleBase):
             return adv
         ones = torch.ones_like(adv) if w is None else w
         if self.normalize_advantage_per_agent:
-            dims = tuple(range(adv.dim() - 2)) + (adv.dim() - 1,)
+            dims = (*tuple(range(adv.dim() - 2)), adv.dim() - 1)
         else:
             dims = tuple(range(adv.dim()))
         count = ones.sum(dims, keepdim=True).clamp(min=1.0)
@@ -284,7 +283,7 @@ class ClipPPOLoss(TensorDictModuleBase):
 
         dist = self.actor_network.get_dist(tensordict.copy())
         log_prob = dist.log_prob(action)
-        self._check_shape(log_prob, ("log_prob of", k.action), shape[:-1])
+        self._check_shape(log_prob, f"log_prob of {k.action!r}", shape[:-1])
         log_ratio = (log_prob - old_lp).unsqueeze(-1)
         if w is not None:  # absent agents: any action, ratio 1 (they are weighted out anyway)
             log_ratio = log_ratio.masked_fill(w == 0, 0.0)

@@ -14,7 +14,7 @@ to their value, and do not feed the steps before them.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -32,7 +32,6 @@ from marlkit.data.keys import (
     TERMINATED,
     VALUE_TARGET,
     NestedKey,
-    join_key,
 )
 from marlkit.modules.critics import ValueNorm
 
@@ -56,7 +55,7 @@ def _prepare(
     terminated: torch.Tensor,
     mask: torch.Tensor | None,
     time_dim: int,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[Any, ...]:
     """Broadcast everything to one shape, time first: ``[T, ...]``."""
     shapes = [t.shape for t in (state_value, next_state_value, reward, done, terminated)]
     if mask is not None:
@@ -272,8 +271,11 @@ class ValueEstimator(TensorDictModuleBase):
         self.value_norm = value_norm
         self.time_dim = time_dim
         self.tensor_keys = EstimatorKeys.for_group(group)
-        self.in_keys = [self.tensor_keys.value]
-        self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
+        self._refresh_keys()
+
+    def _refresh_keys(self) -> None:
+        self.in_keys = cast(Any, [self.tensor_keys.value])
+        self.out_keys = cast(Any, [self.tensor_keys.advantage, self.tensor_keys.value_target])
 
     def set_keys(self, **keys: NestedKey) -> ValueEstimator:
         """Change keys by name (see :class:`EstimatorKeys`); returns ``self``.
@@ -286,8 +288,7 @@ class ValueEstimator(TensorDictModuleBase):
             if name not in names:
                 raise ValueError(f"unknown key name {name!r}; known: {sorted(names)}")
             setattr(self.tensor_keys, name, key)
-        self.in_keys = [self.tensor_keys.value]
-        self.out_keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
+        self._refresh_keys()
         return self
 
     def _values(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -356,7 +357,17 @@ class ValueEstimator(TensorDictModuleBase):
         tensordict.set(k.value_target, target)
         return tensordict
 
-    def _estimate(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _estimate(
+        self,
+        v: torch.Tensor,
+        nv: torch.Tensor,
+        r: torch.Tensor,
+        d: torch.Tensor,
+        term: torch.Tensor,
+        mask: torch.Tensor | None,
+        time_dim: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(advantage, value_target)`` from tensors ``[*B, T, n_agents, 1]``."""
         raise NotImplementedError
 
 
@@ -402,14 +413,32 @@ class GAE(ValueEstimator):
             raise ValueError(f"lmbda must be in [0, 1], got {lmbda}")
         self.lmbda = float(lmbda)
 
-    def _estimate(self, v, nv, r, d, term, mask, time_dim):  # type: ignore[no-untyped-def]
+    def _estimate(
+        self,
+        v: torch.Tensor,
+        nv: torch.Tensor,
+        r: torch.Tensor,
+        d: torch.Tensor,
+        term: torch.Tensor,
+        mask: torch.Tensor | None,
+        time_dim: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return gae(self.gamma, self.lmbda, v, nv, r, d, term, mask=mask, time_dim=time_dim)
 
 
 class TDLambda(GAE):
     """TD(lambda) targets over a batch (see :func:`td_lambda`); arguments as :class:`GAE`."""
 
-    def _estimate(self, v, nv, r, d, term, mask, time_dim):  # type: ignore[no-untyped-def]
+    def _estimate(
+        self,
+        v: torch.Tensor,
+        nv: torch.Tensor,
+        r: torch.Tensor,
+        d: torch.Tensor,
+        term: torch.Tensor,
+        mask: torch.Tensor | None,
+        time_dim: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return td_lambda(self.gamma, self.lmbda, v, nv, r, d, term, mask=mask, time_dim=time_dim)
 
 
@@ -417,5 +446,14 @@ class TD0(ValueEstimator):
     """One-step TD targets over a batch (see :func:`td0`); arguments as
     :class:`ValueEstimator`."""
 
-    def _estimate(self, v, nv, r, d, term, mask, time_dim):  # type: ignore[no-untyped-def]
+    def _estimate(
+        self,
+        v: torch.Tensor,
+        nv: torch.Tensor,
+        r: torch.Tensor,
+        d: torch.Tensor,
+        term: torch.Tensor,
+        mask: torch.Tensor | None,
+        time_dim: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return td0(self.gamma, v, nv, r, d, term, mask=mask, time_dim=time_dim)
