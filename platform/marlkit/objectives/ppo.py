@@ -3,7 +3,7 @@ the critic they are given)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import torch
@@ -23,6 +23,7 @@ from marlkit.data.keys import (
     NestedKey,
 )
 from marlkit.modules.critics import ValueNorm
+from marlkit.objectives._keys import replace_keys
 
 __all__ = ["ClipPPOLoss", "PPOKeys"]
 
@@ -166,11 +167,7 @@ class ClipPPOLoss(TensorDictModuleBase):
         Raises:
             ValueError: an unknown name.
         """
-        names = {f.name for f in fields(PPOKeys)}
-        for name, key in keys.items():
-            if name not in names:
-                raise ValueError(f"ClipPPOLoss: unknown key name {name!r}; known: {sorted(names)}")
-            setattr(self.tensor_keys, name, key)
+        replace_keys(self.tensor_keys, "ClipPPOLoss", keys)
         self._refresh_keys()
         return self
 

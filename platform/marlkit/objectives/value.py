@@ -13,8 +13,9 @@ to their value, and do not feed the steps before them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -34,6 +35,7 @@ from marlkit.data.keys import (
     NestedKey,
 )
 from marlkit.modules.critics import ValueNorm
+from marlkit.objectives._keys import replace_keys
 
 __all__ = [
     "GAE",
@@ -254,6 +256,9 @@ class ValueEstimator(TensorDictModuleBase):
         ValueError: (at call time) shapes that do not line up, naming the key and the shape.
     """
 
+    #: The functional estimator a subclass runs (:func:`gae`, :func:`td_lambda`, :func:`td0`).
+    _function: ClassVar[Callable[..., tuple[torch.Tensor, torch.Tensor]]]
+
     def __init__(
         self,
         gamma: float,
@@ -283,11 +288,7 @@ class ValueEstimator(TensorDictModuleBase):
         Raises:
             ValueError: an unknown name.
         """
-        names = {f.name for f in fields(EstimatorKeys)}
-        for name, key in keys.items():
-            if name not in names:
-                raise ValueError(f"unknown key name {name!r}; known: {sorted(names)}")
-            setattr(self.tensor_keys, name, key)
+        replace_keys(self.tensor_keys, type(self).__name__, keys)
         self._refresh_keys()
         return self
 
@@ -367,8 +368,13 @@ class ValueEstimator(TensorDictModuleBase):
         mask: torch.Tensor | None,
         time_dim: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(advantage, value_target)`` from tensors ``[*B, T, n_agents, 1]``."""
-        raise NotImplementedError
+        """``(advantage, value_target)`` from tensors ``[*B, T, n_agents, 1]``: the class's
+        function of :meth:`_coefficients` and the tensors."""
+        fn = type(self)._function
+        return fn(*self._coefficients(), v, nv, r, d, term, mask=mask, time_dim=time_dim)
+
+    def _coefficients(self) -> tuple[float, ...]:
+        return (self.gamma,)
 
 
 def _path(key: NestedKey) -> tuple[str, ...]:
@@ -413,47 +419,20 @@ class GAE(ValueEstimator):
             raise ValueError(f"lmbda must be in [0, 1], got {lmbda}")
         self.lmbda = float(lmbda)
 
-    def _estimate(
-        self,
-        v: torch.Tensor,
-        nv: torch.Tensor,
-        r: torch.Tensor,
-        d: torch.Tensor,
-        term: torch.Tensor,
-        mask: torch.Tensor | None,
-        time_dim: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return gae(self.gamma, self.lmbda, v, nv, r, d, term, mask=mask, time_dim=time_dim)
+    _function = staticmethod(gae)
+
+    def _coefficients(self) -> tuple[float, ...]:
+        return (self.gamma, self.lmbda)
 
 
 class TDLambda(GAE):
     """TD(lambda) targets over a batch (see :func:`td_lambda`); arguments as :class:`GAE`."""
 
-    def _estimate(
-        self,
-        v: torch.Tensor,
-        nv: torch.Tensor,
-        r: torch.Tensor,
-        d: torch.Tensor,
-        term: torch.Tensor,
-        mask: torch.Tensor | None,
-        time_dim: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return td_lambda(self.gamma, self.lmbda, v, nv, r, d, term, mask=mask, time_dim=time_dim)
+    _function = staticmethod(td_lambda)
 
 
 class TD0(ValueEstimator):
     """One-step TD targets over a batch (see :func:`td0`); arguments as
     :class:`ValueEstimator`."""
 
-    def _estimate(
-        self,
-        v: torch.Tensor,
-        nv: torch.Tensor,
-        r: torch.Tensor,
-        d: torch.Tensor,
-        term: torch.Tensor,
-        mask: torch.Tensor | None,
-        time_dim: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return td0(self.gamma, v, nv, r, d, term, mask=mask, time_dim=time_dim)
+    _function = staticmethod(td0)
