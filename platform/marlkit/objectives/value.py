@@ -288,7 +288,7 @@ class ValueEstimator(TensorDictModuleBase):
         Raises:
             ValueError: an unknown name.
         """
-        replace_keys(self.tensor_keys, type(self).__name__, keys)
+        replace_keys(self.tensor_keys, type(self).__qualname__, keys)
         self._refresh_keys()
         return self
 
