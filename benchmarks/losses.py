@@ -49,6 +49,9 @@ MINIBATCH, N_AGENTS, OBS, ACT, CELLS = 400, 3, 18, 2, 256
 CLIP, ENTROPY_COEF, CRITIC_COEF, MAX_GRAD_NORM = 0.2, 0.01, 1.0, 1.0
 
 
+# --- section: mappo -------------------------------------------------------------------------------
+
+
 def _minibatch() -> TensorDict:
     g = torch.Generator().manual_seed(0)
     shape = (MINIBATCH, N_AGENTS)
@@ -158,6 +161,9 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
             "ratio_marlkit_compiled_over_marlkit"
         ]
     return out
+
+
+# --- end section: mappo ---------------------------------------------------------------------------
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"mappo": bench_mappo}
