@@ -7,6 +7,7 @@ import torch
 from tensordict import TensorDict
 
 import marlkit
+from marlkit.collectors import Collector
 from marlkit.data import step_mdp
 from marlkit.envs import InitTracker, TransformedEnv
 from marlkit.modules import MultiAgentGRU, set_recurrent_mode
@@ -111,3 +112,24 @@ def test_missing_is_init_and_bad_shapes() -> None:
         gru(td)
     with pytest.raises(ValueError, match=r"expected .*n_agents=2, 2\], got \[4, 2, 3\]"):
         gru(group_td(torch.zeros(4, 2, 3), torch.ones(4, 1, dtype=torch.bool)))
+
+
+def test_collected_batch_replays_in_sequence_mode_across_resets() -> None:
+    torch.manual_seed(0)
+    env = TransformedEnv(marlkit.make("navigation", num_envs=3, n_agents=2, seed=0), InitTracker())
+    obs_dim = env.observation_spec["agents", "observation"].shape[-1]
+    gru = MultiAgentGRU(obs_dim, 8, 2)
+
+    def policy(td):
+        return env.rand_action(gru(td))
+
+    collector = Collector(
+        env, policy, frames_per_batch=3 * 12, total_frames=3 * 24, max_frames_per_traj=5
+    )
+    batches = list(collector)
+    second = batches[1]  # starts mid-episode: its first state comes from rnn_state_in
+    assert bool(second["is_init"][:, 1:].any())  # resets inside the sequence
+    replay = second.exclude(("agents", "rnn_output"))
+    with set_recurrent_mode(True):
+        gru(replay)
+    torch.testing.assert_close(replay["agents", "rnn_output"], second["agents", "rnn_output"])
