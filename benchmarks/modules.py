@@ -32,11 +32,11 @@ from marlkit.modules import MultiAgentMLP
 BATCH, IN, OUT, CELLS = 1024, 16, 4, 256
 
 
-def bench(n_agents: int, cells: int, rounds: int, seconds: float) -> dict[str, object]:
+def bench(n_agents: int, cells: int, batch: int, rounds: int, seconds: float) -> dict[str, object]:
     torch.manual_seed(0)
     mlp = MultiAgentMLP(IN, OUT, n_agents, num_cells=cells)
     nets = [mlp.agent_network(i) for i in range(n_agents)]  # the same weights
-    x = torch.randn(BATCH, n_agents, IN)
+    x = torch.randn(batch, n_agents, IN)
 
     def batched() -> None:
         mlp.zero_grad(set_to_none=True)
@@ -51,7 +51,12 @@ def bench(n_agents: int, cells: int, rounds: int, seconds: float) -> dict[str, o
         mlp(x), torch.stack([n(x[:, i]) for i, n in enumerate(nets)], 1), rtol=1e-4, atol=1e-5
     )
     times = alternate({"loop": loop, "batched": batched}, rounds, seconds)
-    return {"n_agents": n_agents, "num_cells": cells, **summary(times, "loop", "batched")}
+    return {
+        "n_agents": n_agents,
+        "num_cells": cells,
+        "batch": batch,
+        **summary(times, "loop", "batched"),
+    }
 
 
 def main() -> None:
@@ -60,6 +65,7 @@ def main() -> None:
     parser.add_argument(
         "--cells", type=int, action="append", default=None, help="hidden width (default 256)"
     )
+    parser.add_argument("--batch", type=int, default=BATCH, help="rows per call (default 1024)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--round-seconds", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1)
@@ -69,14 +75,14 @@ def main() -> None:
         "benchmark": "modules",
         "computes": {
             "batched": "MultiAgentMLP(16, 4, n_agents, num_cells=cells, depth=2, Tanh) forward "
-            "+ backward on [1024, n_agents, 16], independent params",
+            "+ backward on [batch, n_agents, 16], independent params",
             "loop": "the same maths as n_agents nn.Sequential MLPs called in a Python loop",
         },
         "target": "loop / batched >= 3 at 32 agents",
         **describe_environment(),
     }
     out["results"] = [
-        bench(n, cells, args.rounds, args.round_seconds)
+        bench(n, cells, args.batch, args.rounds, args.round_seconds)
         for cells in args.cells or [CELLS]
         for n in args.agents or [4, 32, 256]
     ]
