@@ -180,24 +180,23 @@ def test_import_contracts_catch_an_upward_import(tmp_path: pathlib.Path) -> None
     assert broken.returncode != 0
     assert "core layers: nothing below imports what is above it BROKEN" in broken.stdout
     assert "marlkit.data._upward -> marlkit.envs" in broken.stdout
-    # ...the objectives package importing the envs breaks them too (DESIGN.md: objectives
-    # never imports envs), as does envs importing the modules package...
+    # ...objectives importing the envs breaks them too (DESIGN.md: objectives never imports
+    # envs), as does envs importing modules or modules importing objectives (a layer above)...
     upward.unlink()
-    objectives = layout / "marlkit" / "objectives"
-    objectives.mkdir(exist_ok=True)
-    (objectives / "_upward.py").write_text("import marlkit.envs\n")
+    objectives_envs = layout / "marlkit" / "objectives" / "_upward.py"
+    objectives_envs.write_text("import marlkit.envs\n")
     assert "marlkit.objectives._upward -> marlkit.envs" in lint().stdout
-    (objectives / "_upward.py").unlink()
-    modules = layout / "marlkit" / "modules"
-    modules.mkdir(exist_ok=True)
-    if not (modules / "__init__.py").exists():
-        (modules / "__init__.py").write_text("")
+    objectives_envs.unlink()
     (layout / "marlkit" / "envs" / "_mlp.py").write_text("import marlkit.modules\n")
     independent = lint()
     assert "envs, replay and modules are independent BROKEN" in independent.stdout
     assert "marlkit.envs._mlp -> marlkit.modules" in independent.stdout
     (layout / "marlkit" / "envs" / "_mlp.py").unlink()
-    assert lint().returncode == 0  # the objectives and modules packages break nothing
+    modules_up = layout / "marlkit" / "modules" / "_upward.py"
+    modules_up.write_text("import marlkit.objectives\n")
+    assert "marlkit.modules._upward -> marlkit.objectives" in lint().stdout
+    modules_up.unlink()
+    assert lint().returncode == 0
     # ...and a scenario importing the command line breaks the forbidden contract.
     (layout / "marlkit" / "scenarios" / "_cli_user.py").write_text("import marlkit.cli\n")
     forbidden = lint()

@@ -28,6 +28,7 @@ __all__ = [
     "ACTION_LOG_PROB",
     "ACTION_MASK",
     "ACTION_VALUE",
+    "ADVANTAGE",
     "CHOSEN_ACTION_VALUE",
     "COLLECTOR",
     "COLLECTOR_MASK",
@@ -36,6 +37,8 @@ __all__ = [
     "DONE_KEYS",
     "EPISODE_REWARD",
     "IS_INIT",
+    "LOC",
+    "LOGITS",
     "MASK",
     "NEXT",
     "OBSERVATION",
@@ -43,13 +46,18 @@ __all__ = [
     "RESERVED_GROUP_NAMES",
     "RESET",
     "REWARD",
+    "RNN_STATE",
+    "RNN_STATE_IN",
+    "SCALE",
     "STATE",
     "STATE_ACTION_VALUE",
+    "STATE_VALUE",
     "STEP_COUNT",
     "TD_ERROR",
     "TERMINATED",
     "TRAJ_IDS",
     "TRUNCATED",
+    "VALUE_TARGET",
     "WORKER",
     "NestedKey",
     "join_key",
@@ -78,8 +86,6 @@ DEFAULT_GROUP = "agents"
 #: the taken action's ``[*B, n, 1]`` (and the mixed team value, at the root, ``[*B, 1]``).
 ACTION_VALUE = "action_value"
 CHOSEN_ACTION_VALUE = "chosen_action_value"
-#: The log-probability of a sampled action ``[*B, n]`` (probabilistic actors).
-ACTION_LOG_PROB = "action_log_prob"
 #: A critic's value of an observation and a (continuous) action, ``[*B, n, 1]``.
 STATE_ACTION_VALUE = "state_action_value"
 #: Per-sample absolute TD error ``[*B]`` (priorities) and the prioritized sampler's importance
@@ -93,6 +99,22 @@ TRAJ_IDS = (COLLECTOR, "traj_ids")
 COLLECTOR_MASK = (COLLECTOR, "mask")
 #: Multi-worker collectors: the worker that collected each step ``[*B, T]`` int64.
 WORKER = (COLLECTOR, "worker")
+
+#: Probabilistic actors: the distribution's parameters and the sampled action's log-prob
+#: ``(group, ACTION_LOG_PROB)`` ``[*B, n]`` (one per agent, summed over action dims).
+LOC = "loc"
+SCALE = "scale"
+LOGITS = "logits"
+ACTION_LOG_PROB = "action_log_prob"
+#: Critics and value estimators: ``(group, STATE_VALUE | ADVANTAGE | VALUE_TARGET)`` ``[*B, n, 1]``.
+STATE_VALUE = "state_value"
+ADVANTAGE = "advantage"
+VALUE_TARGET = "value_target"
+#: Recurrent modules: ``(group, RNN_STATE)`` ``[*B, n, hidden]`` is the state after the step (a
+#: root entry, so ``step_mdp`` carries it to the next step's input); ``(group, RNN_STATE_IN)``
+#: the state the step started from (zeroed at episode starts), what training sequences begin with.
+RNN_STATE = "rnn_state"
+RNN_STATE_IN = "rnn_state_in"
 
 #: The done-like keys every done level carries.
 DONE_KEYS = (DONE, TERMINATED, TRUNCATED)

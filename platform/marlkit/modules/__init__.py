@@ -1,17 +1,41 @@
-"""Policies, critics and mixers as TensorDict modules (see DESIGN.md: modules import only
-``marlkit.data``, ``marlkit.native``, ``marlkit._utils``, torch and tensordict)."""
+"""Neural modules for multi-agent policies, critics and mixers, as TensorDict modules: batched
+per-agent MLPs and GRUs, action distributions, probabilistic and Q-value actors,
+epsilon-greedy exploration, state-value critics, value normalisation, and the VDN / QMIX mixers.
+
+Every module reads and writes group keys (``(group, "observation")`` ``[*B, n_agents, obs]``,
+``(group, "action")``, ``(group, "state_value")`` ``[*B, n_agents, 1]``, ...); see
+``docs/algorithms.md``. Modules import only ``marlkit.data``, ``marlkit.native``,
+``marlkit._utils``, torch and tensordict (DESIGN.md).
+"""
 
 from __future__ import annotations
 
-# --- value decomposition (QMIX / VDN / IQL) ---------------------------------------------------
+from marlkit.modules.actors import NormalParamExtractor, ProbabilisticActor, distribution_keys
+from marlkit.modules.critics import StateValueCritic, ValueNorm
+from marlkit.modules.distributions import Categorical, MaskedCategorical, Normal, TanhNormal
 from marlkit.modules.mixers import Mixer, QMixer, VDNMixer
+from marlkit.modules.mlp import MultiAgentMLP, StackedLinear
 from marlkit.modules.qvalue import EGreedy, QValueActor
+from marlkit.modules.rnn import MultiAgentGRU, recurrent_mode, set_recurrent_mode
 
 __all__ = [
-    # value decomposition (QMIX / VDN / IQL)
+    "Categorical",
     "EGreedy",
+    "MaskedCategorical",
     "Mixer",
+    "MultiAgentGRU",
+    "MultiAgentMLP",
+    "Normal",
+    "NormalParamExtractor",
+    "ProbabilisticActor",
     "QMixer",
     "QValueActor",
+    "StackedLinear",
+    "StateValueCritic",
+    "TanhNormal",
     "VDNMixer",
+    "ValueNorm",
+    "distribution_keys",
+    "recurrent_mode",
+    "set_recurrent_mode",
 ]

@@ -1,0 +1,177 @@
+"""Probabilistic multi-agent actors, built on ``tensordict.nn``'s probabilistic modules.
+
+An actor is a :class:`tensordict.nn.ProbabilisticTensorDictSequential`: a network writing the
+distribution's parameters under the group (``(group, "loc")``/``(group, "scale")`` or
+``(group, "logits")``), then a :class:`tensordict.nn.ProbabilisticTensorDictModule` that
+builds the distribution, writes ``(group, "action")`` and, with ``return_log_prob``,
+``(group, "action_log_prob")`` ``[*B, n_agents]``: one log-prob per agent (summed over the
+action dims). Losses line it up with the per-agent advantages ``[*B, n_agents, 1]``
+themselves; no reshaping on the user's side.
+
+The actor follows marlkit's exploration mode (:mod:`marlkit.data.exploration`): it samples in
+``"random"`` mode (also outside any ``set_exploration`` block) and takes the distribution's
+``deterministic_sample`` (the mean, the squashed mean, the most likely action) in
+``"deterministic"`` mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from tensordict.nn import (
+    InteractionType,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictModuleBase,
+)
+from torch import nn
+
+from marlkit.data.keys import (
+    ACTION,
+    ACTION_LOG_PROB,
+    ACTION_MASK,
+    DEFAULT_GROUP,
+    LOC,
+    LOGITS,
+    OBSERVATION,
+    SCALE,
+    NestedKey,
+    join_key,
+)
+from marlkit.modules.distributions import Categorical, MaskedCategorical, Normal, TanhNormal
+
+__all__ = ["NormalParamExtractor", "ProbabilisticActor", "distribution_keys"]
+
+
+class NormalParamExtractor(nn.Module):
+    """Split a network's output ``[*B, n_agents, 2 * act_dim]`` into ``loc`` and a positive
+    ``scale`` (each ``[*B, n_agents, act_dim]``, ``scale = softplus(.) + min_scale``).
+
+    Args:
+        min_scale: a floor on the scale, so log-probs stay finite.
+
+    Raises:
+        ValueError: at call time, an odd last dim.
+    """
+
+    def __init__(self, min_scale: float = 1e-4):
+        super().__init__()
+        self.min_scale = float(min_scale)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.shape[-1] % 2:
+            raise ValueError(
+                "NormalParamExtractor: expected an even last dim (2 * act_dim), got "
+                f"{list(x.shape)}"
+            )
+        loc, raw = x.chunk(2, -1)
+        return loc, nn.functional.softplus(raw) + self.min_scale
+
+
+def distribution_keys(distribution_class: type, group: str) -> dict[str, NestedKey]:
+    """The default parameter keys of ``distribution_class`` under ``group``.
+
+    ``Normal``/``TanhNormal``: ``{"loc": (group, "loc"), "scale": (group, "scale")}``;
+    ``Categorical``: ``{"logits": (group, "logits")}``; ``MaskedCategorical`` adds
+    ``{"mask": (group, "action_mask")}``.
+
+    Raises:
+        ValueError: another class (pass ``dist_keys`` explicitly then).
+    """
+    if issubclass(distribution_class, (Normal, TanhNormal)):
+        return {LOC: (group, LOC), SCALE: (group, SCALE)}
+    if issubclass(distribution_class, MaskedCategorical):
+        return {LOGITS: (group, LOGITS), "mask": (group, ACTION_MASK)}
+    if issubclass(distribution_class, Categorical):
+        return {LOGITS: (group, LOGITS)}
+    raise ValueError(
+        f"no default keys for {distribution_class.__name__}: pass dist_keys={{kwarg: key}}"
+    )
+
+
+class ProbabilisticActor(ProbabilisticTensorDictSequential):
+    """A network that writes distribution parameters, then the sampling module.
+
+    Args:
+        network: a ``TensorDictModule`` writing the parameters at ``dist_keys``' keys, or a
+            plain ``nn.Module`` (then it reads ``in_keys`` and returns the parameters in the
+            order of ``dist_keys``).
+        group: the agent group whose keys are used.
+        distribution_class: a class of :mod:`marlkit.modules.distributions` (or any
+            ``torch.distributions`` class whose event is one agent's action).
+        dist_keys: ``{distribution kwarg: key}``; defaults from :func:`distribution_keys`.
+        in_keys: what a plain ``network`` reads (default ``[(group, "observation")]``).
+        action_key: where the action goes (default ``(group, "action")``).
+        return_log_prob: also write the log-prob ``(group, "action_log_prob")``
+            ``[*B, n_agents]`` when acting.
+        distribution_kwargs: fixed extra arguments of the distribution (``low``/``high`` of a
+            ``TanhNormal``, say).
+
+    Raises:
+        TypeError: a network that is neither a ``TensorDictModuleBase`` nor an ``nn.Module``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor
+        >>> from marlkit.modules import TanhNormal
+        >>> net = torch.nn.Sequential(MultiAgentMLP(4, 2 * 2, 3, num_cells=8),
+        ...                           NormalParamExtractor())
+        >>> actor = ProbabilisticActor(net, group="agents", distribution_class=TanhNormal,
+        ...                            return_log_prob=True)
+        >>> td = TensorDict({"agents": TensorDict({"observation": torch.zeros(5, 3, 4)},
+        ...                                       batch_size=[5, 3])}, batch_size=[5])
+        >>> actor(td)["agents", "action_log_prob"].shape
+        torch.Size([5, 3])
+    """
+
+    def __init__(
+        self,
+        network: nn.Module,
+        *,
+        group: str = DEFAULT_GROUP,
+        distribution_class: type = TanhNormal,
+        dist_keys: Mapping[str, NestedKey] | None = None,
+        in_keys: Sequence[NestedKey] | None = None,
+        action_key: NestedKey | None = None,
+        return_log_prob: bool = True,
+        distribution_kwargs: Mapping[str, Any] | None = None,
+    ):
+        keys = (
+            dict(dist_keys)
+            if dist_keys is not None
+            else distribution_keys(distribution_class, group)
+        )
+        action = action_key if action_key is not None else join_key(group, ACTION)
+        if isinstance(network, TensorDictModuleBase):
+            head = network
+        elif isinstance(network, nn.Module):
+            params = [k for name, k in keys.items() if name != "mask"]
+            head = TensorDictModule(
+                network,
+                in_keys=list(in_keys) if in_keys is not None else [(group, OBSERVATION)],
+                out_keys=cast(Any, params),
+            )
+        else:
+            raise TypeError(
+                f"network must be an nn.Module or a TensorDictModule, got {type(network).__name__}"
+            )
+        action_path = (action,) if isinstance(action, str) else tuple(action)
+        sampler = ProbabilisticTensorDictModule(
+            in_keys=cast(Any, keys),
+            out_keys=[action],
+            distribution_class=distribution_class,
+            distribution_kwargs=dict(distribution_kwargs or {}),
+            return_log_prob=return_log_prob,
+            log_prob_key=join_key(action_path[:-1], ACTION_LOG_PROB),
+            # marlkit's mode outside any set_exploration block is "random"; inside one,
+            # set_exploration sets tensordict's interaction type and that wins.
+            default_interaction_type=InteractionType.RANDOM,
+        )
+        super().__init__(head, sampler)
+        self.group = group
+        self.action_key = action
+        self.log_prob_key_: NestedKey = join_key(action_path[:-1], ACTION_LOG_PROB)

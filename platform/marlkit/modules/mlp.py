@@ -1,0 +1,203 @@
+"""``MultiAgentMLP``: one MLP per agent (or one shared), all agents in one batched call."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import cast
+
+import torch
+from torch import nn
+
+__all__ = ["MultiAgentMLP", "StackedLinear", "check_agent_input", "from_stacks", "to_stacks"]
+
+
+def to_stacks(rows: torch.Tensor, n_stacks: int) -> torch.Tensor:
+    """``[R, n_agents, F]`` -> the layout of :class:`StackedLinear`: ``[n_agents, R, F]`` with
+    one stack per agent, ``[1, R * n_agents, F]`` with one shared stack."""
+    if n_stacks == 1:
+        return rows.reshape(1, -1, rows.shape[-1])
+    return rows.transpose(0, 1)
+
+
+def from_stacks(h: torch.Tensor, n_agents: int) -> torch.Tensor:
+    """The inverse of :func:`to_stacks`: ``[S, *, F]`` -> ``[R, n_agents, F]``."""
+    if h.shape[0] == 1:
+        return h.reshape(-1, n_agents, h.shape[-1])
+    return h.transpose(0, 1)
+
+
+def check_agent_input(
+    x: torch.Tensor, n_agents: int, features: int, what: str = "input"
+) -> tuple[int, ...]:
+    """Check that ``x`` is ``[*B, n_agents, features]`` and return ``B``.
+
+    Raises:
+        ValueError: another shape (the message names the expected and the received shape).
+    """
+    if x.dim() < 2 or x.shape[-2] != n_agents or x.shape[-1] != features:
+        raise ValueError(
+            f"{what}: expected a tensor of shape [*B, n_agents={n_agents}, {features}], "
+            f"got {list(x.shape)}"
+        )
+    return tuple(x.shape[:-2])
+
+
+class StackedLinear(nn.Module):
+    """``n_stacks`` independent linear layers applied in one batched matmul.
+
+    Weights are ``[n_stacks, in_features, out_features]``, initialised as ``nn.Linear`` does
+    (uniform in ``±1/sqrt(in_features)``).
+
+    Args:
+        n_stacks: number of independent layers (1: one layer shared by every stack of input).
+        in_features, out_features: layer sizes.
+        device: where the parameters live.
+    """
+
+    def __init__(
+        self,
+        n_stacks: int,
+        in_features: int,
+        out_features: int,
+        device: torch.device | str | None = None,
+    ):
+        super().__init__()
+        self.n_stacks, self.in_features, self.out_features = n_stacks, in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight = nn.Parameter(
+            torch.empty(n_stacks, in_features, out_features, device=device).uniform_(-bound, bound)
+        )
+        self.bias = nn.Parameter(
+            torch.empty(n_stacks, 1, out_features, device=device).uniform_(-bound, bound)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[n_stacks, N, in]`` (or ``[N, in]``/``[1, N, in]`` with one stack) ->
+        ``[n_stacks, N, out]``."""
+        if self.n_stacks == 1:
+            return torch.addmm(self.bias[0], x.reshape(-1, self.in_features), self.weight[0]).view(
+                *x.shape[:-1], self.out_features
+            )
+        return torch.baddbmm(self.bias, x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"n_stacks={self.n_stacks}, in={self.in_features}, out={self.out_features}"
+
+
+class MultiAgentMLP(nn.Module):
+    """An MLP per agent, every agent computed in one batched matmul per layer (no Python loop
+    over agents).
+
+    Args:
+        n_agent_inputs: input features per agent.
+        n_agent_outputs: output features per agent.
+        n_agents: number of agents.
+        centralised: every agent reads the concatenation of all agents' inputs
+            (``[*B, n_agents * n_agent_inputs]``), as a centralised critic does.
+        share_params: one set of parameters for all agents (else one per agent).
+        depth: number of hidden layers.
+        num_cells: hidden width, an int for every layer or one per layer.
+        activation: the activation class, instantiated after every hidden layer.
+        device: where the parameters live.
+
+    Shapes:
+        input ``[*B, n_agents, n_agent_inputs]`` -> output ``[*B, n_agents, n_agent_outputs]``.
+
+    Raises:
+        ValueError: a bad size; at call time, an input of another shape.
+
+    Examples:
+        >>> import torch
+        >>> from marlkit.modules import MultiAgentMLP
+        >>> mlp = MultiAgentMLP(4, 2, n_agents=3, num_cells=16)
+        >>> mlp(torch.zeros(5, 7, 3, 4)).shape
+        torch.Size([5, 7, 3, 2])
+    """
+
+    def __init__(
+        self,
+        n_agent_inputs: int,
+        n_agent_outputs: int,
+        n_agents: int,
+        *,
+        centralised: bool = False,
+        share_params: bool = False,
+        depth: int = 2,
+        num_cells: int | Sequence[int] = 256,
+        activation: type[nn.Module] = nn.Tanh,
+        device: torch.device | str | None = None,
+    ):
+        super().__init__()
+        for name, value in (
+            ("n_agent_inputs", n_agent_inputs),
+            ("n_agent_outputs", n_agent_outputs),
+            ("n_agents", n_agents),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ValueError(f"depth must be an int >= 0, got {depth!r}")
+        cells = [num_cells] * depth if isinstance(num_cells, int) else list(num_cells)
+        if len(cells) != depth or any(c < 1 for c in cells):
+            raise ValueError(f"num_cells must be {depth} positive ints (depth), got {num_cells!r}")
+        self.n_agent_inputs, self.n_agent_outputs = n_agent_inputs, n_agent_outputs
+        self.n_agents, self.centralised, self.share_params = n_agents, centralised, share_params
+        self.n_stacks = 1 if share_params else n_agents
+        width_in = n_agent_inputs * n_agents if centralised else n_agent_inputs
+        sizes = [width_in, *cells, n_agent_outputs]
+        self.layers = nn.ModuleList(
+            StackedLinear(self.n_stacks, a, b, device=device) for a, b in itertools.pairwise(sizes)
+        )
+        self.activations = nn.ModuleList(activation() for _ in cells)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[*B, n_agents, n_agent_inputs]`` -> ``[*B, n_agents, n_agent_outputs]``."""
+        batch = check_agent_input(x, self.n_agents, self.n_agent_inputs, "MultiAgentMLP input")
+        n = self.n_agents
+        flat = x.reshape(-1, n, self.n_agent_inputs)
+        rows = flat.shape[0]
+        if self.centralised:
+            h = flat.reshape(1, rows, n * self.n_agent_inputs)
+            if self.n_stacks > 1:
+                h = h.expand(n, rows, h.shape[-1])
+        else:
+            h = to_stacks(flat, self.n_stacks)
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i < len(self.activations):
+                h = self.activations[i](h)
+        if self.centralised and self.n_stacks == 1:  # one output, the same for every agent
+            out = h.reshape(rows, 1, self.n_agent_outputs).expand(rows, n, self.n_agent_outputs)
+        else:
+            out = from_stacks(h, n)
+        return out.reshape(*batch, n, self.n_agent_outputs)
+
+    def agent_network(self, agent: int) -> nn.Sequential:
+        """A plain ``nn.Sequential`` holding copies of ``agent``'s parameters (for inspection
+        and reference tests): it maps ``[*, width_in]`` to ``[*, n_agent_outputs]``.
+
+        Raises:
+            IndexError: ``agent`` out of range.
+        """
+        if not 0 <= agent < self.n_agents:
+            raise IndexError(f"agent must be in [0, {self.n_agents}), got {agent}")
+        stack = 0 if self.share_params else agent
+        mods: list[nn.Module] = []
+        for i, module in enumerate(self.layers):
+            layer = cast(StackedLinear, module)
+            lin = nn.Linear(layer.in_features, layer.out_features, device=layer.weight.device)
+            with torch.no_grad():
+                lin.weight.copy_(layer.weight[stack].T)
+                lin.bias.copy_(layer.bias[stack, 0])
+            mods.append(lin)
+            if i < len(self.activations):
+                mods.append(type(self.activations[i])())
+        return nn.Sequential(*mods)
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_agents={self.n_agents}, centralised={self.centralised}, "
+            f"share_params={self.share_params}"
+        )

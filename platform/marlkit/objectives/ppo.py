@@ -1,0 +1,322 @@
+"""``ClipPPOLoss``: the clipped PPO objective for one agent group (MAPPO and IPPO differ only by
+the critic they are given)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase
+from torch import nn
+
+from marlkit.data.keys import (
+    ACTION,
+    ACTION_LOG_PROB,
+    ADVANTAGE,
+    COLLECTOR_MASK,
+    DEFAULT_GROUP,
+    MASK,
+    STATE_VALUE,
+    VALUE_TARGET,
+    NestedKey,
+)
+from marlkit.modules.critics import ValueNorm
+from marlkit.objectives._keys import replace_keys
+
+__all__ = ["ClipPPOLoss", "PPOKeys"]
+
+
+@dataclass
+class PPOKeys:
+    """The keys :class:`ClipPPOLoss` reads (TorchRL's ``_AcceptedKeys``); full nested keys,
+    defaults under the loss's group. Change them with :meth:`ClipPPOLoss.set_keys`.
+
+    Attributes:
+        advantage: ``(group, "advantage")`` ``[*B, n_agents, 1]``.
+        value_target: ``(group, "value_target")`` ``[*B, n_agents, 1]``.
+        value: ``(group, "state_value")`` ``[*B, n_agents, 1]``: the critic's output key, and in
+            the batch the value at collection time (used by ``clip_value``).
+        action: ``(group, "action")``.
+        sample_log_prob: ``(group, "action_log_prob")`` ``[*B, n_agents]``, at collection.
+        mask: ``(group, "mask")`` ``[*B, n_agents]`` bool, present agents (optional entry).
+        collector_mask: ``("collector", "mask")`` ``[*B]`` bool, real steps of padded
+            trajectories (optional entry).
+    """
+
+    advantage: NestedKey
+    value_target: NestedKey
+    value: NestedKey
+    action: NestedKey
+    sample_log_prob: NestedKey
+    mask: NestedKey
+    collector_mask: NestedKey = COLLECTOR_MASK
+
+    @classmethod
+    def for_group(cls, group: str) -> PPOKeys:
+        return cls(
+            advantage=(group, ADVANTAGE),
+            value_target=(group, VALUE_TARGET),
+            value=(group, STATE_VALUE),
+            action=(group, ACTION),
+            sample_log_prob=(group, ACTION_LOG_PROB),
+            mask=(group, MASK),
+        )
+
+
+def _masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+    if w is None:
+        return x.mean()
+    return (x * w).sum() / w.sum().clamp(min=1.0)
+
+
+class ClipPPOLoss(TensorDictModuleBase):
+    """Clipped PPO (Schulman et al. 2017) for one group: MAPPO with a centralised critic,
+    IPPO with a local one.
+
+    With ``r = exp(log_prob - sample_log_prob)`` per agent and ``A`` the advantage, each
+    ``[*B, n_agents, 1]``: ``loss_objective = -mean(min(r A, clip(r, 1 - eps, 1 + eps) A))``,
+    ``loss_critic = critic_coef * mean(distance(V, value_target))`` (with ``clip_value``, the
+    larger of the clipped and unclipped distances, as TorchRL), ``loss_entropy =
+    -entropy_coef * mean(entropy)``. Means run over present agents and real steps only
+    (``(group, "mask")``, ``("collector", "mask")``): absent agents contribute nothing. The
+    objective and the entropy move only the actor, the critic loss only the critic; the sum of
+    the three ``loss_*`` entries is what to back-propagate.
+
+    Args:
+        actor: a :class:`tensordict.nn.ProbabilisticTensorDictSequential` (a
+            :class:`marlkit.modules.ProbabilisticActor`): its ``get_dist`` gives the
+            distribution whose ``log_prob`` of the action is ``[*B, n_agents]``.
+        critic: writes ``(group, "state_value")`` ``[*B, n_agents, 1]``.
+        group: the group whose keys are read; no other group's entry is touched.
+        clip_epsilon: the ratio clip.
+        entropy_coef: weight of the entropy bonus.
+        critic_coef: weight of the critic loss.
+        clip_value: clip the new value to ``old ± clip_value`` (``None``: no clipping).
+        normalize_advantage: standardise advantages over the minibatch (present agents).
+        normalize_advantage_per_agent: standardise each agent's advantages separately.
+        loss_critic_type: ``"l2"`` (squared error), ``"smooth_l1"`` or ``"l1"``.
+        value_norm: the critic predicts values normalised by it; targets are normalised
+            before the comparison (update it yourself once per batch, see ``docs/algorithms.md``).
+        entropy_samples: samples for the entropy estimate of distributions without a closed
+            form (``TanhNormal``).
+
+    Returns (from ``forward``):
+        A TensorDict (no batch dims) with ``loss_objective``, ``loss_critic``,
+        ``loss_entropy``, ``entropy`` and the detached diagnostics ``clip_fraction`` (share of
+        ratios outside the clip range), ``kl_approx`` (``mean((r - 1) - log r)``, Schulman's
+        unbiased, non-negative estimator of ``KL(old || new)``) and ``explained_variance``
+        (``1 - Var(target - V) / Var(target)``).
+
+    Raises:
+        TypeError: an actor without ``get_dist``.
+        ValueError: a bad coefficient or option; at call time, an entry of the wrong shape
+            (the message names the key, the expected and the received shape).
+        KeyError: at call time, a missing entry (named).
+    """
+
+    def __init__(
+        self,
+        actor: ProbabilisticTensorDictSequential,
+        critic: nn.Module,
+        *,
+        group: str = DEFAULT_GROUP,
+        clip_epsilon: float = 0.2,
+        entropy_coef: float = 0.01,
+        critic_coef: float = 1.0,
+        clip_value: float | None = None,
+        normalize_advantage: bool = True,
+        normalize_advantage_per_agent: bool = False,
+        loss_critic_type: Literal["l2", "smooth_l1", "l1"] = "l2",
+        value_norm: ValueNorm | None = None,
+        entropy_samples: int = 1,
+    ):
+        super().__init__()
+        if not hasattr(actor, "get_dist"):
+            raise TypeError(
+                "ClipPPOLoss: actor must be a ProbabilisticTensorDictSequential (with get_dist), "
+                f"got {type(actor).__name__}"
+            )
+        if not clip_epsilon > 0:
+            raise ValueError(f"clip_epsilon must be > 0, got {clip_epsilon}")
+        if clip_value is not None and not clip_value > 0:
+            raise ValueError(f"clip_value must be > 0 or None, got {clip_value}")
+        if loss_critic_type not in ("l2", "smooth_l1", "l1"):
+            raise ValueError(
+                f"loss_critic_type must be 'l2', 'smooth_l1' or 'l1', got {loss_critic_type!r}"
+            )
+        self.actor_network = actor
+        self.critic_network = critic
+        self.group = group
+        self.clip_epsilon = float(clip_epsilon)
+        self.entropy_coef, self.critic_coef = float(entropy_coef), float(critic_coef)
+        self.clip_value = clip_value
+        self.normalize_advantage = normalize_advantage
+        self.normalize_advantage_per_agent = normalize_advantage_per_agent
+        self.loss_critic_type = loss_critic_type
+        self.value_norm = value_norm
+        self.entropy_samples = int(entropy_samples)
+        self.tensor_keys = PPOKeys.for_group(group)
+        self._refresh_keys()
+
+    # ------------------------------------------------------------------ keys
+    def set_keys(self, **keys: NestedKey) -> ClipPPOLoss:
+        """Change keys by name (see :class:`PPOKeys`); returns ``self``.
+
+        Raises:
+            ValueError: an unknown name.
+        """
+        replace_keys(self.tensor_keys, "ClipPPOLoss", keys)
+        self._refresh_keys()
+        return self
+
+    def _refresh_keys(self) -> None:
+        k = self.tensor_keys
+        actor_in = list(getattr(self.actor_network, "in_keys", []))
+        critic_in = list(getattr(self.critic_network, "in_keys", []))
+        keys = [*actor_in, *critic_in, k.action, k.sample_log_prob, k.advantage, k.value_target]
+        self.in_keys = cast(Any, list(dict.fromkeys(keys)))
+        self.out_keys = ["loss_objective", "loss_critic", "loss_entropy"]
+
+    # ------------------------------------------------------------------ checks
+    def _get(self, td: TensorDictBase, key: NestedKey, what: str) -> torch.Tensor:
+        value = td.get(key, None)
+        if value is None:
+            raise KeyError(
+                f"ClipPPOLoss: missing {what} {key!r} (set_keys({what}=...) to change it)"
+            )
+        return value
+
+    def _check_shape(self, value: torch.Tensor, key: NestedKey, shape: tuple[int, ...]) -> None:
+        if tuple(value.shape) != shape:
+            raise ValueError(
+                f"ClipPPOLoss: {key!r} must have shape {list(shape)} ([*B, n_agents, 1] or "
+                f"[*B, n_agents] for log-probs), got {list(value.shape)}"
+            )
+
+    def _weights(self, td: TensorDictBase, shape: tuple[int, ...]) -> torch.Tensor | None:
+        """Present agents at real steps, ``[*B, n_agents, 1]`` float, or ``None`` (all)."""
+        k = self.tensor_keys
+        w: torch.Tensor | None = None
+        mask = td.get(k.mask, None)
+        if mask is not None:
+            self._check_shape(mask, k.mask, shape[:-1])
+            w = mask.unsqueeze(-1)
+        steps = td.get(k.collector_mask, None)
+        if steps is not None:
+            if tuple(steps.shape) != shape[:-2]:
+                raise ValueError(
+                    f"ClipPPOLoss: {k.collector_mask!r} must have shape {list(shape[:-2])} "
+                    f"([*B]), got {list(steps.shape)}"
+                )
+            s = steps[..., None, None].expand(shape)
+            w = s if w is None else w & s
+        return None if w is None else w.to(torch.get_default_dtype())
+
+    # ------------------------------------------------------------------ terms
+    def _advantage(self, adv: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+        if not self.normalize_advantage:
+            return adv
+        ones = torch.ones_like(adv) if w is None else w
+        if self.normalize_advantage_per_agent:
+            dims = (*tuple(range(adv.dim() - 2)), adv.dim() - 1)
+        else:
+            dims = tuple(range(adv.dim()))
+        count = ones.sum(dims, keepdim=True).clamp(min=1.0)
+        mean = (adv * ones).sum(dims, keepdim=True) / count
+        var = (((adv - mean) ** 2) * ones).sum(dims, keepdim=True) / (count - 1).clamp(min=1.0)
+        return (adv - mean) / (var.sqrt() + 1e-8)
+
+    def _entropy(self, dist: torch.distributions.Distribution) -> torch.Tensor:
+        try:
+            return dist.entropy()
+        except NotImplementedError:
+            sample = dist.rsample((self.entropy_samples,))
+            return -dist.log_prob(sample).mean(0)
+
+    def _distance(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if self.loss_critic_type == "l2":
+            return (a - b) ** 2
+        if self.loss_critic_type == "l1":
+            return (a - b).abs()
+        return nn.functional.smooth_l1_loss(a, b, reduction="none")
+
+    def _critic_loss(
+        self, td: TensorDictBase, target: torch.Tensor, w: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        k = self.tensor_keys
+        keys = [key for key in getattr(self.critic_network, "in_keys", []) if key in td.keys(True)]
+        out = self.critic_network(td.select(*keys) if keys else td.copy())
+        value = self._get(out, k.value, "value")
+        self._check_shape(value, k.value, tuple(target.shape))
+        goal = self.value_norm.normalize(target) if self.value_norm is not None else target
+        dist = self._distance(value, goal)
+        if self.clip_value is not None:
+            old = self._get(td, k.value, "value")
+            self._check_shape(old, k.value, tuple(target.shape))
+            clipped = old + (value - old).clamp(-self.clip_value, self.clip_value)
+            dist = torch.maximum(dist, self._distance(clipped, goal))
+        return self.critic_coef * _masked_mean(dist, w), value
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The loss terms for a batch of any leading dims ``[*B]`` (group batch
+        ``[*B, n_agents]``)."""
+        k = self.tensor_keys
+        adv = self._get(tensordict, k.advantage, "advantage")
+        if adv.dim() < 2 or adv.shape[-1] != 1:
+            raise ValueError(
+                f"ClipPPOLoss: {k.advantage!r} must have shape [*B, n_agents, 1], got "
+                f"{list(adv.shape)}"
+            )
+        shape = tuple(adv.shape)
+        target = self._get(tensordict, k.value_target, "value_target")
+        self._check_shape(target, k.value_target, shape)
+        old_lp = self._get(tensordict, k.sample_log_prob, "sample_log_prob")
+        self._check_shape(old_lp, k.sample_log_prob, shape[:-1])
+        action = self._get(tensordict, k.action, "action")
+        w = self._weights(tensordict, shape)
+
+        dist = self.actor_network.get_dist(tensordict.copy())
+        log_prob = dist.log_prob(action)
+        self._check_shape(log_prob, f"log_prob of {k.action!r}", shape[:-1])
+        log_ratio = (log_prob - old_lp).unsqueeze(-1)
+        if w is not None:  # absent agents: any action, ratio 1 (they are weighted out anyway)
+            log_ratio = log_ratio.masked_fill(w == 0, 0.0)
+        ratio = log_ratio.exp()
+        a = self._advantage(adv, w)
+        gain = torch.minimum(
+            ratio * a, ratio.clamp(1 - self.clip_epsilon, 1 + self.clip_epsilon) * a
+        )
+        entropy = self._entropy(dist).unsqueeze(-1)
+        if w is not None:
+            entropy = entropy.masked_fill(w == 0, 0.0)
+        loss_critic, value = self._critic_loss(tensordict, target, w)
+        with torch.no_grad():
+            clipped = ((ratio - 1).abs() > self.clip_epsilon).to(ratio.dtype)
+            kl = (ratio - 1) - log_ratio
+            pred = (
+                self.value_norm.denormalize(value) if self.value_norm is not None else value
+            ).detach()
+            ones = torch.ones_like(target) if w is None else w
+            count = ones.sum().clamp(min=1.0)
+            t_mean = (target * ones).sum() / count
+            var_t = (((target - t_mean) ** 2) * ones).sum() / count
+            err = target - pred
+            e_mean = (err * ones).sum() / count
+            var_e = (((err - e_mean) ** 2) * ones).sum() / count
+            explained = 1 - var_e / var_t.clamp(min=1e-8)
+        entropy_mean = _masked_mean(entropy, w)
+        return TensorDict(
+            {
+                "loss_objective": -_masked_mean(gain, w),
+                "loss_critic": loss_critic,
+                "loss_entropy": -self.entropy_coef * entropy_mean,
+                "entropy": entropy_mean.detach(),
+                "clip_fraction": _masked_mean(clipped, w),
+                "kl_approx": _masked_mean(kl, w),
+                "explained_variance": explained,
+            },
+            batch_size=[],
+        )

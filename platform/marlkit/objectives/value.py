@@ -1,0 +1,438 @@
+"""Value estimators: functional ``gae``, ``td_lambda``, ``td0`` and the modules ``GAE``,
+``TDLambda``, ``TD0`` that read a collected batch ``[*B, T]`` and write ``(group, "advantage")``
+and ``(group, "value_target")`` ``[*B, T, n_agents, 1]``.
+
+Conventions (as TorchRL's): the episode is over at a step where ``done`` is True, so the
+recursion does not look past it; the next value is bootstrapped unless the step
+``terminated`` (a truncated step bootstraps from the value of its final observation, which the
+critic computes from ``"next"``). Rewards and flags may live per group (``[*B, T, n, 1]``) or
+at the root (a team reward or root flags ``[*B, T, 1]``): the modules broadcast them to the
+agents. Steps of absent agents (``(group, "mask")`` False) get a zero advantage, a target equal
+to their value, and do not feed the steps before them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+
+from marlkit.data.keys import (
+    ADVANTAGE,
+    DEFAULT_GROUP,
+    DONE,
+    MASK,
+    NEXT,
+    REWARD,
+    STATE_VALUE,
+    TERMINATED,
+    VALUE_TARGET,
+    NestedKey,
+)
+from marlkit.modules.critics import ValueNorm
+from marlkit.objectives._keys import replace_keys
+
+__all__ = [
+    "GAE",
+    "TD0",
+    "EstimatorKeys",
+    "TDLambda",
+    "ValueEstimator",
+    "gae",
+    "td0",
+    "td_lambda",
+]
+
+
+def _prepare(
+    state_value: torch.Tensor,
+    next_state_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    mask: torch.Tensor | None,
+    time_dim: int,
+) -> tuple[Any, ...]:
+    """Broadcast everything to one shape, time first: ``[T, ...]``."""
+    shapes = [t.shape for t in (state_value, next_state_value, reward, done, terminated)]
+    if mask is not None:
+        shapes.append(mask.shape)
+    try:
+        shape = torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        raise ValueError(
+            "value estimator: state_value, next_state_value, reward, done, terminated (and mask) "
+            f"must broadcast to one shape [*B, T, *F], got {[list(s) for s in shapes]}"
+        ) from None
+    dtype = state_value.dtype
+
+    def norm(t: torch.Tensor, as_float: bool = True) -> torch.Tensor:
+        t = t.expand(shape).movedim(time_dim, 0)
+        return t.to(dtype) if as_float else t.to(torch.bool)
+
+    present = norm(mask, False) if mask is not None else None
+    return (
+        norm(state_value),
+        norm(next_state_value),
+        norm(reward),
+        norm(done, False),
+        norm(terminated, False),
+        present,
+    )
+
+
+def gae(
+    gamma: float,
+    lmbda: float,
+    state_value: torch.Tensor,
+    next_state_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    time_dim: int = -2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation.
+
+    ``delta_t = r_t + gamma * (1 - terminated_t) * V'_t - V_t``,
+    ``A_t = delta_t + gamma * lmbda * (1 - done_t) * A_{t+1}``, target ``A_t + V_t``.
+
+    Args:
+        gamma, lmbda: discount and trace decay.
+        state_value: ``V(s_t)`` ``[*B, T, *F]``.
+        next_state_value: ``V(s_{t+1})`` (of the final observation at a done step), same shape.
+        reward: ``[*B, T, *F]`` (or broadcastable to it).
+        done: the episode is over after the step, bool, broadcastable.
+        terminated: over by termination (no bootstrap), bool, broadcastable.
+        mask: True where the agent is present, broadcastable (absent steps: zero advantage).
+        time_dim: the time dim of the broadcast shape.
+
+    Returns:
+        ``(advantage, value_target)``, each of the broadcast shape.
+
+    Raises:
+        ValueError: tensors that do not broadcast together.
+    """
+    v, nv, r, d, term, present = _prepare(
+        state_value, next_state_value, reward, done, terminated, mask, time_dim
+    )
+    not_done = (~d).to(v.dtype)
+    delta = r + gamma * (~term).to(v.dtype) * nv - v
+    if present is not None:
+        delta = delta.masked_fill(~present, 0.0)
+    adv = torch.empty_like(v)
+    running = torch.zeros_like(v[0])
+    for t in range(v.shape[0] - 1, -1, -1):
+        running = delta[t] + gamma * lmbda * not_done[t] * running
+        if present is not None:
+            running = running.masked_fill(~present[t], 0.0)
+        adv[t] = running
+    advantage = adv.movedim(0, time_dim)
+    return advantage, advantage + state_value.expand_as(advantage)
+
+
+def td_lambda(
+    gamma: float,
+    lmbda: float,
+    state_value: torch.Tensor,
+    next_state_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    time_dim: int = -2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TD(lambda) returns: ``G_t = r_t + gamma * (1 - terminated_t) * (V'_t + lmbda *
+    (1 - done_t) * (G_{t+1} - V'_t))``, ``G`` of the last step ``r + gamma (1 - terminated) V'``.
+
+    Arguments, shapes and errors as :func:`gae`. Returns ``(advantage, value_target)`` with
+    ``advantage = G - V`` (equal to GAE's when ``V'_t = V_{t+1}``).
+    """
+    v, nv, r, d, term, present = _prepare(
+        state_value, next_state_value, reward, done, terminated, mask, time_dim
+    )
+    not_done = (~d).to(v.dtype)
+    not_term = (~term).to(v.dtype)
+    ret = torch.empty_like(v)
+    nxt = nv[-1]  # G_{t+1}: equal to V'_t at the last step (no trace beyond the batch)
+    for t in range(v.shape[0] - 1, -1, -1):
+        follow = nv[t] + lmbda * not_done[t] * (nxt - nv[t])
+        if present is not None and t + 1 < v.shape[0]:
+            follow = torch.where(present[t + 1], follow, nv[t])  # absent next: no trace
+        g = r[t] + gamma * not_term[t] * follow
+        if present is not None:
+            g = torch.where(present[t], g, v[t])
+        ret[t] = g
+        nxt = g
+    target = ret.movedim(0, time_dim)
+    return target - state_value.expand_as(target), target
+
+
+def td0(
+    gamma: float,
+    state_value: torch.Tensor,
+    next_state_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    time_dim: int = -2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One-step targets ``r_t + gamma * (1 - terminated_t) * V'_t``.
+
+    Arguments, shapes and errors as :func:`gae` (``done`` only broadcast, the target never
+    looks past one step). Returns ``(advantage, value_target)``.
+    """
+    v, nv, r, _, term, present = _prepare(
+        state_value, next_state_value, reward, done, terminated, mask, time_dim
+    )
+    target = r + gamma * (~term).to(v.dtype) * nv
+    if present is not None:
+        target = torch.where(present, target, v)
+    target = target.movedim(0, time_dim)
+    return target - state_value.expand_as(target), target
+
+
+@dataclass
+class EstimatorKeys:
+    """The keys a value estimator reads and writes (full nested keys; defaults under the
+    group, with root fallbacks for rewards and flags).
+
+    Attributes:
+        value: ``(group, "state_value")`` ``[*B, T, n, 1]``, and the same under ``"next"``.
+        reward: ``(group, "reward")`` under ``"next"`` (falls back to the root ``"reward"``).
+        done, terminated: under ``"next"``, per group (falls back to the root flags).
+        mask: ``(group, "mask")`` ``[*B, T, n]`` (optional).
+        advantage, value_target: what is written.
+    """
+
+    value: NestedKey
+    reward: NestedKey
+    done: NestedKey
+    terminated: NestedKey
+    mask: NestedKey
+    advantage: NestedKey
+    value_target: NestedKey
+
+    @classmethod
+    def for_group(cls, group: str) -> EstimatorKeys:
+        return cls(
+            value=(group, STATE_VALUE),
+            reward=(group, REWARD),
+            done=(group, DONE),
+            terminated=(group, TERMINATED),
+            mask=(group, MASK),
+            advantage=(group, ADVANTAGE),
+            value_target=(group, VALUE_TARGET),
+        )
+
+
+def _last(key: NestedKey) -> str:
+    return key if isinstance(key, str) else key[-1]
+
+
+class ValueEstimator(TensorDictModuleBase):
+    """Base of the estimator modules: reads a batch ``[*B, T]`` of one group and writes its
+    advantages and value targets ``[*B, T, n_agents, 1]``.
+
+    Args:
+        gamma: the discount.
+        value_network: a critic writing ``(group, "state_value")``; run (without gradients) on
+            the batch and on its ``"next"`` entry. ``None``: the values are read from the batch.
+        group: the group.
+        value_norm: the critic predicts values normalised by it: they are denormalised first.
+        time_dim: the batch's time dim (default: its last batch dim).
+
+    Raises:
+        KeyError: (at call time) a missing entry, naming the key.
+        ValueError: (at call time) shapes that do not line up, naming the key and the shape.
+    """
+
+    #: The functional estimator a subclass runs (:func:`gae`, :func:`td_lambda`, :func:`td0`).
+    _function: ClassVar[Callable[..., tuple[torch.Tensor, torch.Tensor]]]
+
+    def __init__(
+        self,
+        gamma: float,
+        value_network: nn.Module | None = None,
+        *,
+        group: str = DEFAULT_GROUP,
+        value_norm: ValueNorm | None = None,
+        time_dim: int | None = None,
+    ):
+        super().__init__()
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self.gamma, self.group = float(gamma), group
+        self.value_network = value_network
+        self.value_norm = value_norm
+        self.time_dim = time_dim
+        self.tensor_keys = EstimatorKeys.for_group(group)
+        self._refresh_keys()
+
+    def _refresh_keys(self) -> None:
+        self.in_keys = cast(Any, [self.tensor_keys.value])
+        self.out_keys = cast(Any, [self.tensor_keys.advantage, self.tensor_keys.value_target])
+
+    def set_keys(self, **keys: NestedKey) -> ValueEstimator:
+        """Change keys by name (see :class:`EstimatorKeys`); returns ``self``.
+
+        Raises:
+            ValueError: an unknown name.
+        """
+        replace_keys(self.tensor_keys, type(self).__qualname__, keys)
+        self._refresh_keys()
+        return self
+
+    def _values(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        key = self.tensor_keys.value
+        if self.value_network is not None:
+            with torch.no_grad():
+                td.set(key, self.value_network(td.select(*self._critic_keys(td))).get(key))
+                nxt = td.get(NEXT)
+                nxt.set(key, self.value_network(nxt.select(*self._critic_keys(nxt))).get(key))
+        value = _get(td, key, "state value")
+        next_value = _get(td, (NEXT, *_path(key)), "next state value")
+        if self.value_norm is not None:
+            value = self.value_norm.denormalize(value)
+            next_value = self.value_norm.denormalize(next_value)
+        return value, next_value
+
+    def _critic_keys(self, td: TensorDictBase) -> list[NestedKey]:
+        keys = getattr(self.value_network, "in_keys", None)
+        if keys is None:
+            return list(td.keys(include_nested=True, leaves_only=True))
+        return [k for k in keys if k in td.keys(include_nested=True)]
+
+    def _per_agent(self, td: TensorDictBase, key: NestedKey, like: torch.Tensor, what: str):
+        """``("next", key)`` per group ``[*B, T, n, 1]``, else the root entry of the same
+        name ``[*B, T, 1]`` broadcast over the agents."""
+        nxt = td.get(NEXT)
+        value = nxt.get(key, None)
+        if value is None:
+            value = nxt.get(_last(key), None)
+            if value is None:
+                raise KeyError(
+                    f"value estimator: missing {what} {(NEXT, *_path(key))!r} (nor the root "
+                    f"{(NEXT, _last(key))!r})"
+                )
+            value = value.unsqueeze(-2)
+        try:
+            return value.expand_as(like)
+        except RuntimeError:
+            raise ValueError(
+                f"value estimator: {what} {key!r} of shape {list(value.shape)} does not line up "
+                f"with the values {list(like.shape)} ([*B, T, n_agents, 1])"
+            ) from None
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Write ``(group, "advantage")`` and ``(group, "value_target")`` into ``tensordict``
+        (batch ``[*B, T]``) and return it."""
+        if tensordict.batch_dims < 1:
+            raise ValueError("value estimator: the batch needs a time dim ([*B, T])")
+        value, next_value = self._values(tensordict)
+        if value.dim() != tensordict.batch_dims + 2 or value.shape[-1] != 1:
+            raise ValueError(
+                f"value estimator: {self.tensor_keys.value!r} must be [*B, T, n_agents, 1], "
+                f"got {list(value.shape)}"
+            )
+        k = self.tensor_keys
+        reward = self._per_agent(tensordict, k.reward, value, "reward")
+        done = self._per_agent(tensordict, k.done, value, "done")
+        terminated = self._per_agent(tensordict, k.terminated, value, "terminated")
+        mask = tensordict.get(k.mask, None)
+        if mask is not None:
+            mask = mask.unsqueeze(-1)
+        t = tensordict.batch_dims - 1 if self.time_dim is None else self.time_dim
+        time_dim = t - tensordict.batch_dims - 2 if t >= 0 else t - 2
+        adv, target = self._estimate(value, next_value, reward, done, terminated, mask, time_dim)
+        tensordict.set(k.advantage, adv)
+        tensordict.set(k.value_target, target)
+        return tensordict
+
+    def _estimate(
+        self,
+        v: torch.Tensor,
+        nv: torch.Tensor,
+        r: torch.Tensor,
+        d: torch.Tensor,
+        term: torch.Tensor,
+        mask: torch.Tensor | None,
+        time_dim: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(advantage, value_target)`` from tensors ``[*B, T, n_agents, 1]``: the class's
+        function of :meth:`_coefficients` and the tensors."""
+        fn = type(self)._function
+        return fn(*self._coefficients(), v, nv, r, d, term, mask=mask, time_dim=time_dim)
+
+    def _coefficients(self) -> tuple[float, ...]:
+        return (self.gamma,)
+
+
+def _path(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _get(td: TensorDictBase, key: NestedKey, what: str) -> torch.Tensor:
+    value = td.get(key, None)
+    if value is None:
+        raise KeyError(
+            f"value estimator: missing {what} {key!r}; pass value_network= or run the critic first"
+        )
+    return value
+
+
+class GAE(ValueEstimator):
+    """Generalised advantage estimation over a batch (see :func:`gae`).
+
+    Args:
+        gamma: discount.
+        lmbda: trace decay.
+        value_network, group, value_norm, time_dim: see :class:`ValueEstimator`.
+
+    Examples:
+        >>> est = GAE(0.99, 0.95, group="agents")  # values read from the batch
+    """
+
+    def __init__(
+        self,
+        gamma: float,
+        lmbda: float,
+        value_network: nn.Module | None = None,
+        *,
+        group: str = DEFAULT_GROUP,
+        value_norm: ValueNorm | None = None,
+        time_dim: int | None = None,
+    ):
+        super().__init__(
+            gamma, value_network, group=group, value_norm=value_norm, time_dim=time_dim
+        )
+        if not 0.0 <= lmbda <= 1.0:
+            raise ValueError(f"lmbda must be in [0, 1], got {lmbda}")
+        self.lmbda = float(lmbda)
+
+    _function = staticmethod(gae)
+
+    def _coefficients(self) -> tuple[float, ...]:
+        return (self.gamma, self.lmbda)
+
+
+class TDLambda(GAE):
+    """TD(lambda) targets over a batch (see :func:`td_lambda`); arguments as :class:`GAE`."""
+
+    _function = staticmethod(td_lambda)
+
+
+class TD0(ValueEstimator):
+    """One-step TD targets over a batch (see :func:`td0`); arguments as
+    :class:`ValueEstimator`."""
+
+    _function = staticmethod(td0)

@@ -1,0 +1,172 @@
+"""Distributions, the probabilistic actor (keys, log-prob shapes, exploration mode), critics
+and ValueNorm."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from marlkit.data.exploration import set_exploration
+from marlkit.modules import (
+    Categorical,
+    MaskedCategorical,
+    MultiAgentMLP,
+    Normal,
+    NormalParamExtractor,
+    ProbabilisticActor,
+    StateValueCritic,
+    TanhNormal,
+    ValueNorm,
+)
+
+
+def obs_td(batch: tuple, n: int = 3, obs: int = 4, **extra: torch.Tensor) -> TensorDict:
+    group = TensorDict({"observation": torch.randn(*batch, n, obs), **extra}, [*batch, n])
+    return TensorDict({"agents": group}, list(batch))
+
+
+def test_normal_log_prob_is_per_agent() -> None:
+    loc, scale = torch.randn(5, 3, 2), torch.rand(5, 3, 2) + 0.1
+    d = Normal(loc, scale)
+    x = d.sample()
+    ref = torch.distributions.Normal(loc, scale).log_prob(x).sum(-1)
+    torch.testing.assert_close(d.log_prob(x), ref)
+    torch.testing.assert_close(d.deterministic_sample, loc)
+
+
+def test_tanh_normal_bounds_and_log_prob() -> None:
+    loc, scale = torch.randn(100, 3, 2), torch.rand(100, 3, 2) + 0.1
+    d = TanhNormal(loc, scale, low=-2.0, high=4.0)
+    x = d.sample()
+    assert bool((x > -2).all() and (x < 4).all())
+    u = torch.atanh((x - 1) / 3)  # x = 1 + 3 tanh(u)
+    base = torch.distributions.Normal(loc, scale).log_prob(u)
+    ref = (base - torch.log(3 * (1 - torch.tanh(u) ** 2))).sum(-1)
+    torch.testing.assert_close(d.log_prob(x), ref, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(d.deterministic_sample, 1 + 3 * torch.tanh(loc))
+    with pytest.raises(ValueError, match="high > low"):
+        TanhNormal(loc, scale, low=1.0, high=1.0)
+
+
+def test_masked_categorical_never_samples_masked_actions() -> None:
+    logits = torch.randn(200, 3, 5)
+    mask = torch.rand(200, 3, 5) > 0.5
+    mask[..., 0] = True
+    d = MaskedCategorical(logits, mask)
+    x = d.sample((20,))
+    assert bool(mask.gather(-1, x.movedim(0, -1)).all())
+    probs = d.probs
+    assert bool((probs[~mask] == 0).all())
+    torch.testing.assert_close(probs.sum(-1), torch.ones(200, 3))
+    a = torch.zeros(200, 3, dtype=torch.long)
+    ref = logits[..., 0] - torch.logsumexp(logits.masked_fill(~mask, float("-inf")), -1)
+    torch.testing.assert_close(d.log_prob(a), ref)
+    bad = (~mask).float().argmax(-1)
+    has_bad = (~mask).any(-1)
+    assert bool(torch.isinf(d.log_prob(bad)[has_bad]).all())
+    greedy = d.deterministic_sample.unsqueeze(-1)
+    assert bool(mask.gather(-1, greedy).all())  # the greedy action is an allowed one
+    with pytest.raises(ValueError, match="allows no action"):
+        MaskedCategorical(logits, torch.zeros_like(mask))
+    with pytest.raises(ValueError, match="does not match logits"):
+        MaskedCategorical(logits, mask[..., :2])
+
+
+def continuous_actor(n: int = 3) -> ProbabilisticActor:
+    net = torch.nn.Sequential(MultiAgentMLP(4, 2 * 2, n, num_cells=8), NormalParamExtractor())
+    return ProbabilisticActor(net, group="agents", distribution_class=TanhNormal)
+
+
+@pytest.mark.parametrize("batch", [(5,), (2, 3)])
+def test_actor_keys_and_log_prob_shape(batch: tuple) -> None:
+    actor = continuous_actor()
+    td = actor(obs_td(batch))
+    assert td["agents", "action"].shape == (*batch, 3, 2)
+    assert td["agents", "action_log_prob"].shape == (*batch, 3)
+    dist = actor.get_dist(td)
+    torch.testing.assert_close(
+        dist.log_prob(td["agents", "action"]), td["agents", "action_log_prob"]
+    )
+
+
+def test_actor_follows_exploration_mode() -> None:
+    torch.manual_seed(0)
+    actor = continuous_actor()
+    td = obs_td((6,))
+    det = [actor(td.clone())["agents", "action"] for _ in range(2)]
+    with set_exploration("deterministic"):
+        d1 = actor(td.clone())["agents", "action"]
+        d2 = actor(td.clone())["agents", "action"]
+    torch.testing.assert_close(d1, d2)
+    torch.testing.assert_close(d1, torch.tanh(actor.get_dist(td.clone()).base_dist.base_dist.loc))
+    assert not torch.equal(det[0], det[1])  # outside any block: "random", samples
+    with set_exploration("random"):
+        assert not torch.equal(actor(td.clone())["agents", "action"], d1)
+
+
+def test_masked_categorical_actor_reads_action_mask() -> None:
+    mask = torch.zeros(50, 3, 4, dtype=torch.bool)
+    mask[..., 2] = True
+    td = obs_td((50,), action_mask=mask)
+    actor = ProbabilisticActor(
+        MultiAgentMLP(4, 4, 3, num_cells=8), group="agents", distribution_class=MaskedCategorical
+    )
+    out = actor(td)
+    assert bool((out["agents", "action"] == 2).all())
+    torch.testing.assert_close(out["agents", "action_log_prob"], torch.zeros(50, 3))
+    cat = ProbabilisticActor(
+        MultiAgentMLP(4, 4, 3, num_cells=8), group="agents", distribution_class=Categorical
+    )
+    assert cat(obs_td((2, 5)))["agents", "action_log_prob"].shape == (2, 5, 3)
+
+
+def test_actor_rejects_non_modules() -> None:
+    with pytest.raises(TypeError, match=r"nn\.Module or a TensorDictModule"):
+        ProbabilisticActor(lambda x: x, distribution_class=Normal)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no default keys"):
+        ProbabilisticActor(torch.nn.Identity(), distribution_class=torch.distributions.Beta)
+
+
+def test_critics_local_centralised_state() -> None:
+    td = obs_td((2, 5))
+    td.set("state", torch.randn(2, 5, 7))
+    local = StateValueCritic(3, 4, num_cells=8)
+    central = StateValueCritic(3, 4, centralised=True, num_cells=8)
+    state = StateValueCritic(3, state_dim=7, num_cells=8)
+    for critic in (local, central, state):
+        assert critic(td.clone())["agents", "state_value"].shape == (2, 5, 3, 1)
+    # A centralised critic's value of agent 0 depends on agent 1's observation; a local one not.
+    other = td.clone()
+    other["agents", "observation"][..., 1, :] += 1.0
+    v0, v1 = (
+        local(td.clone())["agents", "state_value"],
+        local(other.clone())["agents", "state_value"],
+    )
+    torch.testing.assert_close(v0[..., 0, :], v1[..., 0, :])
+    c0, c1 = central(td.clone())["agents", "state_value"], central(other)["agents", "state_value"]
+    assert not torch.allclose(c0[..., 0, :], c1[..., 0, :])
+    with pytest.raises(ValueError, match="not both"):
+        StateValueCritic(3, 4, centralised=True, state_dim=7)
+    with pytest.raises(ValueError, match=r"state of shape \[\*B, 7\], got \[2, 5, 6\]"):
+        td.set("state", torch.randn(2, 5, 6))
+        state(td)
+
+
+def test_value_norm_tracks_mean_and_std() -> None:
+    torch.manual_seed(0)
+    norm = ValueNorm(beta=0.9)
+    data = torch.randn(4000, 3, 1) * 5 + 2
+    for chunk in data.split(100):
+        norm.update(chunk)
+    mean, var = norm.mean_var()
+    assert abs(mean.item() - 2) < 0.5 and abs(var.sqrt().item() - 5) < 0.5
+    x = torch.randn(10, 1)
+    torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
+    state = norm.state_dict()
+    assert set(state) == {"running_mean", "running_mean_sq", "debiasing_term"}
+    masked = ValueNorm()
+    masked.update(torch.tensor([[1.0], [100.0]]), mask=torch.tensor([True, False]))
+    torch.testing.assert_close(masked.mean_var()[0], torch.tensor([1.0]))
+    with pytest.raises(ValueError, match=r"expected values of shape \[\*B, 1\], got \[3, 2\]"):
+        norm.normalize(torch.zeros(3, 2))

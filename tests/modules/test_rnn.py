@@ -1,0 +1,135 @@
+"""MultiAgentGRU: GRUCell maths, state carried through step_mdp, step mode == sequence mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+import marlkit
+from marlkit.collectors import Collector
+from marlkit.data import step_mdp
+from marlkit.envs import InitTracker, TransformedEnv
+from marlkit.modules import MultiAgentGRU, set_recurrent_mode
+
+
+def group_td(obs: torch.Tensor, is_init: torch.Tensor) -> TensorDict:
+    batch = obs.shape[:-2]
+    return TensorDict(
+        {
+            "agents": TensorDict({"observation": obs}, batch_size=obs.shape[:-1]),
+            "is_init": is_init,
+        },
+        batch_size=batch,
+    )
+
+
+@pytest.mark.parametrize("share_params", [False, True])
+def test_step_matches_torch_grucell(share_params: bool) -> None:
+    torch.manual_seed(0)
+    gru = MultiAgentGRU(3, 5, 2, share_params=share_params)
+    td = group_td(torch.randn(4, 2, 3), torch.zeros(4, 1, dtype=torch.bool))
+    h0 = torch.randn(4, 2, 5)
+    td.set(("agents", "rnn_state"), h0)
+    out = gru(td)
+    for i in range(2):
+        s = 0 if share_params else i
+        cell = torch.nn.GRUCell(3, 5)
+        with torch.no_grad():
+            cell.weight_ih.copy_(gru.input_gates.weight[s].T)
+            cell.bias_ih.copy_(gru.input_gates.bias[s, 0])
+            cell.weight_hh.copy_(gru.hidden_gates.weight[s].T)
+            cell.bias_hh.copy_(gru.hidden_gates.bias[s, 0])
+        ref = cell(td["agents", "observation"][:, i], h0[:, i])
+        torch.testing.assert_close(out["agents", "rnn_state"][:, i], ref)
+    torch.testing.assert_close(out["agents", "rnn_state_in"], h0)
+
+
+@pytest.mark.parametrize("share_params", [False, True])
+def test_sequence_mode_equals_step_by_step_with_mid_sequence_reset(share_params: bool) -> None:
+    torch.manual_seed(0)
+    B, T, n = 3, 7, 4
+    gru = MultiAgentGRU(2, 6, n, share_params=share_params)
+    obs = torch.randn(B, T, n, 2)
+    is_init = torch.zeros(B, T, 1, dtype=torch.bool)
+    is_init[:, 0] = True
+    is_init[0, 3] = True  # env 0 resets in the middle of the sequence
+    is_init[2, 5] = True
+    steps = []
+    state = None
+    for t in range(T):
+        td = group_td(obs[:, t], is_init[:, t])
+        if state is not None:
+            td.set(("agents", "rnn_state"), state)
+        td = gru(td)
+        state = td["agents", "rnn_state"]
+        steps.append(td)
+    stepped = torch.stack([s["agents", "rnn_output"] for s in steps], 1)
+    states_in = torch.stack([s["agents", "rnn_state_in"] for s in steps], 1)
+    seq = group_td(obs, is_init)
+    with set_recurrent_mode(True):
+        gru(seq)
+    torch.testing.assert_close(seq["agents", "rnn_output"], stepped)
+    # A sequence cut in the middle of an episode starts from its stored rnn_state_in.
+    tail = group_td(obs[:, 4:], is_init[:, 4:])
+    tail.set(("agents", "rnn_state_in"), states_in[:, 4:])
+    with set_recurrent_mode(True):
+        gru(tail)
+    torch.testing.assert_close(tail["agents", "rnn_output"], stepped[:, 4:])
+
+
+def test_state_is_carried_by_step_mdp_and_zeroed_at_reset() -> None:
+    env = TransformedEnv(marlkit.make("navigation", num_envs=2, n_agents=3, seed=0), InitTracker())
+    obs_dim = env.observation_spec["agents", "observation"].shape[-1]
+    gru = MultiAgentGRU(obs_dim, 4, 3)
+
+    def policy(td):
+        gru(td)
+        return env.rand_action(td)
+
+    td = env.reset()
+    td = policy(td)
+    assert bool((td["agents", "rnn_state_in"] == 0).all())  # the first step starts at zero
+    td = env.step(td)
+    nxt = step_mdp(td)
+    torch.testing.assert_close(nxt["agents", "rnn_state"], td["agents", "rnn_state"])
+    nxt = policy(nxt)
+    torch.testing.assert_close(nxt["agents", "rnn_state_in"], td["agents", "rnn_state"])
+    assert bool((nxt["agents", "rnn_state_in"] != 0).any())
+
+
+def test_missing_is_init_and_bad_shapes() -> None:
+    gru = MultiAgentGRU(2, 3, 2)
+    td = TensorDict(
+        {"agents": TensorDict({"observation": torch.zeros(4, 2, 2)}, batch_size=[4, 2])},
+        batch_size=[4],
+    )
+    with pytest.raises(KeyError, match="InitTracker"):
+        gru(td)
+    td.set("is_init", torch.ones(4, 1, dtype=torch.bool))
+    td.set(("agents", "rnn_state"), torch.zeros(4, 2, 5))
+    with pytest.raises(ValueError, match=r"rnn_state.*expected .*3\], got \[4, 2, 5\]"):
+        gru(td)
+    with pytest.raises(ValueError, match=r"expected .*n_agents=2, 2\], got \[4, 2, 3\]"):
+        gru(group_td(torch.zeros(4, 2, 3), torch.ones(4, 1, dtype=torch.bool)))
+
+
+def test_collected_batch_replays_in_sequence_mode_across_resets() -> None:
+    torch.manual_seed(0)
+    env = TransformedEnv(marlkit.make("navigation", num_envs=3, n_agents=2, seed=0), InitTracker())
+    obs_dim = env.observation_spec["agents", "observation"].shape[-1]
+    gru = MultiAgentGRU(obs_dim, 8, 2)
+
+    def policy(td):
+        return env.rand_action(gru(td))
+
+    collector = Collector(
+        env, policy, frames_per_batch=3 * 12, total_frames=3 * 24, max_frames_per_traj=5
+    )
+    batches = list(collector)
+    second = batches[1]  # starts mid-episode: its first state comes from rnn_state_in
+    assert bool(second["is_init"][:, 1:].any())  # resets inside the sequence
+    replay = second.exclude(("agents", "rnn_output"))
+    with set_recurrent_mode(True):
+        gru(replay)
+    torch.testing.assert_close(replay["agents", "rnn_output"], second["agents", "rnn_output"])

@@ -1,0 +1,224 @@
+"""Value estimators against plain Python reference loops, on random data with truncations,
+terminations and absent agents; group and root (team) rewards and flags."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from marlkit.modules import StateValueCritic, ValueNorm
+from marlkit.objectives import GAE, TD0, TDLambda, gae, td0, td_lambda
+
+GAMMA, LMBDA = 0.9, 0.8
+
+
+def ref_gae(v, nv, r, done, term, present):
+    """Scalar loop over ``[T]`` lists."""
+    T = len(v)
+    adv = [0.0] * T
+    nxt = 0.0
+    for t in reversed(range(T)):
+        if not present[t]:
+            adv[t], nxt = 0.0, 0.0
+            continue
+        delta = r[t] + GAMMA * (0.0 if term[t] else nv[t]) - v[t]
+        nxt = delta + GAMMA * LMBDA * (0.0 if done[t] else nxt)
+        adv[t] = nxt
+    return adv, [a + b for a, b in zip(adv, v)]
+
+
+def ref_td_lambda(v, nv, r, done, term, present):
+    T = len(v)
+    g = [0.0] * T
+    for t in reversed(range(T)):
+        if not present[t]:
+            g[t] = v[t]
+            continue
+        if t == T - 1 or done[t] or not present[t + 1]:
+            follow = nv[t]
+        else:
+            follow = nv[t] + LMBDA * (g[t + 1] - nv[t])
+        g[t] = r[t] + (0.0 if term[t] else GAMMA * follow)
+    return [a - b for a, b in zip(g, v)], g
+
+
+def ref_td0(v, nv, r, done, term, present):
+    g = [r[t] + (0.0 if term[t] else GAMMA * nv[t]) if present[t] else v[t] for t in range(len(v))]
+    return [a - b for a, b in zip(g, v)], g
+
+
+def random_batch(B: int = 3, T: int = 12, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    done = torch.rand(B, T, n, 1, generator=g) < 0.25
+    trunc = done & (torch.rand(B, T, n, 1, generator=g) < 0.5)
+    return {
+        "v": torch.randn(B, T, n, 1, generator=g),
+        "nv": torch.randn(B, T, n, 1, generator=g),
+        "r": torch.randn(B, T, n, 1, generator=g),
+        "done": done,
+        "term": done & ~trunc,
+        "mask": torch.rand(B, T, n, generator=g) > 0.2,
+    }
+
+
+def reference(fn, d: dict[str, torch.Tensor], use_mask: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    B, T, n, _ = d["v"].shape
+    adv, tgt = torch.zeros(B, T, n, 1), torch.zeros(B, T, n, 1)
+    for b in range(B):
+        for i in range(n):
+            col = {k: d[k][b, :, i].reshape(T).tolist() for k in ("v", "nv", "r", "done", "term")}
+            present = d["mask"][b, :, i].tolist() if use_mask else [True] * T
+            a, t = fn(col["v"], col["nv"], col["r"], col["done"], col["term"], present)
+            adv[b, :, i, 0], tgt[b, :, i, 0] = torch.tensor(a), torch.tensor(t)
+    return adv, tgt
+
+
+CASES = [
+    (lambda *a, **k: gae(GAMMA, LMBDA, *a, **k), ref_gae),
+    (lambda *a, **k: td_lambda(GAMMA, LMBDA, *a, **k), ref_td_lambda),
+    (lambda *a, **k: td0(GAMMA, *a, **k), ref_td0),
+]
+
+
+@pytest.mark.parametrize(("fn", "ref"), CASES, ids=["gae", "td_lambda", "td0"])
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_functional_matches_reference_loop(fn, ref, use_mask: bool) -> None:
+    d = random_batch()
+    mask = d["mask"].unsqueeze(-1) if use_mask else None
+    adv, tgt = fn(d["v"], d["nv"], d["r"], d["done"], d["term"], mask=mask, time_dim=-3)
+    radv, rtgt = reference(ref, d, use_mask)
+    torch.testing.assert_close(adv, radv, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tgt, rtgt, rtol=1e-5, atol=1e-5)
+
+
+def test_truncation_bootstraps_termination_does_not() -> None:
+    v, nv, r = torch.zeros(1, 1), torch.full((1, 1), 10.0), torch.ones(1, 1)
+    done = torch.ones(1, 1, dtype=torch.bool)
+    _, truncated = gae(0.5, 1.0, v, nv, r, done, torch.zeros_like(done))
+    _, terminated = gae(0.5, 1.0, v, nv, r, done, done)
+    assert truncated.item() == pytest.approx(6.0) and terminated.item() == pytest.approx(1.0)
+
+
+def test_gae_equals_td_lambda_with_consistent_values() -> None:
+    d = random_batch(seed=3)
+    nv = torch.cat([d["v"][:, 1:], torch.randn(3, 1, 2, 1)], 1)
+    a1, _ = gae(GAMMA, LMBDA, d["v"], nv, d["r"], d["done"], d["term"], time_dim=-3)
+    a2, _ = td_lambda(GAMMA, LMBDA, d["v"], nv, d["r"], d["done"], d["term"], time_dim=-3)
+    torch.testing.assert_close(a1, a2, rtol=1e-4, atol=1e-4)
+
+
+def collected(d: dict[str, torch.Tensor], team: bool, root_flags: bool) -> TensorDict:
+    B, T, n, _ = d["v"].shape
+    agents = TensorDict({"state_value": d["v"], "mask": d["mask"]}, [B, T, n])
+    nxt_agents = TensorDict({"state_value": d["nv"]}, [B, T, n])
+    nxt = TensorDict({"agents": nxt_agents}, [B, T])
+    if team:
+        nxt.set("reward", d["r"][:, :, 0])
+    else:
+        nxt_agents.set("reward", d["r"])
+    if root_flags:
+        nxt.set("done", d["done"][:, :, 0])
+        nxt.set("terminated", d["term"][:, :, 0])
+    else:
+        nxt_agents.set("done", d["done"])
+        nxt_agents.set("terminated", d["term"])
+    return TensorDict({"agents": agents, "next": nxt}, [B, T])
+
+
+@pytest.mark.parametrize("team", [False, True])
+@pytest.mark.parametrize("root_flags", [False, True])
+@pytest.mark.parametrize(
+    ("module", "ref"),
+    [(GAE(GAMMA, LMBDA), ref_gae), (TDLambda(GAMMA, LMBDA), ref_td_lambda), (TD0(GAMMA), ref_td0)],
+    ids=["GAE", "TDLambda", "TD0"],
+)
+def test_modules_broadcast_root_rewards_and_flags(
+    module, ref, team: bool, root_flags: bool
+) -> None:
+    d = random_batch(seed=1)
+    if team:  # one reward for the team
+        d["r"] = d["r"][:, :, :1].expand_as(d["r"]).contiguous()
+    if root_flags:
+        d["done"] = d["done"][:, :, :1].expand_as(d["done"]).contiguous()
+        d["term"] = d["term"][:, :, :1].expand_as(d["term"]).contiguous()
+    td = module(collected(d, team, root_flags))
+    radv, rtgt = reference(ref, d, use_mask=True)
+    torch.testing.assert_close(td["agents", "advantage"], radv, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(td["agents", "value_target"], rtgt, rtol=1e-5, atol=1e-5)
+
+
+def test_leading_batch_dims_and_time_dim() -> None:
+    d = random_batch(B=6, seed=2)
+    flat = GAE(GAMMA, LMBDA)(collected(d, False, False))
+    nested = GAE(GAMMA, LMBDA)(collected(d, False, False).reshape(2, 3, 12))
+    torch.testing.assert_close(
+        nested["agents", "advantage"].reshape(6, 12, 2, 1), flat["agents", "advantage"]
+    )
+
+
+def test_value_network_and_value_norm() -> None:
+    torch.manual_seed(0)
+    B, T, n = 2, 5, 3
+    critic = StateValueCritic(n, 4, num_cells=8)
+    obs, next_obs = torch.randn(B, T, n, 4), torch.randn(B, T, n, 4)
+    td = TensorDict(
+        {
+            "agents": TensorDict({"observation": obs}, [B, T, n]),
+            "next": TensorDict(
+                {
+                    "agents": TensorDict({"observation": next_obs}, [B, T, n]),
+                    "reward": torch.randn(B, T, 1),
+                    "done": torch.zeros(B, T, 1, dtype=torch.bool),
+                    "terminated": torch.zeros(B, T, 1, dtype=torch.bool),
+                },
+                [B, T],
+            ),
+        },
+        [B, T],
+    )
+    norm = ValueNorm()
+    norm.update(torch.randn(100, 1) * 3 + 1)
+    out = GAE(GAMMA, LMBDA, critic, value_norm=norm)(td.clone())
+    with torch.no_grad():
+        v = norm.denormalize(critic.module(obs))
+        nv = norm.denormalize(critic.module(next_obs))
+    adv, _ = gae(
+        GAMMA,
+        LMBDA,
+        v,
+        nv,
+        td["next", "reward"].unsqueeze(-2),
+        td["next", "done"].unsqueeze(-2),
+        td["next", "terminated"].unsqueeze(-2),
+        time_dim=-3,
+    )
+    torch.testing.assert_close(out["agents", "advantage"], adv)
+    assert not out["agents", "advantage"].requires_grad
+
+
+def test_errors_name_keys_and_shapes() -> None:
+    d = random_batch()
+    td = collected(d, False, False)
+    with pytest.raises(KeyError, match=r"missing state value \('agents', 'state_value'\)"):
+        GAE(GAMMA, LMBDA, group="agents").forward(td.exclude(("agents", "state_value")))
+    with pytest.raises(KeyError, match="missing reward"):
+        GAE(GAMMA, LMBDA).forward(td.exclude(("next", "agents", "reward")))
+    bad = td.clone()
+    bad["next", "agents"].set("done", torch.zeros(3, 12, 2, 2, dtype=torch.bool), inplace=False)
+    with pytest.raises(ValueError, match=r"done .* shape \[3, 12, 2, 2\] does not line up"):
+        GAE(GAMMA, LMBDA).forward(bad)
+    with pytest.raises(ValueError, match="unknown key name 'values'"):
+        GAE(GAMMA, LMBDA).set_keys(values="x")
+    with pytest.raises(ValueError, match="must broadcast"):
+        gae(
+            GAMMA,
+            LMBDA,
+            torch.zeros(3, 4),
+            torch.zeros(3, 5),
+            torch.zeros(3, 4),
+            torch.zeros(3, 4, dtype=torch.bool),
+            torch.zeros(3, 4, dtype=torch.bool),
+        )
+    with pytest.raises(ValueError, match="lmbda must be in"):
+        GAE(0.9, 1.5)
