@@ -133,3 +133,36 @@ def test_collected_batch_replays_in_sequence_mode_across_resets() -> None:
     with set_recurrent_mode(True):
         gru(replay)
     torch.testing.assert_close(replay["agents", "rnn_output"], second["agents", "rnn_output"])
+
+
+def test_slice_sampled_sequences_replay_the_rollout_outputs() -> None:
+    """The recurrent state travels with the data: sequences sampled from a replay buffer (cut
+    anywhere, never across an episode end) give in sequence mode what the rollout computed."""
+    from marlkit.replay import ReplayBuffer, SliceSampler, TensorStorage
+
+    torch.manual_seed(0)
+    env = TransformedEnv(marlkit.make("navigation", num_envs=4, n_agents=2, seed=0), InitTracker())
+    obs_dim = env.observation_spec["agents", "observation"].shape[-1]
+    gru = MultiAgentGRU(obs_dim, 8, 2)
+
+    def policy(td):
+        return env.rand_action(gru(td))
+
+    rb = ReplayBuffer(TensorStorage(1000), SliceSampler(6, seed=0))
+    collector = Collector(
+        env,
+        policy,
+        frames_per_batch=4 * 20,
+        total_frames=4 * 60,
+        max_frames_per_traj=9,
+        replay_buffer=rb,
+    )
+    for _ in collector:
+        pass
+    sequences = rb.sample(60)  # [10, 6]
+    assert sequences.batch_size == (10, 6)
+    assert bool((~sequences["is_init"][:, 0]).any())  # some start in the middle of an episode
+    replay = sequences.exclude(("agents", "rnn_output"))
+    with set_recurrent_mode(True):
+        gru(replay)
+    torch.testing.assert_close(replay["agents", "rnn_output"], sequences["agents", "rnn_output"])
