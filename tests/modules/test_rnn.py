@@ -10,7 +10,7 @@ import marlkit
 from marlkit.collectors import Collector
 from marlkit.data import step_mdp
 from marlkit.envs import InitTracker, TransformedEnv
-from marlkit.modules import MultiAgentGRU, set_recurrent_mode
+from marlkit.modules import MultiAgentGRU, MultiAgentLSTM, set_recurrent_mode
 
 
 def group_td(obs: torch.Tensor, is_init: torch.Tensor) -> TensorDict:
@@ -45,11 +45,12 @@ def test_step_matches_torch_grucell(share_params: bool) -> None:
     torch.testing.assert_close(out["agents", "rnn_state_in"], h0)
 
 
+@pytest.mark.parametrize("cls", [MultiAgentGRU, MultiAgentLSTM])
 @pytest.mark.parametrize("share_params", [False, True])
-def test_sequence_mode_equals_step_by_step_with_mid_sequence_reset(share_params: bool) -> None:
+def test_sequence_mode_equals_step_by_step_with_mid_sequence_reset(cls, share_params: bool) -> None:  # type: ignore[no-untyped-def]
     torch.manual_seed(0)
     B, T, n = 3, 7, 4
-    gru = MultiAgentGRU(2, 6, n, share_params=share_params)
+    gru = cls(2, 6, n, share_params=share_params)
     obs = torch.randn(B, T, n, 2)
     is_init = torch.zeros(B, T, 1, dtype=torch.bool)
     is_init[:, 0] = True
@@ -76,6 +77,34 @@ def test_sequence_mode_equals_step_by_step_with_mid_sequence_reset(share_params:
     with set_recurrent_mode(True):
         gru(tail)
     torch.testing.assert_close(tail["agents", "rnn_output"], stepped[:, 4:])
+
+
+@pytest.mark.parametrize("share_params", [False, True])
+def test_lstm_step_matches_torch_lstmcell(share_params: bool) -> None:
+    torch.manual_seed(0)
+    lstm = MultiAgentLSTM(3, 5, 2, share_params=share_params)
+    td = group_td(torch.randn(4, 2, 3), torch.zeros(4, 1, dtype=torch.bool))
+    h0, c0 = torch.randn(4, 2, 5), torch.randn(4, 2, 5)
+    td.set(("agents", "rnn_state"), torch.cat([h0, c0], -1))
+    out = lstm(td)
+    assert out["agents", "rnn_state"].shape == (4, 2, 10)
+    for i in range(2):
+        s = 0 if share_params else i
+        cell = torch.nn.LSTMCell(3, 5)
+        with torch.no_grad():
+            cell.weight_ih.copy_(lstm.input_gates.weight[s].T)
+            cell.bias_ih.copy_(lstm.input_gates.bias[s, 0])
+            cell.weight_hh.copy_(lstm.hidden_gates.weight[s].T)
+            cell.bias_hh.copy_(lstm.hidden_gates.bias[s, 0])
+        h, c = cell(td["agents", "observation"][:, i], (h0[:, i], c0[:, i]))
+        torch.testing.assert_close(out["agents", "rnn_output"][:, i], h)
+        torch.testing.assert_close(out["agents", "rnn_state"][:, i], torch.cat([h, c], -1))
+    bad = group_td(torch.randn(4, 2, 3), torch.zeros(4, 1, dtype=torch.bool))
+    bad.set(("agents", "rnn_state"), h0)  # h without c
+    with pytest.raises(
+        ValueError, match=r"MultiAgentLSTM state .*expected .*10\], got \[4, 2, 5\]"
+    ):
+        lstm(bad)
 
 
 def test_state_is_carried_by_step_mdp_and_zeroed_at_reset() -> None:

@@ -16,7 +16,7 @@ from marlkit.modules.distributions import Categorical, MaskedCategorical, Normal
 from marlkit.modules.mixers import Mixer, QMixer, VDNMixer
 from marlkit.modules.mlp import MultiAgentMLP, StackedLinear
 from marlkit.modules.qvalue import EGreedy, QValueActor
-from marlkit.modules.rnn import MultiAgentGRU, recurrent_mode, set_recurrent_mode
+from marlkit.modules.rnn import MultiAgentGRU, MultiAgentLSTM, recurrent_mode, set_recurrent_mode
 
 __all__ = [
     "Categorical",
@@ -24,6 +24,7 @@ __all__ = [
     "MaskedCategorical",
     "Mixer",
     "MultiAgentGRU",
+    "MultiAgentLSTM",
     "MultiAgentMLP",
     "Normal",
     "NormalParamExtractor",

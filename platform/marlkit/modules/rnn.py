@@ -1,10 +1,12 @@
-"""``MultiAgentGRU``: a GRU per agent (or shared) whose state lives in the TensorDict.
+"""``MultiAgentGRU`` and ``MultiAgentLSTM``: a recurrent cell per agent (or shared) whose state
+lives in the TensorDict.
 
 How the state travels (checked against :func:`marlkit.data.step_mdp` and ``EnvBase.step``):
 ``env.step`` replaces the whole ``"next"`` entry with what the simulator returned, so a key
 a policy writes under ``"next"`` is lost; ``step_mdp`` keeps every *root* entry that ``"next"``
 does not overwrite. The module therefore writes the state after the step at the root,
-``(group, "rnn_state")`` ``[*B, n_agents, hidden]``, and ``step_mdp`` hands it to the next
+``(group, "rnn_state")`` ``[*B, n_agents, state]`` (the LSTM keeps ``h`` and ``c`` there side by
+side, ``state = 2 * hidden``), and ``step_mdp`` hands it to the next
 step, where the module reads it back. The state the step started from (zeroed where
 ``is_init`` is True) is written too, as ``(group, "rnn_state_in")``: the collected batch keeps
 it, and training sequences (a batch ``[*B, T]`` or ``SliceSampler`` slices) start from the
@@ -37,7 +39,7 @@ from marlkit.data.keys import (
 )
 from marlkit.modules.mlp import StackedLinear, check_agent_input, from_stacks, to_stacks
 
-__all__ = ["MultiAgentGRU", "recurrent_mode", "set_recurrent_mode"]
+__all__ = ["MultiAgentGRU", "MultiAgentLSTM", "recurrent_mode", "set_recurrent_mode"]
 
 _RECURRENT: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "marlkit_recurrent_mode", default=False
@@ -77,7 +79,139 @@ class set_recurrent_mode:
         return cast(F, wrapped)
 
 
-class MultiAgentGRU(TensorDictModuleBase):
+class _MultiAgentRNN(TensorDictModuleBase):
+    """What the GRU and the LSTM share: keys, the state's journey, step and sequence modes.
+
+    Subclasses set ``_gates`` (gate blocks per cell) and ``_state_factor`` (state width over
+    ``hidden_size``) and implement :meth:`_cell`; the output is the state's first
+    ``hidden_size`` features.
+    """
+
+    _gates = 1
+    _state_factor = 1
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        n_agents: int,
+        *,
+        group: str = DEFAULT_GROUP,
+        share_params: bool = False,
+        in_key: NestedKey | None = None,
+        out_key: NestedKey | None = None,
+        init_key: str = IS_INIT,
+        device: torch.device | str | None = None,
+    ):
+        super().__init__()
+        self.input_size, self.hidden_size, self.n_agents = input_size, hidden_size, n_agents
+        self.group, self.init_key = group, init_key
+        self.n_stacks = 1 if share_params else n_agents
+        self.in_key = in_key if in_key is not None else (group, OBSERVATION)
+        self.out_key = out_key if out_key is not None else (group, "rnn_output")
+        self.state_key = join_key(group, RNN_STATE)
+        self.state_in_key = join_key(group, RNN_STATE_IN)
+        self.in_keys = cast(Any, [self.in_key, self.state_key, join_key(group, init_key), init_key])
+        self.out_keys = cast(Any, [self.out_key, self.state_key, self.state_in_key])
+        self.state_size = self._state_factor * hidden_size
+        gates = self._gates * hidden_size
+        self.input_gates = StackedLinear(self.n_stacks, input_size, gates, device)
+        self.hidden_gates = StackedLinear(self.n_stacks, hidden_size, gates, device)
+        bound = hidden_size**-0.5  # torch's GRUCell / LSTMCell initialisation
+        with torch.no_grad():
+            for p in self.parameters():
+                p.uniform_(-bound, bound)
+
+    # ------------------------------------------------------------------ maths
+    def _cell(self, gx: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """One step in the stacked layout: ``gx`` ``[S, N, gates * H]`` (input gates),
+        ``state`` ``[S, N, state]``; returns the new state."""
+        raise NotImplementedError
+
+    def _reset_flag(self, td: TensorDictBase, shape: tuple[int, ...]) -> torch.Tensor:
+        """The episode-start flag broadcast to ``[*shape, n_agents, 1]``."""
+        flag = td.get(join_key(self.group, self.init_key), None)
+        if flag is None:
+            root = td.get(self.init_key, None)
+            if root is None:
+                flags = f"{(self.group, self.init_key)!r} or {self.init_key!r}"
+                raise KeyError(
+                    f"{type(self).__name__} needs the episode-start flag {flags} (add "
+                    "marlkit.envs.InitTracker to the env)"
+                )
+            flag = root.unsqueeze(-2)
+        return flag.to(torch.bool).expand(*shape, self.n_agents, 1)
+
+    def _state(self, td: TensorDictBase, key: NestedKey, batch: tuple[int, ...], x: torch.Tensor):
+        h = td.get(key, None)
+        if h is None:
+            return x.new_zeros(*batch, self.n_agents, self.state_size)
+        name = type(self).__name__
+        check_agent_input(h, self.n_agents, self.state_size, f"{name} state {key!r}")
+        return h
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Step by step (``[*B]``) or, in recurrent mode, over sequences (``[*B, T]``)."""
+        name = type(self).__name__
+        x = tensordict.get(self.in_key, None)
+        if x is None:
+            raise KeyError(f"{name}: missing input {self.in_key!r}")
+        batch = check_agent_input(x, self.n_agents, self.input_size, f"{name} {self.in_key!r}")
+        if recurrent_mode():
+            return self._sequence(tensordict, x, batch)
+        reset = self._reset_flag(tensordict, batch)
+        h_in = self._state(tensordict, self.state_key, batch, x).masked_fill(reset, 0.0)
+        rows = x.reshape(-1, self.n_agents, self.input_size)
+        h_rows = h_in.reshape(-1, self.n_agents, self.state_size)
+        gx = self.input_gates(to_stacks(rows, self.n_stacks))
+        h = from_stacks(self._cell(gx, to_stacks(h_rows, self.n_stacks)), self.n_agents)
+        h = h.reshape(*batch, self.n_agents, self.state_size)
+        tensordict.set(self.out_key, h[..., : self.hidden_size])
+        tensordict.set(self.state_in_key, h_in)
+        tensordict.set(self.state_key, h)
+        return tensordict
+
+    def _sequence(
+        self, tensordict: TensorDictBase, x: torch.Tensor, batch: tuple[int, ...]
+    ) -> TensorDictBase:
+        if len(batch) < 1:
+            raise ValueError(
+                f"{type(self).__name__} in recurrent mode needs a time dim: inputs [*B, T, "
+                f"n_agents, {self.input_size}], got {list(x.shape)}"
+            )
+        *lead, steps = batch
+        n, hid = self.n_agents, self.state_size
+        reset = self._reset_flag(tensordict, batch)  # [*B, T, n, 1]
+        first = tensordict.get(self.state_in_key, None)
+        h = first[..., 0, :, :] if first is not None else x.new_zeros(*lead, n, hid)
+        check_agent_input(h, n, hid, f"{type(self).__name__} state {self.state_in_key!r}")
+        # Input gates for every step in one call: [S, rows * T, 3H].
+        seq = x.reshape(-1, steps, n, self.input_size)
+        rows = seq.shape[0]
+        gx_all = self.input_gates(to_stacks(seq.reshape(rows * steps, n, -1), self.n_stacks))
+        gx_all = (
+            gx_all.reshape(gx_all.shape[0], rows, steps, -1)
+            if self.n_stacks > 1
+            else (gx_all.reshape(1, rows, steps, n, -1))
+        )
+        resets = reset.reshape(rows, steps, n, 1)
+        h_rows = h.reshape(rows, n, hid)
+        outs = []
+        for t in range(steps):
+            h_rows = h_rows.masked_fill(resets[:, t], 0.0)
+            if self.n_stacks > 1:
+                gx = gx_all[:, :, t]
+            else:
+                gx = gx_all[:, :, t].reshape(1, rows * n, -1)
+            h_rows = from_stacks(self._cell(gx, to_stacks(h_rows, self.n_stacks)), n)
+            outs.append(h_rows)
+        out = torch.stack(outs, 1).reshape(*lead, steps, n, hid)
+        tensordict.set(self.out_key, out[..., : self.hidden_size])
+        return tensordict
+
+
+class MultiAgentGRU(_MultiAgentRNN):
     """A GRU cell per agent (``torch.nn.GRUCell`` maths, gates ``r, z, n``), all agents in one
     batched matmul.
 
@@ -103,37 +237,8 @@ class MultiAgentGRU(TensorDictModuleBase):
         ValueError: at call time, an input or state of another shape.
     """
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        n_agents: int,
-        *,
-        group: str = DEFAULT_GROUP,
-        share_params: bool = False,
-        in_key: NestedKey | None = None,
-        out_key: NestedKey | None = None,
-        init_key: str = IS_INIT,
-        device: torch.device | str | None = None,
-    ):
-        super().__init__()
-        self.input_size, self.hidden_size, self.n_agents = input_size, hidden_size, n_agents
-        self.group, self.init_key = group, init_key
-        self.n_stacks = 1 if share_params else n_agents
-        self.in_key = in_key if in_key is not None else (group, OBSERVATION)
-        self.out_key = out_key if out_key is not None else (group, "rnn_output")
-        self.state_key = join_key(group, RNN_STATE)
-        self.state_in_key = join_key(group, RNN_STATE_IN)
-        self.in_keys = cast(Any, [self.in_key, self.state_key, join_key(group, init_key), init_key])
-        self.out_keys = cast(Any, [self.out_key, self.state_key, self.state_in_key])
-        self.input_gates = StackedLinear(self.n_stacks, input_size, 3 * hidden_size, device)
-        self.hidden_gates = StackedLinear(self.n_stacks, hidden_size, 3 * hidden_size, device)
-        bound = hidden_size**-0.5  # GRUCell's initialisation
-        with torch.no_grad():
-            for p in self.parameters():
-                p.uniform_(-bound, bound)
+    _gates = 3
 
-    # ------------------------------------------------------------------ maths
     def _cell(self, gx: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """One step in the stacked layout: ``gx`` ``[S, N, 3H]`` (input gates), ``h``
         ``[S, N, H]``."""
@@ -145,83 +250,20 @@ class MultiAgentGRU(TensorDictModuleBase):
         n = torch.tanh(xn + r * hn)
         return n + z * (h - n)
 
-    def _reset_flag(self, td: TensorDictBase, shape: tuple[int, ...]) -> torch.Tensor:
-        """The episode-start flag broadcast to ``[*shape, n_agents, 1]``."""
-        flag = td.get(join_key(self.group, self.init_key), None)
-        if flag is None:
-            root = td.get(self.init_key, None)
-            if root is None:
-                raise KeyError(
-                    f"MultiAgentGRU needs the episode-start flag {(self.group, self.init_key)!r} "
-                    f"or {self.init_key!r} (add marlkit.envs.InitTracker to the env)"
-                )
-            flag = root.unsqueeze(-2)
-        return flag.to(torch.bool).expand(*shape, self.n_agents, 1)
 
-    def _state(self, td: TensorDictBase, key: NestedKey, batch: tuple[int, ...], x: torch.Tensor):
-        h = td.get(key, None)
-        if h is None:
-            return x.new_zeros(*batch, self.n_agents, self.hidden_size)
-        check_agent_input(h, self.n_agents, self.hidden_size, f"MultiAgentGRU state {key!r}")
-        return h
+class MultiAgentLSTM(_MultiAgentRNN):
+    """An LSTM cell per agent (``torch.nn.LSTMCell`` maths, gates ``i, f, g, o``), all agents in
+    one batched matmul, with the keys, modes and arguments of :class:`MultiAgentGRU`.
 
-    # ------------------------------------------------------------------ forward
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Step by step (``[*B]``) or, in recurrent mode, over sequences (``[*B, T]``)."""
-        x = tensordict.get(self.in_key, None)
-        if x is None:
-            raise KeyError(f"MultiAgentGRU: missing input {self.in_key!r}")
-        batch = check_agent_input(
-            x, self.n_agents, self.input_size, f"MultiAgentGRU {self.in_key!r}"
-        )
-        if recurrent_mode():
-            return self._sequence(tensordict, x, batch)
-        reset = self._reset_flag(tensordict, batch)
-        h_in = self._state(tensordict, self.state_key, batch, x).masked_fill(reset, 0.0)
-        rows = x.reshape(-1, self.n_agents, self.input_size)
-        h_rows = h_in.reshape(-1, self.n_agents, self.hidden_size)
-        gx = self.input_gates(to_stacks(rows, self.n_stacks))
-        h = from_stacks(self._cell(gx, to_stacks(h_rows, self.n_stacks)), self.n_agents)
-        h = h.reshape(*batch, self.n_agents, self.hidden_size)
-        tensordict.set(self.out_key, h)
-        tensordict.set(self.state_in_key, h_in)
-        tensordict.set(self.state_key, h)
-        return tensordict
+    The state ``(group, "rnn_state")`` ``[*B, n_agents, 2 * hidden_size]`` holds ``h`` then
+    ``c``; ``out_key`` gets ``h`` ``[*B, n_agents, hidden_size]``.
+    """
 
-    def _sequence(
-        self, tensordict: TensorDictBase, x: torch.Tensor, batch: tuple[int, ...]
-    ) -> TensorDictBase:
-        if len(batch) < 1:
-            raise ValueError(
-                "MultiAgentGRU in recurrent mode needs a time dim: inputs [*B, T, n_agents, "
-                f"{self.input_size}], got {list(x.shape)}"
-            )
-        *lead, steps = batch
-        n, hid = self.n_agents, self.hidden_size
-        reset = self._reset_flag(tensordict, batch)  # [*B, T, n, 1]
-        first = tensordict.get(self.state_in_key, None)
-        h = first[..., 0, :, :] if first is not None else x.new_zeros(*lead, n, hid)
-        check_agent_input(h, n, hid, f"MultiAgentGRU state {self.state_in_key!r}")
-        # Input gates for every step in one call: [S, rows * T, 3H].
-        seq = x.reshape(-1, steps, n, self.input_size)
-        rows = seq.shape[0]
-        gx_all = self.input_gates(to_stacks(seq.reshape(rows * steps, n, -1), self.n_stacks))
-        gx_all = (
-            gx_all.reshape(gx_all.shape[0], rows, steps, -1)
-            if self.n_stacks > 1
-            else (gx_all.reshape(1, rows, steps, n, -1))
-        )
-        resets = reset.reshape(rows, steps, n, 1)
-        h_rows = h.reshape(rows, n, hid)
-        outs = []
-        for t in range(steps):
-            h_rows = h_rows.masked_fill(resets[:, t], 0.0)
-            if self.n_stacks > 1:
-                gx = gx_all[:, :, t]
-            else:
-                gx = gx_all[:, :, t].reshape(1, rows * n, -1)
-            h_rows = from_stacks(self._cell(gx, to_stacks(h_rows, self.n_stacks)), n)
-            outs.append(h_rows)
-        out = torch.stack(outs, 1).reshape(*lead, steps, n, hid)
-        tensordict.set(self.out_key, out)
-        return tensordict
+    _gates = 4
+    _state_factor = 2
+
+    def _cell(self, gx: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        h, c = state.split(self.hidden_size, -1)
+        i, f, g, o = (gx + self.hidden_gates(h)).chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], -1)
