@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
+
+from marlkit.bench import alternate as bench_alternate
 
 
 def seconds_per_call(step: Callable[[], object], seconds: float, warmup: int = 2) -> float:
@@ -23,13 +26,13 @@ def seconds_per_call(step: Callable[[], object], seconds: float, warmup: int = 2
 def alternate(
     sides: dict[str, Callable[[], object]], rounds: int, seconds: float
 ) -> dict[str, list[float]]:
-    """Seconds per call of each side, ``rounds`` times, the sides alternating in each round (so
-    a change of machine load hits every side alike)."""
-    out: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(rounds):
-        for name, step in sides.items():
-            out[name].append(seconds_per_call(step, seconds))
-    return out
+    """Seconds per call of each side, ``rounds`` times, the sides alternating in each round (the
+    order flipping every round, :func:`marlkit.bench.alternate`), so that a change of machine
+    load hits every side alike."""
+    timed = {
+        name: functools.partial(seconds_per_call, step, seconds) for name, step in sides.items()
+    }
+    return bench_alternate(timed, rounds)
 
 
 def summary(times: dict[str, list[float]], numerator: str, denominator: str) -> dict[str, object]:

@@ -55,6 +55,20 @@ def _alternate(
     return alternate({name: functools.partial(rate, step) for name, step in sides.items()}, rounds)
 
 
+def _warm_and_alternate(
+    sides: dict[str, Callable[[], None]], args: argparse.Namespace, close: list[Callable[[], None]]
+) -> dict[str, list[float]]:
+    """One warm-up call of each side, then :func:`_alternate` rates (one step per round at
+    least); ``close`` runs whatever happens."""
+    try:
+        for side in sides.values():
+            side()
+        return _alternate(sides, args.rounds, args.round_seconds, 1)
+    finally:
+        for fn in close:
+            fn()
+
+
 def _paired(a: Callable[[], None], b: Callable[[], None], pairs: int) -> list[tuple[float, float]]:
     """Seconds of one call of ``a`` and one of ``b``, back to back in alternating order, for
     each of ``pairs`` pairs: load from other processes hits both calls of a pair alike."""
@@ -199,13 +213,7 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
         return run
 
     sides = {"serial": loop(serial), "parallel": loop(parallel)}
-    try:
-        for side in sides.values():
-            side()
-        rates = _alternate(sides, args.rounds, args.round_seconds, 1)
-    finally:
-        serial.close()
-        parallel.close()
+    rates = _warm_and_alternate(sides, args, [serial.close, parallel.close])
     frames = 2 * args.mpe_envs * steps
     ratio = _ratio(rates, "parallel", "serial")
     return {
@@ -241,13 +249,7 @@ def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
         [_mpe(per_worker), _mpe(per_worker)], None, frames_per_batch=frames, torch_threads=1
     )
     sides = {"collector": single.next, "multisync": multi.next}
-    try:
-        for side in sides.values():
-            side()
-        rates = _alternate(sides, args.rounds, args.round_seconds, 1)
-    finally:
-        single.shutdown()
-        multi.shutdown()
+    rates = _warm_and_alternate(sides, args, [single.shutdown, multi.shutdown])
     ratio = _ratio(rates, "multisync", "collector")
     return {
         "env": "pettingzoo/mpe2.simple_spread_v3",

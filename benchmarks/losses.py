@@ -52,7 +52,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from _timing import seconds_per_call, summary
+from _timing import alternate as timed_alternate
+from _timing import summary
 from marlkit.bench import alternate, run_sections
 from marlkit.modules import (
     MultiAgentMLP,
@@ -165,13 +166,7 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
     sides = {"marlkit": _marlkit_step(False), "floor": _floor_step()}
     if args.compile:
         sides["marlkit_compiled"] = _marlkit_step(True)
-    times = alternate(
-        {
-            name: functools.partial(seconds_per_call, step, args.round_seconds)
-            for name, step in sides.items()
-        },
-        args.rounds,
-    )
+    times = timed_alternate(sides, args.rounds, args.round_seconds)
     out: dict[str, Any] = {
         "computes": {
             "marlkit": "ClipPPOLoss forward (TensorDict minibatch [400], group [400, 3]) + "

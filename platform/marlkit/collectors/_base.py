@@ -7,11 +7,12 @@ import abc
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
 from tqdm import tqdm
 
 from marlkit._utils import check_int
@@ -23,10 +24,13 @@ __all__ = [
     "CollectorBase",
     "Policy",
     "PostProc",
+    "as_weights",
     "check_env_fns",
+    "check_worker_batches",
     "split_frames",
     "split_workers",
     "tag_worker",
+    "weights_of",
 ]
 
 #: Reads a root TensorDict and writes actions (and whatever else it computes) into it.
@@ -124,6 +128,27 @@ def tag_worker(batch: TensorDictBase, worker: int, num_workers: int) -> TensorDi
     batch.set(TRAJ_IDS, ids * num_workers + worker)
     batch.set(WORKER, torch.full_like(ids, worker))
     return batch
+
+
+def weights_of(policy: Any) -> TensorDictBase | None:
+    """The policy's parameters and buffers as a TensorDict of plain tensors, or None."""
+    if not isinstance(policy, nn.Module):
+        return None
+    weights = TensorDict.from_module(policy)
+    if weights.is_empty():
+        return None
+    return weights.data
+
+
+def as_weights(weights: Mapping[str, torch.Tensor] | TensorDictBase) -> TensorDictBase:
+    """A ``state_dict`` (dotted names) or a TensorDict of weights, as a nested TensorDict."""
+    if isinstance(weights, TensorDictBase):
+        return weights.data
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"weights must be a state_dict or a TensorDict, got {type(weights).__name__}"
+        )
+    return TensorDict(dict(weights), batch_size=[]).unflatten_keys(".")
 
 
 class CollectorBase(abc.ABC):

@@ -33,9 +33,11 @@ from marlkit.collectors._base import (
     CollectorBase,
     Policy,
     PostProc,
+    as_weights,
     check_env_fns,
     check_worker_batches,
     split_workers,
+    weights_of,
 )
 from marlkit.collectors._base import tag_worker as _tag_worker
 from marlkit.collectors._single import Collector, _device
@@ -52,27 +54,6 @@ _Layout = dict[Any, tuple[torch.Size, torch.dtype]]
 
 def _layout(td: TensorDictBase) -> _Layout:
     return {k: (v.shape, v.dtype) for k, v in td.items(True, True)}
-
-
-def _weights_of(policy: Any) -> TensorDictBase | None:
-    """The policy's parameters and buffers as a TensorDict of plain tensors, or None."""
-    if not isinstance(policy, nn.Module):
-        return None
-    weights = TensorDict.from_module(policy)
-    if weights.is_empty():
-        return None
-    return weights.data
-
-
-def _as_weights(weights: Mapping[str, torch.Tensor] | TensorDictBase) -> TensorDictBase:
-    """A ``state_dict`` (dotted names) or a TensorDict of weights, as a nested TensorDict."""
-    if isinstance(weights, TensorDictBase):
-        return weights.data
-    if not isinstance(weights, Mapping):
-        raise TypeError(
-            f"weights must be a state_dict or a TensorDict, got {type(weights).__name__}"
-        )
-    return TensorDict(dict(weights), batch_size=[]).unflatten_keys(".")
 
 
 def _dotted(key: Any) -> str:
@@ -256,7 +237,7 @@ class _MultiCollector(CollectorBase):
             "exploration": exploration,
         }
         self._source_policy = policy
-        weights = _weights_of(policy)
+        weights = weights_of(policy)
         self._weights = _SharedWeights(weights) if weights is not None else None
         payloads = [
             serialise_setup(
@@ -362,7 +343,7 @@ class _MultiCollector(CollectorBase):
         """
         self._check_open()
         shared = self._weights
-        new = _weights_of(self._source_policy) if weights is None else _as_weights(weights)
+        new = weights_of(self._source_policy) if weights is None else as_weights(weights)
         if shared is None or new is None:
             raise TypeError(
                 f"the policy {self._source_policy!r} has no weights to update (an nn.Module "

@@ -26,12 +26,13 @@ from marlkit.collectors._base import (
     CollectorBase,
     Policy,
     PostProc,
+    as_weights,
     check_env_fns,
     check_worker_batches,
     split_workers,
     tag_worker,
+    weights_of,
 )
-from marlkit.collectors._multi import _as_weights, _weights_of
 from marlkit.collectors._single import Collector, _device
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.exploration import Exploration
@@ -399,13 +400,13 @@ class RayCollector(CollectorBase):
             WorkerError: an actor failed to load them (``sync=True``).
         """
         self._check_open()
-        current = _weights_of(self._policy)
+        current = weights_of(self._policy)
         if current is None:
             raise TypeError(
                 f"the policy {self._policy!r} has no weights to update (an nn.Module with "
                 "parameters is needed)"
             )
-        new = current if weights is None else _as_weights(weights)
+        new = current if weights is None else as_weights(weights)
         ref = self._ray.put(new)
         refs = {w: actor.load_weights.remote(ref) for w, actor in enumerate(self._actors)}
         if self.sync:

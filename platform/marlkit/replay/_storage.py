@@ -33,10 +33,6 @@ def _layout(td: TensorDictBase) -> dict[Any, tuple[tuple[int, ...], torch.dtype]
     return {k: (tuple(v.shape[1:]), v.dtype) for k, v in td.items(True, True)}
 
 
-def _key(key: Any) -> str:
-    return repr(key)
-
-
 def check_layout(expected: TensorDictBase, data: TensorDictBase, what: str) -> None:
     """Raise a KeyError / ValueError / TypeError naming the first difference between the items
     ``data`` holds and those ``expected`` holds (both with items along dim 0)."""
@@ -52,13 +48,11 @@ def check_layout(expected: TensorDictBase, data: TensorDictBase, what: str) -> N
         other_shape, other_dtype = got[key]
         if other_shape != shape:
             raise ValueError(
-                f"{what}: {_key(key)} has items of shape {list(other_shape)}, the storage holds "
+                f"{what}: {key!r} has items of shape {list(other_shape)}, the storage holds "
                 f"{list(shape)}"
             )
         if other_dtype != dtype:
-            raise TypeError(
-                f"{what}: {_key(key)} has dtype {other_dtype}, the storage holds {dtype}"
-            )
+            raise TypeError(f"{what}: {key!r} has dtype {other_dtype}, the storage holds {dtype}")
 
 
 class Storage(abc.ABC):
@@ -116,7 +110,7 @@ class Storage(abc.ABC):
         else:
             for key, value in data.items(True, True):
                 if not isinstance(value, torch.Tensor):
-                    raise TypeError(f"{_key(key)} is a {type(value).__name__}, not a tensor")
+                    raise TypeError(f"{key!r} is a {type(value).__name__}, not a tensor")
 
     def set(self, index: torch.Tensor, data: TensorDictBase, length: int) -> None:
         """Write ``data[i]`` at ``index[i]`` (checked by :meth:`check` first), and record that
