@@ -27,7 +27,9 @@ An env terminates when every agent is on its goal.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -72,6 +74,8 @@ class NavigationEnv(HomogeneousScenario):
         backend: ``"auto"`` (C++ on cpu when built, else torch), ``"native"`` or ``"torch"``.
         validate_actions: check actions in ``step`` (see :class:`~marlkit.envs.EnvBase`).
         render_size: side in pixels of the frames :meth:`render` returns.
+        color_by: ``"agent"`` (each agent in its own colour, its goal a ring of the same colour,
+            so a viewer sees who goes where) or ``"group"`` (one colour per group).
     """
 
     seed_offset = 1_000_003
@@ -104,6 +108,7 @@ class NavigationEnv(HomogeneousScenario):
         backend: Backend = "auto",
         validate_actions: bool = True,
         render_size: int = 256,
+        color_by: Literal["agent", "group"] = "agent",
     ):
         super().__init__(
             num_envs=num_envs,
@@ -120,6 +125,9 @@ class NavigationEnv(HomogeneousScenario):
             n_lidar_rays=n_lidar_rays,
             lidar_range=lidar_range,
         )
+        if color_by not in ("agent", "group"):
+            raise ValueError(f"color_by must be 'agent' or 'group', got {color_by!r}")
+        self.color_by = color_by
         self.half_extent = (
             float(world_size) if world_size is not None else max(1.0, 0.25 * math.sqrt(n_agents))
         )
@@ -203,15 +211,20 @@ class NavigationEnv(HomogeneousScenario):
         return self._outputs(self._observations(), state, reward, terminated=arrived_all)
 
     def _render(self, env_index: int) -> object:
-        """Goals as rings, agents as discs, coloured by group (the native renderer)."""
+        """Goals as rings, agents as discs, coloured by agent or by group (``color_by``)."""
         pos, goal = self._pos[env_index].cpu(), self._goal[env_index].cpu()
         radius = self.physics["radius"]
         layers = []
-        for i, idx in enumerate(self._group_index.values()):
-            color, members = group_color(i), idx.cpu()
-            layers.append(Circles(goal[members], radius * 1.4, lighten(color), filled=False))
         for i, (g, idx) in enumerate(self._group_index.items()):
-            layers.append(Circles(pos[idx.cpu()], radius, group_color(i), name=g))
+            members = idx.cpu()
+            if self.color_by == "agent":
+                colors = np.array([group_color(int(a)) for a in members])
+                ring = colors
+            else:
+                colors = np.array([group_color(i)] * len(members))
+                ring = np.array([lighten(group_color(i))] * len(members))
+            layers.append(Circles(goal[members], radius * 1.4, ring, filled=False))
+            layers.append(Circles(pos[members], radius, colors, name=g))
         return render_frame(layers, half_extent=self.half_extent, size=self.render_size)
 
     # ------------------------------------------------------------------ introspection

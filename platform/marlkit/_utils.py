@@ -1,4 +1,4 @@
-"""Logging, optional-dependency and argument-checking helpers. Standard library only."""
+"""Logging, optional dependencies, argument checks and fsync helpers. Standard library only."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import logging
 import numbers
+import os
 from collections.abc import Callable, Collection, Iterable, Sequence
 from types import ModuleType
 from typing import Any, Literal, overload
@@ -17,6 +18,8 @@ __all__ = [
     "check_kwargs",
     "close_matches",
     "did_you_mean",
+    "fsync_dir",
+    "fsync_tree",
     "get_logger",
     "has_module",
     "import_optional",
@@ -177,3 +180,28 @@ def check_int(name: str, value: object, *, low: int, allow_none: bool = False) -
     if value < low:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     return int(value)
+
+
+def fsync_tree(folder: str | os.PathLike[str]) -> None:
+    """Flush every file under ``folder``, then the folders themselves, to the disk."""
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for name in (*dirs, "."):
+            fsync_dir(os.path.join(root, name))
+
+
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries (names created, renamed or removed in it) to the disk; a no-op
+    where folders cannot be opened for it (Windows)."""
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -6,10 +6,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
-import warnings
 
-import imageio.v2 as iio2
-import imageio.v3 as iio
 import numpy as np
 import pytest
 import torch
@@ -23,25 +20,11 @@ from marlkit.record import (
     MP4Writer,
     VideoRecorder,
     open_video,
+    read_video,
     record_rollout,
     video_format,
 )
 from marlkit.testing import check_adapter
-
-
-def read_video(path: pathlib.Path) -> tuple[np.ndarray, dict]:
-    """Every frame, ``uint8 [T, H, W, 3]``, and the metadata, read back with imageio."""
-    if path.suffix == ".gif":
-        return iio.imread(path, index=None), iio.immeta(path)
-    # imageio-ffmpeg 0.8's reader leaves ffmpeg's pipes open when it reads to the end of the
-    # file (its cleanup skips a process that has already exited): they are freed right here,
-    # and their ResourceWarning is not about the file under test.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        with iio2.get_reader(path, format="FFMPEG") as reader:  # the ffmpeg reader
-            frames = np.stack([frame for frame in reader.iter_data()])
-            meta = reader.get_meta_data()
-    return frames, meta
 
 
 def assert_frames_change(frames: np.ndarray) -> None:

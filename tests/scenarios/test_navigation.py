@@ -279,3 +279,23 @@ def test_lidar_observation_equals_vmas() -> None:
 def test_bad_lidar_construction(kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         NavigationEnv(num_envs=2, n_agents=2, **kwargs)
+
+
+@pytest.mark.parametrize("color_by", ["agent", "group"])
+def test_render_colours_each_agent_and_its_goal(color_by):
+    from marlkit.native.render import group_color, lighten
+
+    env = marlkit.make("navigation", num_envs=1, n_agents=3, seed=0, color_by=color_by)
+    env.reset()
+    pixels = {tuple(c) for c in env.render().reshape(-1, 3).tolist()}
+    agents = {group_color(i) for i in range(3)}
+    if color_by == "agent":  # discs and rings of three colours
+        assert agents <= pixels
+    else:  # one colour for the group, its goals lighter
+        assert group_color(0) in pixels and lighten(group_color(0)) in pixels
+        assert not ({group_color(1), group_color(2)} & pixels)
+
+
+def test_render_colour_mode_is_checked():
+    with pytest.raises(ValueError, match="color_by must be 'agent' or 'group', got 'team'"):
+        marlkit.make("navigation", num_envs=1, color_by="team")

@@ -258,6 +258,23 @@ class CollectorBase(abc.ABC):
     def _collect(self) -> TensorDictBase:
         """One batch ``[*B, T]`` (split into trajectories afterwards, with ``split_trajs``)."""
 
+    # ------------------------------------------------------------------ the shared interface
+    @abc.abstractmethod
+    def update_policy_weights_(self, weights: Any = None) -> None:
+        """Send the policy's current weights (or ``weights``) to where the envs run."""
+
+    @abc.abstractmethod
+    def set_seed(self, seed: int) -> int:
+        """Seed the envs (restarting them at the next batch); returns the next unused seed."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Counters (and env states) to resume from with :meth:`load_state_dict`."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved; the next batch starts from a reset."""
+
     # ------------------------------------------------------------------ progress
     def _advance_bar(self, frames: int) -> None:
         if not self.progress:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import abc
 import os
 import pathlib
+import warnings
 import weakref
 from collections.abc import Callable, Generator
 from typing import Any, Literal, cast, get_args
@@ -44,6 +45,7 @@ __all__ = [
     "VideoWriter",
     "X264Preset",
     "open_video",
+    "read_video",
     "video_format",
 ]
 
@@ -177,7 +179,7 @@ class VideoWriter(abc.ABC):
         if self._finalizer is not None:
             self._finalizer()
         elif self._count == 0:
-            _logger.info("no frame was written: %s not created", self.path)
+            _logger.debug("no frame was written: %s not created", self.path)
 
     @abc.abstractmethod
     def _open(self, height: int, width: int) -> None:
@@ -341,3 +343,25 @@ def open_video(path: str | os.PathLike[str], *, fps: float = 30.0, **kwargs: Any
     fmt = video_format(path)
     cls: type[VideoWriter] = MP4Writer if fmt == "mp4" else GIFWriter
     return cls(path, fps=fps, **kwargs)
+
+
+def read_video(path: str | os.PathLike[str]) -> tuple[NDArray[np.uint8], dict[str, Any]]:
+    """Every frame of a video file, ``uint8 [T, H, W, 3]``, and its metadata (imageio's).
+
+    Raises:
+        ImportError: imageio / imageio-ffmpeg are missing (``pip install 'marlkit[video]'``).
+    """
+    path = pathlib.Path(path)
+    if video_format(path) == "gif":
+        iio = import_optional("imageio.v3", extra="video", purpose="reading videos")
+        return np.asarray(iio.imread(path, index=None))[..., :3], dict(iio.immeta(path))
+    iio2 = import_optional("imageio.v2", extra="video", purpose="reading videos")
+    # imageio-ffmpeg 0.8's reader leaves ffmpeg's pipes open when it reads to the end of the
+    # file (its cleanup skips a process that has already exited): they are freed right here,
+    # and their ResourceWarning is not about the file read.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        with iio2.get_reader(path, format="FFMPEG") as reader:
+            frames = np.stack(list(reader.iter_data()))
+            meta = dict(reader.get_meta_data())
+    return frames, meta

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import check_int
+from marlkit._utils import check_int, fsync_dir, fsync_tree
 from marlkit.replay._samplers import (
     PrioritizedSampler,
     RandomSampler,
@@ -27,27 +27,6 @@ __all__ = ["ReplayBuffer"]
 INDEX = "index"
 _LATEST = "latest"
 _PREFIX = "checkpoint-"
-
-
-def _fsync_tree(folder: Path) -> None:
-    """Flush every file under ``folder``, then the folders themselves, to the disk."""
-    for root, dirs, files in os.walk(folder, topdown=False):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for name in (*dirs, "."):
-            _fsync_dir(Path(root) / name)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ReplayBuffer:
@@ -227,17 +206,17 @@ class ReplayBuffer:
         if data is not None:
             data.memmap(tmp / "items", copy_existing=True)
         torch.save(state, tmp / "state.pt")
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         final = root / f"{_PREFIX}{number:06d}"
         os.rename(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
         pointer = root / f".{_LATEST}.tmp"
         with open(pointer, "w") as handle:
             handle.write(final.name)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(pointer, root / _LATEST)
-        _fsync_dir(root)
+        fsync_dir(root)
         for old in (*root.glob(f"{_PREFIX}*"), *root.glob(".tmp-*")):
             if old != final:
                 shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,213 @@
+"""Training checkpoints that survive a killed process, and the RNG states that go in them.
+
+A training run saves, every few iterations, everything it needs to go on: the modules' and
+optimisers' ``state_dict``s, the collector's state, the iteration counters, the RNG states
+(:func:`rng_state`) and its replay buffers (each through its own ``dumps``).
+:class:`Checkpointer` writes all of it into a temporary folder, flushes it to the disk, renames
+it to ``step-<n>`` and only then points ``latest`` at it, so a process killed at any moment
+leaves ``latest`` naming a complete checkpoint. Loading goes through
+``torch.load(..., weights_only=True)``: a checkpoint holds tensors, numbers, strings and the
+containers of them, never pickled objects.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from marlkit._utils import check_int, fsync_dir, fsync_tree
+
+__all__ = ["Checkpointer", "rng_state", "set_rng_state"]
+
+_LATEST = "latest"
+_PREFIX = "step-"
+_STATE = "state.pt"
+_REPLAY = "replay"
+
+
+class _Dumpable(Protocol):
+    def dumps(self, path: str | os.PathLike[str]) -> Any: ...
+
+    def loads(self, path: str | os.PathLike[str]) -> Any: ...
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states of torch (CPU and, when initialised, CUDA), NumPy and ``random``,
+    as tensors and plain containers (loadable with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
+        "random": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned.
+
+    Raises:
+        KeyError: ``state`` lacks one of ``"torch"``, ``"numpy"``, ``"random"``.
+    """
+    missing = [k for k in ("torch", "numpy", "random") if k not in state]
+    if missing:
+        raise KeyError(f"the RNG state has no {missing[0]!r}; keys: {sorted(state)}")
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state((n["kind"], keys, n["pos"], n["has_gauss"], n["gauss"]))
+    r = state["random"]
+    random.setstate((r["version"], tuple(r["internal"]), r["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Checkpointer:
+    """Numbered checkpoints under one folder, written atomically, the newest ``keep`` kept.
+
+    Layout: ``directory/step-<n>/state.pt`` (the state), ``directory/step-<n>/replay/<name>/``
+    (each buffer's own :meth:`~marlkit.replay.ReplayBuffer.dumps`), and ``directory/latest``, a
+    text file naming the newest complete checkpoint.
+
+    Args:
+        directory: where the checkpoints go (created when missing).
+        keep: how many checkpoints to keep (older ones are removed after a save).
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from marlkit.record import Checkpointer
+        >>> ckpt = Checkpointer(tempfile.mkdtemp())
+        >>> net = torch.nn.Linear(2, 1)
+        >>> path = ckpt.save(3, {"net": net.state_dict(), "iteration": 3})
+        >>> ckpt.load()["iteration"]
+        3
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, keep: int = 2):
+        self.directory = Path(directory)
+        self.keep = check_int("keep", keep, low=1)
+
+    def save(
+        self,
+        step: int,
+        state: Mapping[str, Any],
+        buffers: Mapping[str, _Dumpable] | None = None,
+    ) -> Path:
+        """Write checkpoint ``step``: ``state`` through ``torch.save`` and each buffer through
+        its ``dumps``; returns its folder. A checkpoint of the same step left by a killed run is
+        replaced.
+
+        Raises:
+            TypeError: ``state`` is not a mapping, or a buffer has no ``dumps``.
+        """
+        step = check_int("step", step, low=0)
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a mapping, got {type(state).__name__}")
+        for name, buffer in (buffers or {}).items():
+            if not callable(getattr(buffer, "dumps", None)):
+                raise TypeError(f"buffer {name!r} ({type(buffer).__name__}) has no dumps()")
+        root = self.directory
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".tmp-{step}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            torch.save(dict(state), tmp / _STATE)
+            for name, buffer in (buffers or {}).items():
+                buffer.dumps(tmp / _REPLAY / name)
+            fsync_tree(tmp)
+            final = root / f"{_PREFIX}{step:08d}"
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        fsync_dir(root)
+        pointer = root / f".{_LATEST}.tmp"
+        with open(pointer, "w") as handle:
+            handle.write(final.name)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(pointer, root / _LATEST)
+        fsync_dir(root)
+        self._prune(final)
+        return final
+
+    def _prune(self, newest: Path) -> None:
+        done = sorted(self.directory.glob(f"{_PREFIX}*"))
+        # Checkpoints numbered past the newest come from a run that was killed and resumed
+        # from an earlier one: they describe a future that did not happen.
+        for stale in (p for p in done if p.name > newest.name):
+            shutil.rmtree(stale, ignore_errors=True)
+        kept = [p for p in done if p.name <= newest.name]
+        for old in kept[: max(0, len(kept) - self.keep)]:
+            shutil.rmtree(old, ignore_errors=True)
+        for tmp in self.directory.glob(".tmp-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint's folder, or ``None`` when there is none."""
+        pointer = self.directory / _LATEST
+        if not pointer.exists():
+            return None
+        return self.directory / pointer.read_text().strip()
+
+    def _resolve(self, path: str | os.PathLike[str] | None) -> Path:
+        folder = self.latest() if path is None else Path(path)
+        if folder is None:
+            raise FileNotFoundError(f"{self.directory} holds no checkpoint ({_LATEST} missing)")
+        if not (folder / _STATE).exists():
+            raise FileNotFoundError(f"{folder} is not a checkpoint (no {_STATE})")
+        return folder
+
+    def load(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """The state saved in checkpoint ``path`` (default: :meth:`latest`), loaded with
+        ``weights_only=True``.
+
+        Raises:
+            FileNotFoundError: no checkpoint there.
+        """
+        return torch.load(self._resolve(path) / _STATE, weights_only=True)
+
+    def load_buffers(
+        self, buffers: Mapping[str, _Dumpable], path: str | os.PathLike[str] | None = None
+    ) -> None:
+        """Restore each buffer from checkpoint ``path`` (default: :meth:`latest`).
+
+        Raises:
+            FileNotFoundError: no checkpoint there, or it holds no buffer of that name.
+        """
+        folder = self._resolve(path)
+        for name, buffer in buffers.items():
+            where = folder / _REPLAY / name
+            if not where.exists():
+                held = sorted(p.name for p in (folder / _REPLAY).glob("*"))
+                raise FileNotFoundError(f"{folder} holds no buffer {name!r}; it holds {held}")
+            buffer.loads(where)
+
+    @staticmethod
+    def step_of(path: str | os.PathLike[str]) -> int:
+        """The step a checkpoint folder was saved at (``step-00000012`` -> 12)."""
+        name = Path(path).name
+        if not name.startswith(_PREFIX) or not name[len(_PREFIX) :].isdigit():
+            raise ValueError(f"{path} is not named {_PREFIX}<n>")
+        return int(name[len(_PREFIX) :])
+
+    def __repr__(self) -> str:
+        return f"Checkpointer({str(self.directory)!r}, keep={self.keep}, latest={self.latest()})"

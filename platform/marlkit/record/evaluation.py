@@ -1,0 +1,168 @@
+"""Evaluate a policy with exploration off, optionally filming it.
+
+:func:`evaluate` runs one rollout of an env (usually a separate evaluation env) under
+``set_exploration("deterministic")`` and ``torch.no_grad``, and reports each group's mean
+first-episode return (:func:`~marlkit.record.episodes.episode_returns`); with ``video`` it
+films the rollout through :class:`~marlkit.record.VideoRecorder`. :func:`summarise_run` ends a
+training run: the trained policy next to a random one, the curve, ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from marlkit.data.exploration import Exploration, set_exploration
+from marlkit.envs import EnvBase, TransformedEnv
+from marlkit.record.episodes import episode_returns, reward_groups
+from marlkit.record.recorder import VideoRecorder
+
+__all__ = ["Evaluation", "evaluate", "summarise_run"]
+
+Policy = Callable[[TensorDictBase], TensorDictBase]
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """What :func:`evaluate` measured.
+
+    Attributes:
+        metrics: ``{"<group>/episode_reward": mean first-episode return over the envs and the
+            group's agents}``, plus ``"episode_length"`` (mean steps to the first ``done``,
+            ``steps`` for an env that did not finish).
+        returns: ``{group: [*B] first-episode returns}``.
+        video: the video file, when one was recorded.
+        steps: the rollout's length.
+    """
+
+    metrics: dict[str, float]
+    returns: dict[str, torch.Tensor]
+    video: pathlib.Path | None
+    steps: int
+
+
+def evaluate(
+    env: EnvBase,
+    policy: Policy | None,
+    *,
+    steps: int,
+    exploration: Exploration = "deterministic",
+    video: str | os.PathLike[str] | None = None,
+    env_indices: int | Sequence[int] | str = (0,),
+    tile: bool = False,
+    fps: float = 30.0,
+) -> Evaluation:
+    """Run ``steps`` steps of ``env`` (from a reset; done envs are reset and go on) with
+    ``policy`` and measure each env's first episode.
+
+    Args:
+        env: the env (not closed; filming wraps it in a ``TransformedEnv`` for this call).
+        policy: reads the root TensorDict and writes the actions; random actions when ``None``
+            (a random-policy baseline).
+        steps: rollout length; at least the episode length, so that every env finishes one.
+        exploration: ``"deterministic"`` (the default: the greedy or mean action) or
+            ``"random"``.
+        video: film the rollout into this ``.mp4``/``.gif`` (needs the ``video`` extra).
+        env_indices, tile, fps: see :class:`~marlkit.record.VideoRecorder`.
+
+    Raises:
+        ValueError: ``steps < 1``.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    recorder = None
+    run: EnvBase = env
+    if video is not None:
+        recorder = VideoRecorder(video, env_indices=env_indices, tile=tile, fps=fps)
+        run = TransformedEnv(env, recorder)
+    try:
+        with torch.no_grad(), set_exploration(exploration):
+            rollout = run.rollout(steps, policy, break_when_any_done=False)
+    finally:
+        if recorder is not None:
+            recorder.close()
+    returns = {g: episode_returns(rollout, g) for g in reward_groups(rollout)}
+    metrics = {f"{g}/episode_reward": float(r.mean()) for g, r in returns.items()}
+    done = rollout.get(("next", "done")).reshape(rollout.shape)
+    first = torch.where(done.any(-1), done.float().argmax(-1) + 1, torch.tensor(steps))
+    metrics["episode_length"] = float(first.float().mean())
+    path = recorder.paths[-1] if recorder is not None and recorder.paths else None
+    return Evaluation(metrics, returns, path, int(rollout.shape[-1]))
+
+
+def summarise_run(
+    run_dir: str | os.PathLike[str],
+    env: EnvBase,
+    policy: Policy,
+    *,
+    steps: int,
+    rows: Sequence[Mapping[str, float]],
+    video: bool = True,
+    fps: float = 30.0,
+    info: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The end of a training run: the trained policy next to a random one, the training curve.
+
+    Evaluates ``policy`` (exploration off, filmed into ``run_dir/rollout.mp4`` with every env
+    of ``env`` tiled when ``video``) and a random policy on ``env``, draws each group's mean
+    episode reward over the frames from the logged ``rows`` into ``run_dir/reward.png``, and
+    writes ``run_dir/summary.json``.
+
+    Args:
+        run_dir: the run's folder.
+        env: the evaluation env (at most 64 envs when filmed).
+        policy: the trained policy.
+        steps: evaluation rollout length (the episode length).
+        rows: the metrics logged so far (``CSVLogger.rows()``), with ``"frames"`` and
+            ``"<group>/episode_reward"`` columns.
+        video: film the trained policy.
+        fps: the video's frames per second.
+        info: more entries for the summary (the algorithm, the env, the frames, ...).
+
+    Returns:
+        the summary: ``info``, ``"trained"`` and ``"random"`` (each :attr:`Evaluation.metrics`),
+        ``"improvement"`` (trained minus random, per metric), ``"video"`` and ``"curve"``
+        (paths or ``None``).
+    """
+    from marlkit.record.plot import plot_curves
+
+    folder = pathlib.Path(run_dir)
+    trained = evaluate(
+        env,
+        policy,
+        steps=steps,
+        video=folder / "rollout.mp4" if video else None,
+        env_indices="all",
+        tile=True,
+        fps=fps,
+    )
+    random = evaluate(env, None, steps=steps, exploration="random")
+    curves = list(dict.fromkeys(k for row in rows for k in row if _is_training_reward(k)))
+    curve = None
+    if curves and any("frames" in row for row in rows):
+        curve = plot_curves(rows, folder / "reward.png", x="frames", y=curves, title="training")
+    summary = {
+        **dict(info or {}),
+        "trained": trained.metrics,
+        "random": random.metrics,
+        "improvement": {
+            k: v - random.metrics[k]
+            for k, v in trained.metrics.items()
+            if k.endswith("episode_reward") and k in random.metrics
+        },
+        "video": None if trained.video is None else str(trained.video),
+        "curve": None if curve is None else str(curve),
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _is_training_reward(key: str) -> bool:
+    return key.endswith("/episode_reward") and not key.startswith("eval/")

@@ -1,0 +1,594 @@
+"""Metric loggers: one :class:`Logger` interface over a CSV file, TensorBoard and Weights & Biases.
+
+A training script logs its scalars once per iteration, ``logger.log({"loss": ..., "reward":
+...}, step=frames)``, and does not care where they go: :func:`make_logger` builds a
+:class:`MultiLogger` over every backend installed (a CSV file always; TensorBoard and wandb,
+offline, when they can be imported). Values are real scalars: Python numbers, bools, or
+one-element tensors and arrays (a loss straight from ``loss.detach()``); a
+:class:`~tensordict.TensorDict` of scalars (the loss terms of a loss module) is logged leaf by
+leaf, its nested keys joined with ``/``. NaN and infinities are logged as they come: a diverged
+loss must show in the curves.
+
+:class:`CSVLogger` is the record that survives the run: every row is on the disk (``fsync``)
+before :meth:`~Logger.log` returns, so a process killed at any moment (``SIGKILL``, a lost node)
+loses nothing already logged; a run resumed from its last checkpoint reopens the file with
+``resume=True`` and calls :meth:`CSVLogger.truncate` with the checkpoint's step, which drops the
+rows logged after it (they are logged again by the resumed run), so the run leaves one unbroken
+file.
+
+Example:
+    >>> import tempfile
+    >>> from marlkit.record import CSVLogger
+    >>> path = tempfile.mkdtemp() + "/metrics.csv"
+    >>> with CSVLogger(path) as logger:
+    ...     logger.log({"loss": 0.5}, step=0)
+    ...     logger.log({"loss": 0.25, "eval/reward": 3.0}, step=100)
+    >>> CSVLogger(path, resume=True).rows()
+    [{'step': 0, 'loss': 0.5}, {'step': 100, 'loss': 0.25, 'eval/reward': 3.0}]
+"""
+
+from __future__ import annotations
+
+import abc
+import csv
+import glob
+import io
+import numbers
+import os
+import pathlib
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeVar, get_args
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from marlkit._utils import check_int, fsync_dir, get_logger, has_module, import_optional
+
+__all__ = [
+    "Backend",
+    "CSVLogger",
+    "Logger",
+    "MultiLogger",
+    "TensorBoardLogger",
+    "WandbLogger",
+    "WandbMode",
+    "make_logger",
+    "read_metrics",
+]
+
+Backend = Literal["csv", "tensorboard", "wandb"]
+WandbMode = Literal["offline", "online", "disabled"]
+_BACKENDS: tuple[str, ...] = get_args(Backend)
+_WANDB_MODES: tuple[str, ...] = get_args(WandbMode)
+_TRAIN_EXTRA = "train"
+_logger = get_logger("record")
+
+_L = TypeVar("_L", bound="Logger")
+MetricValue = float | int | bool | torch.Tensor | np.ndarray | np.number | np.bool_
+
+
+# ---------------------------------------------------------------------------- validation
+def _scalar(key: str, value: object) -> float:
+    """``value`` as a float: a real number, a bool, or a one-element real tensor or array."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        kind = type(value).__name__
+        size = value.numel() if isinstance(value, torch.Tensor) else value.size
+        if size != 1:
+            raise ValueError(
+                f"metric {key!r} must be a scalar (one element), got a {kind} of shape "
+                f"{list(value.shape)}"
+            )
+        complex_ = value.is_complex() if isinstance(value, torch.Tensor) else np.iscomplexobj(value)
+        if complex_:
+            raise TypeError(f"metric {key!r} must be real, got a complex {kind}")
+        return float(value.reshape(()).item())
+    if isinstance(value, (numbers.Real, np.bool_)):
+        return float(value)
+    raise TypeError(
+        f"metric {key!r} must be a real number, a bool or a one-element tensor, got "
+        f"{type(value).__name__}: {value!r}"
+    )
+
+
+def _items(metrics: object) -> Iterable[tuple[object, object]]:
+    if isinstance(metrics, TensorDictBase):
+        return (
+            ("/".join(k) if isinstance(k, tuple) else k, v)
+            for k, v in metrics.items(include_nested=True, leaves_only=True)
+        )
+    if isinstance(metrics, Mapping):
+        return metrics.items()
+    raise TypeError(
+        f"metrics must be a mapping of names to scalars (a dict or a TensorDict), got "
+        f"{type(metrics).__name__}"
+    )
+
+
+def _check_metrics(metrics: object) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in _items(metrics):
+        if not isinstance(key, str):
+            raise TypeError(f"metric names must be str, got {type(key).__name__}: {key!r}")
+        if not key:
+            raise ValueError("metric names must be non-empty strings, got ''")
+        out[key] = _scalar(key, value)
+    return out
+
+
+# ---------------------------------------------------------------------------- the interface
+class Logger(abc.ABC):
+    """One interface for metric sinks.
+
+    :meth:`log` checks its arguments and hands them, as ``{name: float}``, to the subclass's
+    :meth:`_log`; :meth:`close` calls :meth:`_close` once. A logger is a context manager that
+    closes on exit.
+    """
+
+    _closed: bool = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def log(self, metrics: Mapping[str, MetricValue] | TensorDictBase, step: int) -> None:
+        """Log scalars at one step.
+
+        Args:
+            metrics: ``{name: value}``; each value a real scalar: a Python number, a bool, or a
+                one-element tensor or array (any shape with one element: ``[]``, ``[1]``, ...),
+                converted with ``float``. A TensorDict of scalars is logged leaf by leaf, its
+                nested keys joined with ``/``. NaN and infinities are logged as they are. An
+                empty mapping logs nothing.
+            step: the x value of the point, an int >= 0 (frames collected, say).
+
+        Raises:
+            RuntimeError: the logger is closed.
+            TypeError: a step that is not an int, a name that is not a str, a value that is not a
+                real scalar.
+            ValueError: a negative step, an empty name, a value of more than one element (the
+                message names the metric and its shape).
+        """
+        if self._closed:
+            raise RuntimeError(f"cannot log to a closed {type(self).__name__}")
+        step = check_int("step", step, low=0)
+        values = _check_metrics(metrics)
+        if values:
+            self._log(values, step)
+
+    @abc.abstractmethod
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        """Write checked metrics (at least one) at ``step``."""
+
+    def close(self) -> None:
+        """Flush and release the sink; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close()
+
+    def _close(self) -> None:  # noqa: B027 - optional hook, not abstract
+        """Release the sink (called once)."""
+
+    def __enter__(self: _L) -> _L:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------- CSV
+def _read_table(path: pathlib.Path) -> tuple[list[str], list[list[str]], bool]:
+    """The header and the rows of a metrics file, without a torn last line (one with no newline,
+    cut by a kill), and whether there was one."""
+    with open(path, newline="", encoding="utf-8") as f:
+        text = f.read()
+    torn = bool(text) and not text.endswith("\n")
+    if torn:
+        text = text[: text.rfind("\n") + 1]
+    table = list(csv.reader(io.StringIO(text)))
+    if not table:
+        return [], [], torn
+    header, rows = table[0], table[1:]
+    for i, row in enumerate(rows):
+        if len(row) > len(header):
+            raise ValueError(
+                f"{str(path)!r} is not a metrics file: row {i + 1} has {len(row)} cells, the "
+                f"header {len(header)}"
+            )
+    return header, rows, torn
+
+
+def _parse_rows(
+    path: pathlib.Path, header: list[str], rows: list[list[str]]
+) -> list[dict[str, float]]:
+    out: list[dict[str, float]] = []
+    for i, row in enumerate(rows):
+        try:
+            parsed: dict[str, float] = {header[0]: int(row[0])}
+            parsed.update({k: float(v) for k, v in zip(header[1:], row[1:]) if v != ""})
+        except (ValueError, IndexError) as err:
+            raise ValueError(f"{str(path)!r}: cannot read row {i + 1} ({row!r}): {err}") from err
+        out.append(parsed)
+    return out
+
+
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, float]]:
+    """The rows of a metrics file written by :class:`CSVLogger`, oldest first.
+
+    Each row is ``{step_key: int, name: float, ...}`` with the empty cells left out; a torn last
+    line (a process killed while writing it) is ignored.
+    """
+    path = pathlib.Path(path)
+    header, rows, _ = _read_table(path)
+    return _parse_rows(path, header, rows) if header else []
+
+
+def _format_row(step: int, columns: Sequence[str], metrics: Mapping[str, float]) -> list[str]:
+    return [str(step), *(repr(metrics[c]) if c in metrics else "" for c in columns)]
+
+
+class CSVLogger(Logger):
+    """Metrics to a CSV file that a killed and resumed run leaves whole.
+
+    One row per :meth:`log` call: the step, then one column per metric, in the order the names
+    were first seen; a metric absent from a call leaves its cell empty. Values are written with
+    ``repr(float)``, which reads back to the same float (``nan``, ``inf`` included). Each row is
+    flushed and ``fsync``-ed before :meth:`log` returns. A call that brings a new name rewrites
+    the file with the wider header (the older rows get empty cells): a temporary file in the same
+    folder, ``fsync``, then ``os.replace``, so a kill at any moment leaves the old file or the new
+    one. One process writes a file at a time.
+
+    Args:
+        path: the CSV file; its parent folders are created.
+        resume: go on with an existing file (its columns and rows are kept; a torn last line is
+            dropped); then :meth:`truncate` drops the rows logged after the checkpoint the run
+            resumes from. Without it, an existing file is an error. A missing file is started
+            either way.
+        step_key: the name of the first column.
+
+    Raises:
+        FileExistsError: ``path`` exists and ``resume`` is false.
+        ValueError: with ``resume``, a file whose first column is not ``step_key``.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, resume: bool = False, step_key: str = "step"
+    ):
+        if not isinstance(step_key, str):
+            raise TypeError(f"step_key must be a str, got {type(step_key).__name__}")
+        if not step_key:
+            raise ValueError("step_key must be a non-empty str, got ''")
+        self.path = pathlib.Path(path)
+        self.step_key = step_key
+        self._columns: list[str] = []
+        exists = self.path.exists()
+        if exists and not resume:
+            raise FileExistsError(
+                f"metrics file {str(self.path)!r} already exists; pass resume=True to go on "
+                f"with it (and truncate it to the checkpoint's step), or choose another path"
+            )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in self.path.parent.glob(glob.escape(self._tmp_prefix) + "*"):
+            stale.unlink(missing_ok=True)  # the temporary file of a rewrite cut by a kill
+        header, rows, torn = _read_table(self.path) if exists else ([], [], False)
+        if header and header[0] != step_key:
+            raise ValueError(
+                f"{str(self.path)!r} starts with the column {header[0]!r}, expected the step "
+                f"column {step_key!r} (pass step_key={header[0]!r} to go on with it)"
+            )
+        self._columns = header[1:]
+        if not header or torn:
+            self._rewrite(rows)  # a new file, or one whose torn last line is dropped
+
+    @property
+    def _tmp_prefix(self) -> str:
+        return f".{self.path.name}."
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The metric columns, in file order (the step column left out)."""
+        return tuple(self._columns)
+
+    def rows(self) -> list[dict[str, float]]:
+        """Read the file back: ``[{step_key: int, name: float, ...}, ...]``, empty cells left
+        out (see :func:`read_metrics`)."""
+        return read_metrics(self.path)
+
+    def truncate(self, after_step: int) -> int:
+        """Drop the rows whose step is greater than ``after_step`` (an atomic rewrite).
+
+        A run resumed from the checkpoint of step ``s`` calls ``truncate(s)``: the rows it logged
+        after that checkpoint are logged again by the resumed run. The columns are kept.
+
+        Returns:
+            The number of rows dropped.
+        """
+        if self._closed:
+            raise RuntimeError("cannot truncate a closed CSVLogger")
+        after_step = check_int("after_step", after_step, low=-1)
+        header, rows, torn = _read_table(self.path)
+        steps = [int(r[self.step_key]) for r in _parse_rows(self.path, header, rows)]
+        kept = [r for r, s in zip(rows, steps) if s <= after_step]
+        if len(kept) != len(rows) or torn:
+            self._rewrite(kept)
+        return len(rows) - len(kept)
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        if self.step_key in metrics:
+            raise ValueError(
+                f"metric {self.step_key!r} is the name of the step column; pass the step as "
+                f"`step` or choose another step_key"
+            )
+        new = [k for k in metrics if k not in self._columns]
+        if new:  # the wider file first: a failed rewrite leaves the logger as it was
+            self._rewrite(_read_table(self.path)[1], [*self._columns, *new])
+        with open(self.path, "a", newline="", encoding="utf-8") as f:
+            csv.writer(f, lineterminator="\n").writerow(_format_row(step, self._columns, metrics))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _rewrite(self, rows: Sequence[Sequence[str]], columns: Sequence[str] | None = None) -> None:
+        """Write the header (with ``columns``, the current ones when ``None``) and ``rows``
+        (padded to the header's width) atomically."""
+        columns = list(self._columns if columns is None else columns)
+        width = len(columns) + 1
+        fd, tmp = tempfile.mkstemp(prefix=self._tmp_prefix, dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+                writer = csv.writer(f, lineterminator="\n")
+                writer.writerow([self.step_key, *columns])
+                writer.writerows([*row, *[""] * (width - len(row))] for row in rows)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+            raise
+        fsync_dir(self.path.parent)
+        self._columns = columns
+
+    def __repr__(self) -> str:
+        return f"CSVLogger({str(self.path)!r}, columns={len(self._columns)})"
+
+
+# ---------------------------------------------------------------------------- TensorBoard
+class TensorBoardLogger(Logger):
+    """Metrics to TensorBoard event files (``torch.utils.tensorboard.SummaryWriter``).
+
+    One scalar per metric and step (``add_scalar(name, value, step)``; names with ``/`` are
+    grouped by TensorBoard), flushed at each :meth:`log`. Needs the ``train`` extra.
+
+    Args:
+        log_dir: the folder of the event files (created); ``tensorboard --logdir`` reads it.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike[str]):
+        import_optional("tensorboard", extra=_TRAIN_EXTRA, purpose="TensorBoardLogger")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = pathlib.Path(log_dir)
+        self.writer = SummaryWriter(log_dir=str(self.log_dir))
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, global_step=step)
+        self.writer.flush()
+
+    def _close(self) -> None:
+        self.writer.close()
+
+    def __repr__(self) -> str:
+        return f"TensorBoardLogger({str(self.log_dir)!r})"
+
+
+# ---------------------------------------------------------------------------- Weights & Biases
+def _plain(value: Any) -> Any:
+    """Nested mappings and sequences (a Hydra ``DictConfig`` too) as dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"0.19.10rc1"`` -> ``(0, 19, 10)``."""
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+class WandbLogger(Logger):
+    """Metrics to a Weights & Biases run, offline by default (no account, no network).
+
+    ``wandb.init(dir=dir, mode=mode)`` starts a run of its own (other runs of the process are
+    left alone); offline, it lands in ``dir/wandb/offline-run-*`` and ``wandb sync`` uploads it
+    later. Each :meth:`log` is ``run.log(metrics, step=step)``; :meth:`close` finishes the run.
+    wandb keeps steps increasing: a step below the last one logged is dropped by wandb (with a
+    warning of its own). Needs the ``train`` extra.
+
+    Args:
+        project: the wandb project.
+        name: the run's display name (wandb makes one up when ``None``).
+        dir: the folder under which wandb writes (created).
+        config: the run's configuration (hyper-parameters), nested mappings and sequences
+            (a Hydra ``DictConfig`` is fine).
+        mode: ``"offline"``, ``"online"`` (needs a login) or ``"disabled"`` (wandb does
+            nothing).
+    """
+
+    def __init__(
+        self,
+        *,
+        project: str = "marlkit",
+        name: str | None = None,
+        dir: str | os.PathLike[str],
+        config: Mapping[str, Any] | None = None,
+        mode: WandbMode = "offline",
+    ):
+        if mode not in _WANDB_MODES:
+            raise ValueError(f"mode must be one of {', '.join(_WANDB_MODES)}, got {mode!r}")
+        wandb = import_optional("wandb", extra=_TRAIN_EXTRA, purpose="WandbLogger")
+        self.dir = pathlib.Path(dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # "create_new" (wandb >= 0.19.10) lets several runs live side by side; before it, True
+        # finished the run in progress instead of silently returning it.
+        reinit: Any = "create_new" if _version(wandb.__version__) >= (0, 19, 10) else True
+        self.run = wandb.init(
+            project=project,
+            name=name,
+            dir=str(self.dir),
+            config=_plain(config) if config is not None else None,
+            mode=mode,
+            reinit=reinit,
+            # console="off": wandb leaves sys.stdout and sys.stderr alone.
+            settings=wandb.Settings(silent=True, console="off"),
+        )
+        _logger.info("wandb run %s (%s) in %s", self.run.id, mode, self.dir)
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def _close(self) -> None:
+        self.run.finish()
+
+    def __repr__(self) -> str:
+        return f"WandbLogger(dir={str(self.dir)!r}, run={self.run.id!r})"
+
+
+# ---------------------------------------------------------------------------- fan-out
+class MultiLogger(Logger):
+    """Several loggers behind one: each :meth:`log` goes to all of them.
+
+    A logger that raises does not stop the others: all are logged to (or closed), then the first
+    error is raised.
+
+    Args:
+        loggers: the loggers, in the order they are called.
+    """
+
+    def __init__(self, loggers: Iterable[Logger]):
+        self.loggers: tuple[Logger, ...] = tuple(loggers)
+        for logger in self.loggers:
+            if not isinstance(logger, Logger):
+                raise TypeError(f"MultiLogger takes Loggers, got {type(logger).__name__}")
+
+    @property
+    def csv(self) -> CSVLogger | None:
+        """The first :class:`CSVLogger` among :attr:`loggers` (``None`` without one): a resumed
+        run calls ``logger.csv.truncate(checkpoint_step)``."""
+        return next((lg for lg in self.loggers if isinstance(lg, CSVLogger)), None)
+
+    def _each(self, call: str, *args: Any) -> None:
+        error: BaseException | None = None
+        for logger in self.loggers:
+            try:
+                getattr(logger, call)(*args)
+            except Exception as err:
+                error = error or err
+        if error is not None:
+            raise error
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        self._each("log", metrics, step)
+
+    def _close(self) -> None:
+        self._each("close")
+
+    def __repr__(self) -> str:
+        return f"MultiLogger({list(self.loggers)!r})"
+
+
+def _backends(backends: Sequence[str] | str) -> list[str]:
+    if backends == "auto":
+        found = ["csv"]
+        found += [b for b in ("tensorboard", "wandb") if has_module(b)]
+        return found
+    names = [backends] if isinstance(backends, str) else list(backends)
+    for name in names:
+        if name not in _BACKENDS:
+            raise ValueError(
+                f"unknown logger backend {name!r}; choose among {', '.join(_BACKENDS)} "
+                f"(or backends='auto')"
+            )
+    if not names:
+        raise ValueError(f"backends is empty; choose among {', '.join(_BACKENDS)} or 'auto'")
+    return list(dict.fromkeys(names))
+
+
+def make_logger(
+    run_dir: str | os.PathLike[str],
+    *,
+    backends: Sequence[Backend] | Backend | Literal["auto"] = "auto",
+    resume: bool = False,
+    project: str = "marlkit",
+    name: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    wandb_mode: WandbMode = "offline",
+) -> MultiLogger:
+    """The loggers of a training run, all writing under ``run_dir``.
+
+    ``run_dir/metrics.csv`` (:class:`CSVLogger`), ``run_dir/tensorboard``
+    (:class:`TensorBoardLogger`), ``run_dir/wandb`` (:class:`WandbLogger`, offline unless
+    ``wandb_mode`` says otherwise).
+
+    Args:
+        run_dir: the run's folder (created).
+        backends: ``"auto"``: the CSV file, plus TensorBoard and wandb when they can be imported
+            (one that fails to start is skipped with a warning); or the backends to use (a name
+            or a sequence of names), each of which must work.
+        resume: reopen ``metrics.csv`` to go on with it (then ``logger.csv.truncate(step)``);
+            without it, an existing ``metrics.csv`` is an error.
+        project: the wandb project.
+        name: the wandb run's name; the name of ``run_dir`` when ``None``.
+        config: the run's configuration, given to wandb.
+        wandb_mode: the wandb mode (see :class:`WandbLogger`); offline by default.
+
+    Returns:
+        A :class:`MultiLogger`; its :attr:`~MultiLogger.csv` is the CSV logger.
+
+    Raises:
+        ValueError: an unknown backend (the message lists the valid ones).
+        ImportError: a backend asked for by name is not installed (the message names the
+            ``train`` extra).
+        FileExistsError: ``metrics.csv`` exists and ``resume`` is false.
+    """
+    auto = isinstance(backends, str) and backends == "auto"
+    chosen = _backends(backends)
+    run_dir = pathlib.Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    made: list[Logger] = []
+    try:
+        for backend in chosen:
+            try:
+                if backend == "csv":
+                    made.append(CSVLogger(run_dir / "metrics.csv", resume=resume))
+                elif backend == "tensorboard":
+                    made.append(TensorBoardLogger(run_dir / "tensorboard"))
+                else:
+                    made.append(
+                        WandbLogger(
+                            project=project,
+                            name=name if name is not None else run_dir.resolve().name,
+                            dir=run_dir,
+                            config=config,
+                            mode=wandb_mode,
+                        )
+                    )
+            except ImportError as err:
+                if not auto:
+                    raise
+                _logger.warning("logger backend %s skipped: %s", backend, err)
+    except BaseException:
+        for logger in made:
+            logger.close()
+        raise
+    return MultiLogger(made)
