@@ -70,6 +70,8 @@ class NavigationEnv(HomogeneousScenario):
         shaping_factor: reward per unit of distance gained towards the goal.
         collision_penalty: penalty per agent touched, per step.
         final_reward: bonus to everyone while every agent is on its goal.
+        shared_reward: every agent's progress term is the sum of all agents' progress (VMAS
+            navigation's ``shared_rew``, on by default there); collisions stay each agent's.
         group_map: ``"agents"``, ``"per_agent"`` or an explicit map over ``agent_0..``.
         backend: ``"auto"`` (C++ on cpu when built, else torch), ``"native"`` or ``"torch"``.
         validate_actions: check actions in ``step`` (see :class:`~marlkit.envs.EnvBase`).
@@ -104,6 +106,7 @@ class NavigationEnv(HomogeneousScenario):
         shaping_factor: float = 1.0,
         collision_penalty: float = 1.0,
         final_reward: float = 0.01,
+        shared_reward: bool = False,
         group_map: GroupMapLike = "agents",
         backend: Backend = "auto",
         validate_actions: bool = True,
@@ -148,6 +151,7 @@ class NavigationEnv(HomogeneousScenario):
         self.shaping_factor = float(shaping_factor)
         self.collision_penalty = float(collision_penalty)
         self.final_reward = float(final_reward)
+        self.shared_reward = bool(shared_reward)
 
         self._build_specs(self.observation_dim, 6 * n_agents)
         self._goal = torch.zeros_like(self._pos)
@@ -187,6 +191,8 @@ class NavigationEnv(HomogeneousScenario):
         dist = torch.linalg.vector_norm(self._goal - self._pos, dim=-1)
         arrived_all = (dist < self.goal_radius).all(-1)
         reward = self.shaping_factor * (self._dist - dist)
+        if self.shared_reward:  # VMAS's shared_rew: everyone gets the team's progress
+            reward = reward.sum(-1, keepdim=True).expand_as(reward)
         if self.collision_penalty:
             reward = reward - self.collision_penalty * contacts.to(torch.float32)
         reward = reward + self.final_reward * arrived_all.unsqueeze(-1).to(torch.float32)

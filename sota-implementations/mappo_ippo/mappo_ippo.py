@@ -17,6 +17,7 @@ the loggers, checkpoints and evaluation of :mod:`marlkit.record`.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import pathlib
 import time
@@ -60,8 +61,14 @@ from marlkit.replay import (
 OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 
 
-def make_env(name: str, num_envs: int, max_steps: int, seed: int, kwargs: dict) -> EnvBase:
-    """The registered env ``name``, episodes cut at ``max_steps``, rewards summed per episode."""
+def make_env(
+    name: str, num_envs: int, max_steps: int, seed: int, kwargs: dict, imports: list[str]
+) -> EnvBase:
+    """The registered env ``name``, episodes cut at ``max_steps``, rewards summed per episode.
+    ``imports`` are modules that register envs (your own simulator's adapter), imported first
+    (also in worker processes)."""
+    for module in imports:
+        importlib.import_module(module)
     env = marlkit.make(name, num_envs=num_envs, seed=seed, **kwargs)
     return TransformedEnv(env, Compose(StepCounter(max_steps), RewardSum()))
 
@@ -114,8 +121,9 @@ def main(cfg: DictConfig) -> None:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    imports = list(cfg.env.get("imports", []))
     env_fn = functools.partial(
-        make_env, cfg.env.name, cfg.env.num_envs, cfg.env.max_steps, cfg.seed, env_kwargs
+        make_env, cfg.env.name, cfg.env.num_envs, cfg.env.max_steps, cfg.seed, env_kwargs, imports
     )
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
@@ -168,6 +176,7 @@ def main(cfg: DictConfig) -> None:
         cfg.env.max_steps,
         cfg.seed + 10_000,
         {**env_kwargs, **OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True)},
+        imports,
     )
 
     # --- resume: modules, optimisers, collector counters, RNG states, the metrics file

@@ -299,3 +299,15 @@ def test_render_colours_each_agent_and_its_goal(color_by):
 def test_render_colour_mode_is_checked():
     with pytest.raises(ValueError, match="color_by must be 'agent' or 'group', got 'team'"):
         marlkit.make("navigation", num_envs=1, color_by="team")
+
+
+def test_shared_reward_gives_everyone_the_team_progress():
+    kwargs = dict(num_envs=3, n_agents=3, seed=0, collision_penalty=0.0, final_reward=0.0)
+    own, shared = (
+        marlkit.make("navigation", shared_reward=flag, **kwargs) for flag in (False, True)
+    )
+    torch.manual_seed(0)
+    a, b = own.rollout(5), shared.rollout(5)  # the same seeds: the same random actions
+    mine = a["next", "agents", "reward"]
+    team = b["next", "agents", "reward"]
+    torch.testing.assert_close(team, mine.sum(-2, keepdim=True).expand_as(mine))

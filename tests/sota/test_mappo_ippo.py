@@ -107,5 +107,5 @@ def test_a_finished_run_resumes_to_its_summary(tmp_path):
 
 
 def test_unknown_env_is_named(tmp_path):
-    with pytest.raises(AssertionError, match="no env registered as .no_such_env."):
+    with pytest.raises(AssertionError, match=r"no env registered as .no_such_env."):
         run("mappo_ippo", tmp_path / "run", (*BUDGET, "env.name=no_such_env"))

@@ -134,6 +134,7 @@ def summarise_run(
     from marlkit.record.plot import plot_curves
 
     folder = pathlib.Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
     trained = evaluate(
         env,
         policy,

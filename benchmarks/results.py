@@ -1,0 +1,277 @@
+"""Learning results of the training scripts over seeds, side by side with TorchRL where it has
+the same recipe; prints one JSON object per experiment and draws its curves.
+
+    python benchmarks/results.py mappo-vmas --seeds 0,1,2 --torchrl-python /path/to/venv/bin/python
+    python benchmarks/results.py qmix-native masac-balance --seeds 0,1,2
+    python benchmarks/results.py throughput-native
+
+Each seed runs the script as a user would (a subprocess, the same command as in
+``docs/results.md``); the wall-clock is that command's, imports included, on both sides. With
+``--torchrl-python`` (a venv with TorchRL 0.14 and VMAS, not marlkit's), the peer's side of the
+experiments that have one runs for the same seeds, alternating with ours seed by seed, so that
+a change of machine load hits both sides alike. The mean and a 95 % percentile-bootstrap
+interval over the seeds are reported for the final reward and the wall-clock, and the curves
+(mean and band over seeds) are drawn into ``--img`` (``docs/img/results-<experiment>.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from marlkit.record import bootstrap_ci, plot_with_bands, read_metrics
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "sota-implementations"
+PEERS = ROOT / "benchmarks" / "peers"
+QUIET = ("eval.every=0", "logger.backends=[csv]", "threads=1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One learning result: a script, its overrides, the metric it is judged by."""
+
+    script: str
+    overrides: tuple[str, ...]
+    #: "train": the last iteration's mean training episode reward of ``group`` (TorchRL's
+    #: tutorial's measure); "eval": the final evaluation with exploration off (summary.json).
+    measure: str = "eval"
+    group: str = "agents"
+    peer: str | None = None
+    what: str = ""
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    "mappo-vmas": Experiment(
+        "mappo_ippo",
+        ("env=vmas/navigation", "eval.video=false"),
+        measure="train",
+        peer="torchrl_mappo.py",
+        what="MAPPO, TorchRL's multi-agent PPO tutorial recipe, VMAS navigation, 3 agents",
+    ),
+    "qmix-vmas": Experiment(
+        "qmix_vdn",
+        ("env=vmas/navigation", "eval.video=false"),
+        peer="torchrl_qmix.py",
+        what="QMIX, TorchRL's qmix_vdn recipe at a CPU budget, VMAS navigation, 3 agents",
+    ),
+    "vdn-vmas": Experiment(
+        "qmix_vdn",
+        ("env=vmas/navigation", "loss.mixer=vdn", "eval.video=false"),
+        what="VDN, the QMIX recipe with the sum mixer, VMAS navigation, 3 agents",
+    ),
+    "mappo-native": Experiment(
+        "mappo_ippo",
+        ("env=navigation", "env.kwargs.n_agents=4", "eval.video=false"),
+        measure="train",
+        what="MAPPO, the same recipe, native navigation, 4 agents",
+    ),
+    "qmix-native": Experiment(
+        "qmix_vdn",
+        ("env=navigation", "eval.video=false"),
+        what="QMIX, the same recipe, native navigation with discrete actions, 3 agents",
+    ),
+    "qmix-mpe": Experiment(
+        "qmix_vdn",
+        ("env=pettingzoo/mpe2.simple_spread_v3", "eval.video=false"),
+        what="QMIX on PettingZoo MPE simple_spread (mpe2), 3 agents",
+    ),
+    "masac-balance": Experiment(
+        "masac_isac",
+        ("env=vmas/balance", "eval.video=false"),
+        what="MASAC on VMAS balance, 3 agents",
+    ),
+    "maddpg-balance": Experiment(
+        "maddpg_iddpg",
+        ("env=vmas/balance", "eval.video=false"),
+        what="MADDPG on VMAS balance, 3 agents",
+    ),
+    "mappo-ant": Experiment(
+        "mappo_ippo",
+        ("env=mujoco/ant_2x4", "eval.video=false"),
+        what="MAPPO on multi-agent MuJoCo Ant 2x4 (reward: forward velocity)",
+    ),
+    "mappo-predator-prey": Experiment(
+        "mappo_ippo",
+        ("env=predator_prey", "eval.video=false"),
+        group="predator",
+        what="MAPPO with one policy, critic and loss per group, native predator_prey",
+    ),
+}
+
+
+def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) -> dict[str, Any]:
+    run_dir = out / f"seed{seed}"
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / exp.script / f"{exp.script}.py"),
+        *exp.overrides,
+        *QUIET,
+        f"seed={seed}",
+        f"run_dir={run_dir}",
+        *extra,
+    ]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    rows = read_metrics(run_dir / "metrics.csv")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    key = f"{exp.group}/episode_reward"
+    curve = [[r["frames"], r[key]] for r in rows if key in r]
+    final = curve[-1][1] if exp.measure == "train" else summary["trained"][key]
+    return {
+        "seed": seed,
+        "final": final,
+        "random": summary["random"][key],
+        "seconds": seconds,
+        "collection_s": sum(r["collection_time"] for r in rows),
+        "training_s": sum(r["training_time"] for r in rows),
+        "curve": curve,
+        "command": " ".join(cmd[1:]).replace(str(ROOT) + "/", ""),
+    }
+
+
+def run_peer(exp: Experiment, seed: int, python: str) -> dict[str, Any]:
+    assert exp.peer is not None
+    cmd = [python, str(PEERS / exp.peer), "--seed", str(seed)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**result, "final": result["final_episode_reward"], "seconds": seconds}
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "WANDB_MODE": "offline"}
+
+
+def _ci(values: list[float]) -> dict[str, float]:
+    ci = bootstrap_ci(np.asarray(values, dtype=float))
+    return {"mean": float(ci.mean), "low": float(ci.low), "high": float(ci.high)}
+
+
+def _band(runs: list[dict[str, Any]]) -> tuple[Any, Any, Any, Any]:
+    n = min(len(r["curve"]) for r in runs)
+    x = np.asarray([p[0] for p in runs[0]["curve"][:n]], dtype=float)
+    ys = np.asarray([[p[1] for p in r["curve"][:n]] for r in runs], dtype=float)
+    ci = bootstrap_ci(ys)
+    return x, ci.mean, ci.low, ci.high
+
+
+def report(name: str, sides: dict[str, list[dict[str, Any]]], img: pathlib.Path) -> dict:
+    exp = EXPERIMENTS[name]
+    out: dict[str, Any] = {"experiment": name, "what": exp.what, "measure": exp.measure}
+    for side, runs in sides.items():
+        out[side] = {
+            "final_reward": _ci([r["final"] for r in runs]),
+            "seconds": _ci([r["seconds"] for r in runs]),
+            "per_seed": [
+                {k: v for k, v in r.items() if k not in ("curve", "command", "does")} for r in runs
+            ],
+        }
+        if "random" in runs[0]:
+            out[side]["random_reward"] = _ci([r["random"] for r in runs])
+    out["command"] = sides["marlkit"][0]["command"]
+    if "torchrl" in sides:
+        out["seconds_ratio_marlkit_over_torchrl"] = [
+            a["seconds"] / b["seconds"] for a, b in zip(sides["marlkit"], sides["torchrl"])
+        ]
+        out["torchrl_does"] = sides["torchrl"][0].get("does")
+    curves = {side: _band(runs) for side, runs in sides.items() if all(r["curve"] for r in runs)}
+    if curves:
+        path = plot_with_bands(
+            curves,
+            img / f"results-{name}.png",
+            xlabel="frames",
+            ylabel=f"{exp.group} mean episode reward (training batches)",
+            title=exp.what,
+        )
+        out["curve_png"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    return out
+
+
+def throughput(out: pathlib.Path) -> dict[str, Any]:
+    """End-to-end frames/s of MAPPO on native navigation, 1024 envs x 4 agents."""
+    run_dir = out / "throughput"
+    overrides = [
+        "env=navigation",
+        "env.num_envs=1024",
+        "env.kwargs.n_agents=4",
+        "collector.frames_per_batch=102400",
+        "collector.total_frames=307200",
+        "train.epochs=1",
+        "train.minibatch_size=4096",
+        "eval.video=false",
+        "eval.num_envs=4",
+    ]
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "mappo_ippo" / "mappo_ippo.py"),
+        *overrides,
+        *QUIET[:-1],
+        "threads=2",
+        f"run_dir={run_dir}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-4000:])
+    rows = read_metrics(run_dir / "metrics.csv")[1:]  # the first iteration warms up
+    frames = 102400 * len(rows)
+    collect = sum(r["collection_time"] for r in rows)
+    train = sum(r["training_time"] for r in rows)
+    return {
+        "experiment": "throughput-native",
+        "what": "MAPPO end to end on native navigation, 1024 envs x 4 agents, 100-step batches, "
+        "1 epoch of minibatches of 4096 per batch, 2 threads",
+        "frames_per_s": frames / (collect + train),
+        "collection_frames_per_s": frames / collect,
+        "training_frames_per_s": frames / train,
+        "command": " ".join(cmd[1:]).replace(str(ROOT) + "/", ""),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiments", nargs="+", choices=[*EXPERIMENTS, "throughput-native"])
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--torchrl-python", default=None)
+    parser.add_argument("--out", default=str(ROOT / "runs" / "results"))
+    parser.add_argument("--img", default=str(ROOT / "docs" / "img"))
+    parser.add_argument("--override", action="append", default=[], help="extra overrides")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for name in args.experiments:
+        out = pathlib.Path(args.out) / name
+        if name == "throughput-native":
+            print(json.dumps(throughput(out)), flush=True)
+            continue
+        exp = EXPERIMENTS[name]
+        sides: dict[str, list[dict[str, Any]]] = {"marlkit": []}
+        peer = args.torchrl_python if exp.peer else None
+        if peer:
+            sides["torchrl"] = []
+        for i, seed in enumerate(seeds):
+            order = ["marlkit", "torchrl"] if i % 2 == 0 else ["torchrl", "marlkit"]
+            for side in order:
+                if side == "marlkit":
+                    sides[side].append(run_ours(exp, seed, out, args.override))
+                elif peer:
+                    sides[side].append(run_peer(exp, seed, peer))
+        print(json.dumps(report(name, sides, pathlib.Path(args.img))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""make_collector: a collector kind chosen by name."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+import marlkit
+from marlkit.collectors import Collector, MultiSyncCollector, make_collector
+
+make_nav = functools.partial(marlkit.make, "navigation", num_envs=2, n_agents=2)
+
+
+def test_single_collects_and_is_seeded():
+    batches = []
+    for _ in range(2):
+        with make_collector("single", make_nav, None, 20, 20, seed=3) as collector:
+            assert isinstance(collector, Collector)
+            batches.append(next(iter(collector)))
+    assert batches[0].batch_size == (2, 10)
+    assert (batches[0]["agents", "observation"] == batches[1]["agents", "observation"]).all()
+
+
+@pytest.mark.slow
+def test_multisync_splits_the_frames_over_workers():
+    with make_collector("multisync", make_nav, None, 40, 40, num_workers=2, seed=0) as c:
+        assert isinstance(c, MultiSyncCollector)
+        assert next(iter(c)).batch_size == (2, 2, 10)
+
+
+def test_bad_kind_and_workers():
+    with pytest.raises(ValueError, match=r"unknown collector kind 'gpu'; expected one of"):
+        make_collector("gpu", make_nav, None, 20)
+    with pytest.raises(ValueError, match="num_workers must be"):
+        make_collector("multisync", make_nav, None, 20, num_workers=0)

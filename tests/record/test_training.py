@@ -1,0 +1,214 @@
+"""Checkpointer, RNG states, episode metrics, evaluation and the run summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import marlkit
+from marlkit.envs import Compose, RewardSum, StepCounter, TransformedEnv
+from marlkit.record import (
+    Checkpointer,
+    episode_metrics,
+    episode_returns,
+    evaluate,
+    read_video,
+    rng_state,
+    set_rng_state,
+    summarise_run,
+)
+from marlkit.replay import ReplayBuffer, TensorStorage
+
+
+def nav(num_envs=4, max_steps=10, **kwargs):
+    env = marlkit.make("navigation", num_envs=num_envs, n_agents=3, seed=0, **kwargs)
+    return TransformedEnv(env, Compose(StepCounter(max_steps), RewardSum()))
+
+
+# ---------------------------------------------------------------------------- Checkpointer
+def test_checkpoint_round_trip_with_a_buffer(tmp_path):
+    ckpt = Checkpointer(tmp_path / "ckpt")
+    assert ckpt.latest() is None
+    net = torch.nn.Linear(3, 2)
+    rb = ReplayBuffer(TensorStorage(16))
+    rb.extend(nav().rollout(3).reshape(-1))
+    folder = ckpt.save(4, {"net": net.state_dict(), "iteration": 4}, buffers={"rb": rb})
+    assert folder.name == "step-00000004" and ckpt.latest() == folder
+    assert Checkpointer.step_of(folder) == 4
+    state = ckpt.load()
+    assert state["iteration"] == 4
+    torch.testing.assert_close(state["net"]["weight"], net.weight.detach())
+    other = ReplayBuffer(TensorStorage(16))
+    ckpt.load_buffers({"rb": other})
+    assert len(other) == len(rb) == 12
+    assert (other[:] == rb[:]).all()
+
+
+def test_checkpoints_keep_the_newest_and_drop_a_stale_future(tmp_path):
+    ckpt = Checkpointer(tmp_path, keep=2)
+    for step in (1, 2, 3):
+        ckpt.save(step, {"step": step})
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000002", "step-00000003"]
+    # A run resumed from step 2 saves step 2 again: step 3 describes a future that did not
+    # happen, and goes.
+    ckpt.save(2, {"step": 2, "again": True})
+    assert ckpt.load()["again"] is True
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000002"]
+
+
+def test_checkpoint_errors(tmp_path):
+    ckpt = Checkpointer(tmp_path)
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
+        ckpt.load()
+    with pytest.raises(TypeError, match="state must be a mapping"):
+        ckpt.save(0, [1, 2])
+    with pytest.raises(TypeError, match="buffer 'rb' \\(int\\) has no dumps"):
+        ckpt.save(0, {}, buffers={"rb": 3})
+    with pytest.raises(ValueError, match="step must be"):
+        ckpt.save(-1, {})
+    ckpt.save(0, {})
+    with pytest.raises(FileNotFoundError, match="holds no buffer 'rb'"):
+        ckpt.load_buffers({"rb": ReplayBuffer(TensorStorage(4))})
+    with pytest.raises(FileNotFoundError, match="is not a checkpoint"):
+        ckpt.load(tmp_path)
+    with pytest.raises(ValueError, match="not named step-"):
+        Checkpointer.step_of(tmp_path / "other")
+
+
+def test_checkpoint_refuses_pickled_objects(tmp_path):
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(0, {"fn": Checkpointer})  # torch.save pickles it; weights_only loading refuses
+    with pytest.raises(Exception, match=r"[Ww]eights only load failed|Unsupported global"):
+        ckpt.load()
+
+
+_KILLED = textwrap.dedent(
+    """
+    import sys, torch
+    from marlkit.record import Checkpointer
+    ckpt = Checkpointer(sys.argv[1], keep=3)
+    big = torch.arange(2_000_000, dtype=torch.float64)
+    for step in range(10_000):
+        ckpt.save(step, {"step": step, "big": big + step})
+        print(step, flush=True)
+    """
+)
+
+
+def test_a_killed_save_leaves_the_latest_checkpoint_whole(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    saved = [int(proc.stdout.readline()) for _ in range(3)]
+    os.kill(proc.pid, signal.SIGKILL)  # most likely in the middle of a save
+    proc.wait(30)
+    proc.stdout.close()
+    state = Checkpointer(tmp_path).load()  # a torn file would fail to load
+    assert state["step"] >= saved[-1]
+    assert torch.equal(state["big"], torch.arange(2_000_000, dtype=torch.float64) + state["step"])
+
+
+# ---------------------------------------------------------------------------- RNG states
+def test_rng_state_round_trip():
+    state = rng_state()
+    a = (torch.rand(3), np.random.rand(3), random.random())
+    set_rng_state(state)
+    b = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+
+
+def test_rng_state_survives_weights_only_loading(tmp_path):
+    torch.save(rng_state(), tmp_path / "rng.pt")
+    loaded = torch.load(tmp_path / "rng.pt", weights_only=True)
+    x = torch.rand(2)
+    set_rng_state(loaded)
+    set_rng_state(loaded)
+    with pytest.raises(KeyError, match="no 'numpy'"):
+        set_rng_state({"torch": loaded["torch"], "random": loaded["random"]})
+    assert x.shape == (2,)
+
+
+# ---------------------------------------------------------------------------- episodes
+def test_episode_metrics_read_the_ended_episodes():
+    env = nav(num_envs=4, max_steps=5)
+    batch = env.rollout(12, break_when_any_done=False)  # episodes end at steps 5 and 10
+    out = episode_metrics(batch)
+    done = batch["next", "done"].squeeze(-1)
+    assert out["episodes"] == done.sum() == 8
+    assert out["episode_length"] == 5
+    expected = batch["next", "agents", "episode_reward"].mean((-2, -1))[done].mean()
+    assert out["agents/episode_reward"] == pytest.approx(float(expected))
+    # Before an episode ends there is nothing to report but the count.
+    assert episode_metrics(batch[:, :3]) == {"episodes": 0.0}
+
+
+def test_episode_metrics_per_group_and_errors():
+    env = TransformedEnv(
+        marlkit.make("predator_prey", num_envs=2, seed=0), Compose(StepCounter(3), RewardSum())
+    )
+    out = episode_metrics(env.rollout(3))
+    assert {"predator/episode_reward", "prey/episode_reward"} <= set(out)
+    plain = marlkit.make("navigation", num_envs=2, n_agents=3, seed=0)
+    batch = TransformedEnv(plain, StepCounter(2)).rollout(2)
+    with pytest.raises(KeyError, match="add RewardSum to the env"):
+        episode_metrics(batch, groups=["agents"])
+    with pytest.raises(KeyError, match=r"no \('next', 'done'\)"):
+        episode_metrics(batch.exclude(("next", "done")))
+
+
+def test_episode_returns_stop_at_the_first_done():
+    env = nav(num_envs=3, max_steps=4)
+    rollout = env.rollout(10, break_when_any_done=False)
+    expected = rollout["next", "agents", "reward"][:, :4].mean((-2, -1)).sum(-1)
+    torch.testing.assert_close(episode_returns(rollout, "agents"), expected)
+    with pytest.raises(KeyError, match=r"groups with rewards: \['agents'\]"):
+        episode_returns(rollout, "prey")
+
+
+# ---------------------------------------------------------------------------- evaluation
+def test_evaluate_is_deterministic_and_films(tmp_path):
+    from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor
+
+    env = nav(num_envs=2, max_steps=8)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(MultiAgentMLP(10, 4, 3, num_cells=8), NormalParamExtractor())
+    actor = ProbabilisticActor(net)
+    a = evaluate(env, actor, steps=8)
+    b = evaluate(env, actor, steps=8, video=tmp_path / "eval.mp4", env_indices="all", tile=True)
+    assert a.metrics.keys() == b.metrics.keys()
+    assert a.metrics["episode_length"] == 8 and a.returns["agents"].shape == (2,)
+    frames, _ = read_video(b.video)
+    assert frames.shape[0] == 10  # the reset, 8 steps, the auto-reset after the last
+    with pytest.raises(ValueError, match="steps must be an int >= 1"):
+        evaluate(env, actor, steps=0)
+
+
+def test_summarise_run_writes_the_summary_curve_and_video(tmp_path):
+    from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor
+
+    env = nav(num_envs=2, max_steps=6)
+    actor = ProbabilisticActor(
+        torch.nn.Sequential(MultiAgentMLP(10, 4, 3, num_cells=8), NormalParamExtractor())
+    )
+    rows = [{"step": i, "frames": 100.0 * i, "agents/episode_reward": 0.1 * i} for i in (1, 2)]
+    out = summarise_run(tmp_path, env, actor, steps=6, rows=rows, fps=10, info={"algo": "x"})
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == out and out["algo"] == "x"
+    assert set(out["trained"]) == set(out["random"]) == {"agents/episode_reward", "episode_length"}
+    assert out["improvement"]["agents/episode_reward"] == pytest.approx(
+        out["trained"]["agents/episode_reward"] - out["random"]["agents/episode_reward"]
+    )
+    assert (tmp_path / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert read_video(tmp_path / "rollout.mp4")[0].shape[0] == 8
+    quiet = summarise_run(tmp_path / "q", env, actor, steps=6, rows=[], video=False)
+    assert quiet["video"] is None and quiet["curve"] is None
