@@ -17,7 +17,6 @@ the loggers, checkpoints and evaluation of :mod:`marlkit.record`.
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import pathlib
 import time
@@ -28,10 +27,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict.nn import TensorDictSequential
 
-import marlkit
 from marlkit.collectors import make_collector
 from marlkit.data.specs import Categorical
-from marlkit.envs import Compose, EnvBase, RewardSum, StepCounter, TransformedEnv
+from marlkit.envs import EnvBase, make_episodic
 from marlkit.modules import Categorical as CategoricalDist
 from marlkit.modules import (
     MaskedCategorical,
@@ -61,16 +59,21 @@ from marlkit.replay import (
 OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 
 
-def make_env(
-    name: str, num_envs: int, max_steps: int, seed: int, kwargs: dict, imports: list[str]
-) -> EnvBase:
-    """The registered env ``name``, episodes cut at ``max_steps``, rewards summed per episode.
-    ``imports`` are modules that register envs (your own simulator's adapter), imported first
-    (also in worker processes)."""
-    for module in imports:
-        importlib.import_module(module)
-    env = marlkit.make(name, num_envs=num_envs, seed=seed, **kwargs)
-    return TransformedEnv(env, Compose(StepCounter(max_steps), RewardSum()))
+def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
+    """A picklable factory of the configured env (``make_episodic``: episodes cut at
+    ``env.max_steps``, rewards summed); the evaluation env adds ``env.eval_kwargs``."""
+    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    if evaluation:
+        kwargs.update(OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True))
+    return functools.partial(
+        make_episodic,
+        cfg.env.name,
+        num_envs=num_envs,
+        max_steps=cfg.env.max_steps,
+        seed=seed,
+        imports=list(cfg.env.imports),
+        **kwargs,
+    )
 
 
 def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> ProbabilisticActor:
@@ -120,11 +123,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
-    imports = list(cfg.env.get("imports", []))
-    env_fn = functools.partial(
-        make_env, cfg.env.name, cfg.env.num_envs, cfg.env.max_steps, cfg.seed, env_kwargs, imports
-    )
+    env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 
@@ -170,14 +169,7 @@ def main(cfg: DictConfig) -> None:
         num_workers=cfg.collector.num_workers,
         seed=cfg.seed,
     )
-    eval_env = make_env(
-        cfg.env.name,
-        cfg.eval.num_envs,
-        cfg.env.max_steps,
-        cfg.seed + 10_000,
-        {**env_kwargs, **OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True)},
-        imports,
-    )
+    eval_env = env_factory(cfg, cfg.eval.num_envs, cfg.seed + 10_000, evaluation=True)()
 
     # --- resume: modules, optimisers, collector counters, RNG states, the metrics file
     checkpointer = Checkpointer(run_dir / "checkpoints", keep=cfg.checkpoint.keep)

@@ -136,3 +136,20 @@ def test_egreedy_with_spec_and_errors() -> None:
     net = TensorDictModule(_Fixed(), in_keys=["o"], out_keys=["a"])
     with pytest.raises(ValueError, match="needs the number of actions"):
         EGreedy(net)
+
+
+def test_egreedy_lands_exactly_on_eps_end_and_keeps_its_count():
+
+    spec = Categorical(5, (2, 3))
+    actor = QValueActor(torch.nn.Linear(4, 5), spec=spec)
+    policy = EGreedy(actor, eps_init=0.3, eps_end=0.0, annealing_num_steps=60_000)
+    for _ in range(20):
+        policy.step(6000)
+    assert float(policy.eps) == 0.0  # not 1e-8 of float drift: the greedy fast path applies
+    other = EGreedy(actor, eps_init=0.3, eps_end=0.0, annealing_num_steps=60_000)
+    policy2 = EGreedy(actor, eps_init=0.3, eps_end=0.0, annealing_num_steps=60_000)
+    policy2.step(6000)
+    other.load_state_dict(policy2.state_dict())
+    other.step(6000)
+    assert int(other.steps_done) == 12_000
+    assert float(other.eps) == pytest.approx(0.3 - 0.3 * 12_000 / 60_000)

@@ -6,6 +6,7 @@ from marlkit.envs._spec_utils import done_levels, make_done_spec, make_reward_sp
 from marlkit.envs.batched import ParallelEnv, SerialEnv, WorkerError
 from marlkit.envs.checks import SpecCheckError, check_env_specs, spec_problems
 from marlkit.envs.common import EnvBase, IllegalActions, InvalidActionError, MissingActionError
+from marlkit.envs.episodic import make_episodic
 from marlkit.envs.registry import (
     AdapterUnavailableError,
     UnknownEnvError,
@@ -59,6 +60,7 @@ __all__ = [
     "list_envs",
     "make",
     "make_done_spec",
+    "make_episodic",
     "make_reward_spec",
     "register",
     "register_adapter",

@@ -207,14 +207,18 @@ class EGreedy(TensorDictModuleBase):
         self.eps_init, self.eps_end = float(eps_init), float(eps_end)
         self.annealing_num_steps = int(annealing_num_steps)
         self.register_buffer("eps", torch.tensor(self.eps_init))
+        #: Steps counted by :meth:`step` (saved with the state, so a resumed run goes on).
+        self.register_buffer("steps_done", torch.tensor(0, dtype=torch.int64))
         self.in_keys = list(module.in_keys)
         self.out_keys = list(module.out_keys)
 
     def step(self, frames: int = 1) -> None:
-        """Anneal epsilon by ``frames`` steps (linearly, down to ``eps_end``)."""
-        slope = (self.eps_end - self.eps_init) / self.annealing_num_steps
-        eps = float(self.eps) + slope * frames
-        self.eps.fill_(max(eps, self.eps_end) if slope <= 0 else min(eps, self.eps_end))
+        """Anneal epsilon by ``frames`` steps (linearly, exactly ``eps_end`` once
+        ``annealing_num_steps`` are done). Epsilon is computed from the step count, not
+        accumulated, so it lands on ``eps_end`` without float drift."""
+        self.steps_done += int(frames)
+        done = min(int(self.steps_done) / self.annealing_num_steps, 1.0)
+        self.eps.fill_(self.eps_init + (self.eps_end - self.eps_init) * done)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Run the actor, then (exploration mode ``"random"``) replace actions at random."""

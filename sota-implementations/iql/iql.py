@@ -1,0 +1,284 @@
+"""IQL (independent Q-learning) on any registered marlkit env with discrete actions, one
+Q-network, loss and replay buffer per agent group.
+
+    python sota-implementations/iql/iql.py                                    # native navigation
+    python sota-implementations/iql/iql.py env=vmas/navigation
+    python sota-implementations/iql/iql.py env=pettingzoo/mpe2.simple_spread_v3
+    python sota-implementations/iql/iql.py env=predator_prey                  # a loss per group
+    python sota-implementations/iql/iql.py loss.double_dqn=true
+    python sota-implementations/iql/iql.py collector=multisync
+    python sota-implementations/iql/iql.py resume=runs/iql/<stamp>
+
+The recipe (``configs/iql.yaml``) is that of ``qmix_vdn.py`` without a mixer (TorchRL's
+``multiagent/iql.py`` at a CPU budget): per batch of 60 envs x 100 steps, a replay buffer
+holding that one batch, ``epochs`` passes of ``frames_per_batch // minibatch_size`` minibatches
+drawn without replacement, a soft target update after each optimiser step, and epsilon-greedy
+exploration annealed over half the frames. Each agent learns its own TD target from its own
+reward (``DQNLoss``) with a Q-network shared by the agents of its group. Everything here is a
+marlkit part: the env from the registry, the collector, the per-group buffers, actors,
+exploration, losses and target updaters, the loggers, checkpoints and evaluation of
+:mod:`marlkit.record`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+import time
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tensordict.nn import TensorDictSequential
+
+from marlkit.collectors import make_collector
+from marlkit.data.specs import Categorical, OneHot
+from marlkit.envs import EnvBase, make_episodic
+from marlkit.modules import EGreedy, MultiAgentMLP, QValueActor
+from marlkit.objectives import DQNLoss, SoftUpdate
+from marlkit.record import (
+    Checkpointer,
+    episode_metrics,
+    evaluate,
+    make_logger,
+    rng_state,
+    set_rng_state,
+    summarise_run,
+)
+from marlkit.replay import (
+    GroupReplayBuffers,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
+    TensorStorage,
+)
+
+OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
+
+
+def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
+    """A picklable factory of the configured env (``make_episodic``: episodes cut at
+    ``env.max_steps``, rewards summed); the evaluation env adds ``env.eval_kwargs``."""
+    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    if evaluation:
+        kwargs.update(OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True))
+    return functools.partial(
+        make_episodic,
+        cfg.env.name,
+        num_envs=num_envs,
+        max_steps=cfg.env.max_steps,
+        seed=seed,
+        imports=list(cfg.env.imports),
+        **kwargs,
+    )
+
+
+def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> QValueActor:
+    """The group's Q-network (one MLP over the agents) and its greedy action.
+
+    Raises:
+        ValueError: the group's actions are not discrete.
+    """
+    spec = env.action_spec[group, "action"]
+    if not isinstance(spec, (Categorical, OneHot)):
+        raise ValueError(
+            f"IQL needs discrete actions, but group {group!r} has a {type(spec).__name__} "
+            "action spec; set env.kwargs.continuous_actions=false (native scenarios, VMAS and "
+            "MPE accept it)"
+        )
+    mlp = MultiAgentMLP(
+        env.observation_spec[group, "observation"].shape[-1],
+        spec.n,
+        len(env.group_map[group]),
+        share_params=cfg.share_params,
+        depth=cfg.depth,
+        num_cells=cfg.num_cells,
+    )
+    return QValueActor(mlp, group=group, spec=spec)
+
+
+def train_group(
+    loss: DQNLoss,
+    optim: torch.optim.Optimizer,
+    updater: SoftUpdate,
+    buffer: ReplayBuffer,
+    steps: int,
+    max_grad_norm: float,
+) -> dict[str, float]:
+    """``steps`` optimiser steps on minibatches of ``buffer``, the targets moved after each;
+    returns the last step's loss terms and gradient norm."""
+    params = [p for group in optim.param_groups for p in group["params"]]
+    for _ in range(steps):
+        out = loss(buffer.sample())
+        optim.zero_grad()
+        out["loss"].backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optim.step()
+        updater.step()
+    terms = {k: out[k].item() for k in ("loss", "q_value", "target_value")}
+    return {**terms, "grad_norm": grad_norm.item()}
+
+
+@hydra.main(config_path="../configs", config_name="iql", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_dir = pathlib.Path(cfg.run_dir)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)
+    env = env_fn()  # for the specs; the single collector steps this one
+    groups = env.groups
+
+    # --- the algorithm, per group: Q-actor, exploration, loss, optimiser, buffer
+    actors = {g: make_actor(env, g, cfg.policy) for g in groups}
+    annealing = int(cfg.collector.total_frames * cfg.exploration.annealing_fraction)
+    explorers = torch.nn.ModuleDict(
+        {
+            g: EGreedy(actors[g], cfg.exploration.eps_init, cfg.exploration.eps_end, annealing)
+            for g in groups
+        }
+    )
+    losses = torch.nn.ModuleDict(
+        {
+            g: DQNLoss(
+                actors[g],
+                group=g,
+                gamma=cfg.loss.gamma,
+                loss_function=cfg.loss.loss_function,
+                double_dqn=cfg.loss.double_dqn,
+            )
+            for g in groups
+        }
+    )
+    updaters = {g: SoftUpdate(losses[g], tau=cfg.loss.tau) for g in groups}
+    optims = {g: torch.optim.Adam(losses[g].online_parameters(), lr=cfg.train.lr) for g in groups}
+    frames = cfg.collector.frames_per_batch
+    buffers = GroupReplayBuffers(
+        groups,
+        lambda g: ReplayBuffer(
+            TensorStorage(cfg.buffer.capacity),
+            SamplerWithoutReplacement(seed=cfg.seed),
+            batch_size=cfg.train.minibatch_size,
+        ),
+    )
+    policy = TensorDictSequential(*explorers.values())  # every group's actions in one call
+
+    collector = make_collector(
+        cfg.collector.kind,
+        env if cfg.collector.kind == "single" else env_fn,
+        policy,
+        frames,
+        cfg.collector.total_frames,
+        num_workers=cfg.collector.num_workers,
+        seed=cfg.seed,
+    )
+    eval_env = env_factory(cfg, cfg.eval.num_envs, cfg.seed + 10_000, evaluation=True)()
+
+    # --- resume: losses (online and target nets), optimisers, epsilon, collector, RNG, buffers
+    checkpointer = Checkpointer(run_dir / "checkpoints", keep=cfg.checkpoint.keep)
+    iteration = 0
+    if cfg.resume is not None and checkpointer.latest() is not None:
+        state = checkpointer.load()
+        losses.load_state_dict(state["losses"])
+        explorers.load_state_dict(state["exploration"])
+        for g in groups:
+            optims[g].load_state_dict(state["optims"][g])
+        collector.load_state_dict(state["collector"])
+        collector.update_policy_weights_()
+        set_rng_state(state["rng"])
+        checkpointer.load_buffers({"replay": buffers})
+        iteration = state["iteration"]
+    logger = make_logger(
+        run_dir,
+        backends=cfg.logger.backends
+        if cfg.logger.backends == "auto"
+        else list(cfg.logger.backends),
+        resume=cfg.resume is not None,
+        project=cfg.logger.project,
+        name=run_dir.name,
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    logger.csv.truncate(iteration)  # rows logged after that checkpoint are done again
+
+    def run_eval(tag: str, video: bool) -> dict[str, float]:
+        out = evaluate(  # exploration "deterministic": EGreedy keeps the greedy actions
+            eval_env,
+            policy,
+            steps=cfg.env.max_steps,
+            video=run_dir / "videos" / f"{tag}.mp4" if video else None,
+            env_indices="all",
+            tile=True,
+            fps=cfg.eval.fps,
+        )
+        return {f"eval/{k}": v for k, v in out.metrics.items()}
+
+    def save() -> None:
+        state = {
+            "iteration": iteration,
+            "losses": losses.state_dict(),
+            "exploration": explorers.state_dict(),  # each group's eps
+            "optims": {g: o.state_dict() for g, o in optims.items()},
+            "collector": collector.state_dict(),
+            "rng": rng_state(),
+        }
+        checkpointer.save(iteration, state, buffers={"replay": buffers})
+
+    # --- the loop: collect, store, epochs of minibatches per group, anneal, log, evaluate, save
+    steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
+    start = time.perf_counter()
+    collect_start = start
+    for batch in collector:
+        collect_time = time.perf_counter() - collect_start
+        iteration += 1
+        train_start = time.perf_counter()
+        buffers.extend(batch.reshape(-1))
+        metrics: dict[str, Any] = {"eps": float(explorers[groups[0]].eps)}  # this batch's
+        for g in groups:
+            metrics[f"replay/{g}/size"] = len(buffers[g])
+            terms = train_group(
+                losses[g], optims[g], updaters[g], buffers[g], steps, cfg.train.max_grad_norm
+            )
+            metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
+            explorers[g].step(batch.numel())
+        collector.update_policy_weights_()  # the new Q-networks and eps
+        train_time = time.perf_counter() - train_start
+
+        metrics.update(
+            frames=collector.frames,
+            frames_per_s=batch.numel() / (collect_time + train_time),
+            collection_time=collect_time,
+            training_time=train_time,
+            time=time.perf_counter() - start,
+            **episode_metrics(batch),
+        )
+        last = iteration == collector.num_batches
+        if last or (cfg.eval.every and iteration % cfg.eval.every == 0):
+            metrics.update(run_eval(f"eval-{iteration:04d}", video=cfg.eval.video))
+        logger.log(metrics, step=iteration)
+        if last or iteration % cfg.checkpoint.every == 0:
+            save()
+        rewards = {k: round(v, 3) for k, v in metrics.items() if k.endswith("episode_reward")}
+        print(f"iteration {iteration}: frames {collector.frames} {rewards}", flush=True)
+        collect_start = time.perf_counter()
+
+    # --- the end: the trained (greedy) policy next to a random one, the curve, summary.json
+    summary = summarise_run(
+        run_dir,
+        eval_env,
+        policy,
+        steps=cfg.env.max_steps,
+        rows=logger.csv.rows(),
+        video=cfg.eval.video,
+        fps=cfg.eval.fps,
+        info={"algorithm": cfg.algorithm, "env": cfg.env.name, "frames": collector.frames},
+    )
+    logger.close()
+    collector.shutdown()
+    eval_env.close()
+    print(json.dumps(summary["trained"]), "random:", json.dumps(summary["random"]))
+    print(f"outputs in {run_dir}/ (metrics.csv, reward.png, rollout.mp4, summary.json)")
+
+
+if __name__ == "__main__":
+    main()

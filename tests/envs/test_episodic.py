@@ -1,0 +1,49 @@
+"""make_episodic: a registered env with its episodes cut and summed."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+
+import pytest
+import torch
+
+from marlkit.envs import make_episodic
+
+
+def test_episodes_are_cut_and_summed():
+    env = make_episodic("navigation", num_envs=2, max_steps=4, seed=0, n_agents=2)
+    rollout = env.rollout(6, break_when_any_done=False)
+    assert rollout["next", "step_count"][0, :, 0].tolist() == [1, 2, 3, 4, 1, 2]
+    assert rollout["next", "done"][:, 3].all()
+    reward = rollout["next", "agents", "reward"]
+    torch.testing.assert_close(
+        rollout["next", "agents", "episode_reward"][:, 3], reward[:, :4].sum(1)
+    )
+
+
+def test_a_partial_of_it_pickles_and_imports_first(tmp_path, monkeypatch):
+    (tmp_path / "my_registering_module.py").write_text(
+        "import marlkit\n"
+        "marlkit.register('episodic_test_env', lambda num_envs=1, seed=None: "
+        "marlkit.make('navigation', num_envs=num_envs, seed=seed, n_agents=2), override=True)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    factory = functools.partial(
+        make_episodic,
+        "episodic_test_env",
+        num_envs=2,
+        max_steps=3,
+        imports=["my_registering_module"],
+    )
+    env = pickle.loads(pickle.dumps(factory))()
+    assert env.batch_size == (2,)
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="imports must be a sequence of module names"):
+        make_episodic("navigation", num_envs=1, max_steps=3, imports="my_module")
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
+        make_episodic("navigation", num_envs=1, max_steps=3, imports=["no_such_module_here"])
+    with pytest.raises(ValueError, match="max_steps must be"):
+        make_episodic("navigation", num_envs=1, max_steps=0)
