@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import pathlib
-import time
 from typing import Any
 
 import hydra
@@ -40,15 +38,7 @@ from marlkit.modules import (
     TanhNormal,
 )
 from marlkit.objectives import GAE, ClipPPOLoss
-from marlkit.record import (
-    Checkpointer,
-    episode_metrics,
-    evaluate,
-    make_logger,
-    rng_state,
-    set_rng_state,
-    summarise_run,
-)
+from marlkit.record import TrainingRun, rng_state, set_rng_state
 from marlkit.replay import (
     GroupReplayBuffers,
     ReplayBuffer,
@@ -117,9 +107,29 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig) -> StateValueCritic:
     )
 
 
+def train_group(
+    loss: ClipPPOLoss,
+    optim: torch.optim.Optimizer,
+    buffer: ReplayBuffer,
+    epochs: int,
+    minibatches: int,
+    max_grad_norm: float,
+) -> dict[str, float]:
+    """``epochs`` passes of ``minibatches`` PPO steps over ``buffer`` (one batch, sampled
+    without replacement); returns the last step's loss terms and gradient norm."""
+    for _ in range(epochs):
+        for _ in range(minibatches):
+            terms = loss(buffer.sample())
+            total = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
+            optim.zero_grad()
+            total.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(loss.parameters(), max_grad_norm)
+            optim.step()
+    return {**{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item()}
+
+
 @hydra.main(config_path="../configs", config_name="mappo_ippo", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run_dir = pathlib.Path(cfg.run_dir)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -159,7 +169,6 @@ def main(cfg: DictConfig) -> None:
         ),
     )
     policy = TensorDictSequential(*actors.values())  # every group's actions in one call
-
     collector = make_collector(
         cfg.collector.kind,
         env if cfg.collector.kind == "single" else env_fn,
@@ -169,120 +178,74 @@ def main(cfg: DictConfig) -> None:
         num_workers=cfg.collector.num_workers,
         seed=cfg.seed,
     )
-    eval_env = env_factory(cfg, cfg.eval.num_envs, cfg.seed + 10_000, evaluation=True)()
 
-    # --- resume: modules, optimisers, collector counters, RNG states, the metrics file
-    checkpointer = Checkpointer(run_dir / "checkpoints", keep=cfg.checkpoint.keep)
-    iteration = 0
-    if cfg.resume is not None and checkpointer.latest() is not None:
-        state = checkpointer.load()
+    # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
+    run = TrainingRun(
+        cfg.run_dir,
+        resume=cfg.resume is not None,
+        eval_env=env_factory(cfg, cfg.eval.num_envs, cfg.seed + 10_000, evaluation=True)(),
+        eval_steps=cfg.env.max_steps,
+        eval_every=cfg.eval.every,
+        video=cfg.eval.video,
+        fps=cfg.eval.fps,
+        checkpoint_every=cfg.checkpoint.every,
+        keep=cfg.checkpoint.keep,
+        backends=OmegaConf.to_container(cfg.logger, resolve=True)["backends"],
+        project=cfg.logger.project,
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    state = run.restore()
+    if state is not None:
         losses.load_state_dict(state["losses"])
         for g in groups:
             optims[g].load_state_dict(state["optims"][g])
         collector.load_state_dict(state["collector"])
         collector.update_policy_weights_()
         set_rng_state(state["rng"])
-        iteration = state["iteration"]
-    logger = make_logger(
-        run_dir,
-        backends=cfg.logger.backends
-        if cfg.logger.backends == "auto"
-        else list(cfg.logger.backends),
-        resume=cfg.resume is not None,
-        project=cfg.logger.project,
-        name=run_dir.name,
-        config=OmegaConf.to_container(cfg, resolve=True),
-    )
-    logger.csv.truncate(iteration)  # rows logged after that checkpoint are done again
 
-    def run_eval(tag: str, video: bool) -> dict[str, float]:
-        out = evaluate(
-            eval_env,
-            policy,
-            steps=cfg.env.max_steps,
-            video=run_dir / "videos" / f"{tag}.mp4" if video else None,
-            env_indices="all",
-            tile=True,
-            fps=cfg.eval.fps,
-        )
-        return {f"eval/{k}": v for k, v in out.metrics.items()}
-
-    def save() -> None:
-        state = {
-            "iteration": iteration,
+    def checkpoint() -> dict[str, Any]:
+        return {
             "losses": losses.state_dict(),
             "optims": {g: o.state_dict() for g, o in optims.items()},
             "collector": collector.state_dict(),
             "rng": rng_state(),
         }
-        checkpointer.save(iteration, state)
 
-    # --- the loop: collect, GAE, epochs of minibatches per group, log, evaluate, checkpoint
-    n_minibatches = max(1, frames // cfg.train.minibatch_size)
+    # --- the loop: collect, GAE, epochs of minibatches per group, then the run's chores
+    minibatches = max(1, frames // cfg.train.minibatch_size)
     keys = list(dict.fromkeys(k for loss in losses.values() for k in loss.in_keys))
-    start = time.perf_counter()
-    collect_start = start
-    for batch in collector:
-        collect_time = time.perf_counter() - collect_start
-        iteration += 1
-        train_start = time.perf_counter()
-        metrics: dict[str, Any] = {}
+    for batch in run.batches(collector):
         with torch.no_grad():
             for g in groups:
                 gaes[g](batch)
         buffers.empty()
         buffers.extend(batch.select(*keys).reshape(-1))  # only what the losses read
+        metrics = {}
         for g in groups:
-            for _ in range(cfg.train.epochs):
-                for _ in range(n_minibatches):
-                    terms = losses[g](buffers.sample(g))
-                    total = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
-                    optims[g].zero_grad()
-                    total.backward()
-                    grad_norm = torch.nn.utils.clip_grad_norm_(
-                        losses[g].parameters(), cfg.train.max_grad_norm
-                    )
-                    optims[g].step()
-            for name, value in terms.items():
-                metrics[f"train/{g}/{name}"] = value.item()
-            metrics[f"train/{g}/grad_norm"] = grad_norm.item()
+            terms = train_group(
+                losses[g],
+                optims[g],
+                buffers[g],
+                cfg.train.epochs,
+                minibatches,
+                cfg.train.max_grad_norm,
+            )
+            metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
         collector.update_policy_weights_()
-        train_time = time.perf_counter() - train_start
-
-        metrics.update(
-            frames=collector.frames,
-            frames_per_s=batch.numel() / (collect_time + train_time),
-            collection_time=collect_time,
-            training_time=train_time,
-            time=time.perf_counter() - start,
-            **episode_metrics(batch),
+        out = run.end_iteration(
+            batch, metrics, policy=policy, state=checkpoint, frames=collector.frames
         )
-        last = iteration == collector.num_batches
-        if last or (cfg.eval.every and iteration % cfg.eval.every == 0):
-            metrics.update(run_eval(f"eval-{iteration:04d}", video=cfg.eval.video))
-        logger.log(metrics, step=iteration)
-        if last or iteration % cfg.checkpoint.every == 0:
-            save()
-        rewards = {k: round(v, 3) for k, v in metrics.items() if k.endswith("episode_reward")}
-        print(f"iteration {iteration}: frames {collector.frames} {rewards}", flush=True)
-        collect_start = time.perf_counter()
+        rewards = {k: round(v, 3) for k, v in out.items() if k.endswith("episode_reward")}
+        print(f"iteration {run.iteration}: frames {collector.frames} {rewards}", flush=True)
 
     # --- the end: the trained policy next to a random one, the curve, summary.json
-    summary = summarise_run(
-        run_dir,
-        eval_env,
-        policy,
-        steps=cfg.env.max_steps,
-        rows=logger.csv.rows(),
-        video=cfg.eval.video,
-        fps=cfg.eval.fps,
-        info={"algorithm": cfg.algorithm, "env": cfg.env.name, "frames": collector.frames},
+    summary = run.finish(
+        policy, info={"algorithm": cfg.algorithm, "env": cfg.env.name, "frames": collector.frames}
     )
-    logger.close()
     collector.shutdown()
-    eval_env.close()
+    run.eval_env.close()
     print(json.dumps(summary["trained"]), "random:", json.dumps(summary["random"]))
-    print(f"outputs in {run_dir}/ (metrics.csv, reward.png, rollout.mp4, summary.json)")
+    print(f"outputs in {cfg.run_dir}/ (metrics.csv, reward.png, rollout.mp4, summary.json)")
 
 
 if __name__ == "__main__":

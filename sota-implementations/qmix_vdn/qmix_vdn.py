@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import functools
 import json
-import pathlib
-import time
 from typing import Any
 
 import hydra
@@ -39,15 +37,7 @@ from marlkit.data.specs import Categorical, OneHot
 from marlkit.envs import EnvBase, make_episodic
 from marlkit.modules import EGreedy, Mixer, MultiAgentMLP, QMixer, QValueActor, VDNMixer
 from marlkit.objectives import QMixerLoss, SoftUpdate
-from marlkit.record import (
-    Checkpointer,
-    episode_metrics,
-    evaluate,
-    make_logger,
-    rng_state,
-    set_rng_state,
-    summarise_run,
-)
+from marlkit.record import TrainingRun, rng_state, set_rng_state
 from marlkit.replay import (
     GroupReplayBuffers,
     ReplayBuffer,
@@ -164,7 +154,6 @@ def train_group(
 @hydra.main(config_path="../configs", config_name="qmix_vdn", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     check_config(cfg)
-    run_dir = pathlib.Path(cfg.run_dir)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -216,13 +205,23 @@ def main(cfg: DictConfig) -> None:
         num_workers=cfg.collector.num_workers,
         seed=cfg.seed,
     )
-    eval_env = env_factory(cfg, cfg.eval.num_envs, cfg.seed + 10_000, evaluation=True)()
-
-    # --- resume: losses (online and target nets), optimisers, epsilon, collector, RNG, buffers
-    checkpointer = Checkpointer(run_dir / "checkpoints", keep=cfg.checkpoint.keep)
-    iteration = 0
-    if cfg.resume is not None and checkpointer.latest() is not None:
-        state = checkpointer.load()
+    # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
+    run = TrainingRun(
+        cfg.run_dir,
+        resume=cfg.resume is not None,
+        eval_env=env_factory(cfg, cfg.eval.num_envs, cfg.seed + 10_000, evaluation=True)(),
+        eval_steps=cfg.env.max_steps,
+        eval_every=cfg.eval.every,
+        video=cfg.eval.video,
+        fps=cfg.eval.fps,
+        checkpoint_every=cfg.checkpoint.every,
+        keep=cfg.checkpoint.keep,
+        backends=OmegaConf.to_container(cfg.logger, resolve=True)["backends"],
+        project=cfg.logger.project,
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    state = run.restore()  # losses (online and target nets), optimisers, eps, collector, RNG
+    if state is not None:
         losses.load_state_dict(state["losses"])
         explorers.load_state_dict(state["exploration"])
         for g in groups:
@@ -230,51 +229,20 @@ def main(cfg: DictConfig) -> None:
         collector.load_state_dict(state["collector"])
         collector.update_policy_weights_()
         set_rng_state(state["rng"])
-        checkpointer.load_buffers({"replay": buffers})
-        iteration = state["iteration"]
-    logger = make_logger(
-        run_dir,
-        backends=cfg.logger.backends
-        if cfg.logger.backends == "auto"
-        else list(cfg.logger.backends),
-        resume=cfg.resume is not None,
-        project=cfg.logger.project,
-        name=run_dir.name,
-        config=OmegaConf.to_container(cfg, resolve=True),
-    )
-    logger.csv.truncate(iteration)  # rows logged after that checkpoint are done again
+        run.restore_buffers({"replay": buffers})
 
-    def run_eval(tag: str, video: bool) -> dict[str, float]:
-        out = evaluate(  # exploration "deterministic": EGreedy keeps the greedy actions
-            eval_env,
-            policy,
-            steps=cfg.env.max_steps,
-            video=run_dir / "videos" / f"{tag}.mp4" if video else None,
-            env_indices="all",
-            tile=True,
-            fps=cfg.eval.fps,
-        )
-        return {f"eval/{k}": v for k, v in out.metrics.items()}
-
-    def save() -> None:
-        state = {
-            "iteration": iteration,
+    def checkpoint() -> dict[str, Any]:
+        return {
             "losses": losses.state_dict(),
-            "exploration": explorers.state_dict(),  # each group's eps
+            "exploration": explorers.state_dict(),  # each group's eps and its step count
             "optims": {g: o.state_dict() for g, o in optims.items()},
             "collector": collector.state_dict(),
             "rng": rng_state(),
         }
-        checkpointer.save(iteration, state, buffers={"replay": buffers})
 
-    # --- the loop: collect, store, epochs of minibatches per group, anneal, log, evaluate, save
+    # --- the loop: collect, store, epochs of minibatches per group, anneal, the run's chores
     steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
-    start = time.perf_counter()
-    collect_start = start
-    for batch in collector:
-        collect_time = time.perf_counter() - collect_start
-        iteration += 1
-        train_start = time.perf_counter()
+    for batch in run.batches(collector):
         buffers.extend(batch.reshape(-1))
         metrics: dict[str, Any] = {"eps": float(explorers[groups[0]].eps)}  # this batch's
         for g in groups:
@@ -285,46 +253,25 @@ def main(cfg: DictConfig) -> None:
             metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
             explorers[g].step(batch.numel())
         collector.update_policy_weights_()  # the new Q-networks and eps
-        train_time = time.perf_counter() - train_start
-
-        metrics.update(
+        out = run.end_iteration(
+            batch,
+            metrics,
+            policy=policy,  # evaluated with exploration off: EGreedy keeps the greedy actions
+            state=checkpoint,
             frames=collector.frames,
-            frames_per_s=batch.numel() / (collect_time + train_time),
-            collection_time=collect_time,
-            training_time=train_time,
-            time=time.perf_counter() - start,
-            **episode_metrics(batch),
+            buffers={"replay": buffers},
         )
-        last = iteration == collector.num_batches
-        if last or (cfg.eval.every and iteration % cfg.eval.every == 0):
-            metrics.update(run_eval(f"eval-{iteration:04d}", video=cfg.eval.video))
-        logger.log(metrics, step=iteration)
-        if last or iteration % cfg.checkpoint.every == 0:
-            save()
-        rewards = {k: round(v, 3) for k, v in metrics.items() if k.endswith("episode_reward")}
-        print(f"iteration {iteration}: frames {collector.frames} {rewards}", flush=True)
-        collect_start = time.perf_counter()
+        rewards = {k: round(v, 3) for k, v in out.items() if k.endswith("episode_reward")}
+        print(f"iteration {run.iteration}: frames {collector.frames} {rewards}", flush=True)
 
     # --- the end: the trained (greedy) policy next to a random one, the curve, summary.json
-    summary = summarise_run(
-        run_dir,
-        eval_env,
-        policy,
-        steps=cfg.env.max_steps,
-        rows=logger.csv.rows(),
-        video=cfg.eval.video,
-        fps=cfg.eval.fps,
-        info={
-            "algorithm": cfg.loss.mixer,
-            "env": cfg.env.name,
-            "frames": collector.frames,
-        },
+    summary = run.finish(
+        policy, info={"algorithm": cfg.loss.mixer, "env": cfg.env.name, "frames": collector.frames}
     )
-    logger.close()
     collector.shutdown()
-    eval_env.close()
+    run.eval_env.close()
     print(json.dumps(summary["trained"]), "random:", json.dumps(summary["random"]))
-    print(f"outputs in {run_dir}/ (metrics.csv, reward.png, rollout.mp4, summary.json)")
+    print(f"outputs in {cfg.run_dir}/ (metrics.csv, reward.png, rollout.mp4, summary.json)")
 
 
 if __name__ == "__main__":

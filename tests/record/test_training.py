@@ -21,6 +21,7 @@ from marlkit.record import (
     episode_metrics,
     episode_returns,
     evaluate,
+    read_metrics,
     read_video,
     rng_state,
     set_rng_state,
@@ -212,3 +213,68 @@ def test_summarise_run_writes_the_summary_curve_and_video(tmp_path):
     assert read_video(tmp_path / "rollout.mp4")[0].shape[0] == 8
     quiet = summarise_run(tmp_path / "q", env, actor, steps=6, rows=[], video=False)
     assert quiet["video"] is None and quiet["curve"] is None
+
+
+# ---------------------------------------------------------------------------- TrainingRun
+def _run_loop(folder, resume, iterations_before_kill=None, total=4):
+    from marlkit.collectors import Collector
+    from marlkit.record import TrainingRun
+
+    env = nav(num_envs=2, max_steps=5)
+    policy = None  # random actions; the "training" is a counter
+    collector = Collector(env, policy, frames_per_batch=10, total_frames=10 * total)
+    run = TrainingRun(
+        folder,
+        resume=resume,
+        eval_env=nav(num_envs=2, max_steps=5),
+        eval_steps=5,
+        eval_every=2,
+        video=False,
+        checkpoint_every=1,
+        backends=["csv"],
+    )
+    counter = {"updates": 0}
+    state = run.restore()
+    if state is not None:
+        counter["updates"] = state["updates"]
+        collector.load_state_dict(state["collector"])
+    for batch in run.batches(collector):
+        counter["updates"] += 1
+        run.end_iteration(
+            batch,
+            {"train/updates": counter["updates"]},
+            policy=policy,
+            state=lambda: {"updates": counter["updates"], "collector": collector.state_dict()},
+            frames=collector.frames,
+        )
+        if iterations_before_kill is not None and run.iteration == iterations_before_kill:
+            run.close()
+            return None
+    return run.finish(policy, info={"what": "test"})
+
+
+def test_training_run_logs_evaluates_checkpoints_and_resumes(tmp_path):
+    assert _run_loop(tmp_path, resume=False, iterations_before_kill=3) is None
+    # As a killed run: rows for iterations 1-3 and checkpoint 3. Roll back to checkpoint 2 by
+    # hand (a kill between logging row 3 and saving checkpoint 3): row 3 is logged again.
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    (tmp_path / "checkpoints" / "latest").write_text("step-00000002")
+    summary = _run_loop(tmp_path, resume=True)
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["train/updates"] for r in rows] == [1, 2, 3, 4]
+    assert [r["frames"] for r in rows] == [10, 20, 30, 40]
+    assert ["eval/agents/episode_reward" in r for r in rows] == [False, True, False, True]
+    assert all(r["collection_time"] > 0 and r["training_time"] >= 0 for r in rows)
+    assert ckpt.load()["iteration"] == 4
+    assert summary["iterations"] == 4 and summary["what"] == "test"
+    assert (tmp_path / "summary.json").exists()
+
+
+def test_training_run_refuses_bad_settings(tmp_path):
+    from marlkit.record import TrainingRun
+
+    with pytest.raises(ValueError, match="checkpoint_every must be"):
+        TrainingRun(tmp_path, eval_env=nav(), eval_steps=5, checkpoint_every=0)
+    with pytest.raises(ValueError, match="eval_steps must be"):
+        TrainingRun(tmp_path / "b", eval_env=nav(), eval_steps=0)

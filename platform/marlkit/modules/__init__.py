@@ -1,6 +1,7 @@
 """Neural modules for multi-agent policies, critics and mixers, as TensorDict modules: batched
 per-agent MLPs and GRUs, action distributions, probabilistic and Q-value actors,
-epsilon-greedy exploration, state-value critics, value normalisation, and the VDN / QMIX mixers.
+epsilon-greedy and Gaussian exploration, state-value and state-action-value critics, tanh
+bounds, value normalisation, and the VDN / QMIX mixers.
 
 Every module reads and writes group keys (``(group, "observation")`` ``[*B, n_agents, obs]``,
 ``(group, "action")``, ``(group, "state_value")`` ``[*B, n_agents, 1]``, ...); see
@@ -11,6 +12,7 @@ Every module reads and writes group keys (``(group, "observation")`` ``[*B, n_ag
 from __future__ import annotations
 
 from marlkit.modules.actors import NormalParamExtractor, ProbabilisticActor, distribution_keys
+from marlkit.modules.continuous import AdditiveGaussian, StateActionValueCritic, TanhBounds
 from marlkit.modules.critics import StateValueCritic, ValueNorm
 from marlkit.modules.distributions import Categorical, MaskedCategorical, Normal, TanhNormal
 from marlkit.modules.mixers import Mixer, QMixer, VDNMixer
@@ -19,6 +21,7 @@ from marlkit.modules.qvalue import EGreedy, QValueActor
 from marlkit.modules.rnn import MultiAgentGRU, MultiAgentLSTM, recurrent_mode, set_recurrent_mode
 
 __all__ = [
+    "AdditiveGaussian",
     "Categorical",
     "EGreedy",
     "MaskedCategorical",
@@ -32,7 +35,9 @@ __all__ = [
     "QMixer",
     "QValueActor",
     "StackedLinear",
+    "StateActionValueCritic",
     "StateValueCritic",
+    "TanhBounds",
     "TanhNormal",
     "VDNMixer",
     "ValueNorm",

@@ -13,7 +13,8 @@ leaves whole (:class:`CSVLogger`), TensorBoard and wandb (:mod:`marlkit.record.l
 
 For training scripts: :class:`Checkpointer` (atomic checkpoints that survive a killed run, with
 :func:`rng_state`), :func:`episode_metrics` (per-group episode rewards of a collector batch) and
-:func:`evaluate` (a rollout with exploration off, optionally filmed).
+:func:`evaluate` (a rollout with exploration off, optionally filmed), and :class:`TrainingRun`,
+which does them for a loop: resume, timing, evaluations, logs, checkpoints, the summary.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from marlkit.record.loggers import (
 )
 from marlkit.record.plot import ConfidenceInterval, bootstrap_ci, plot_curves, plot_with_bands
 from marlkit.record.recorder import RecordResult, VideoRecorder, record_rollout
+from marlkit.record.run import TrainingRun
 from marlkit.record.video import (
     GIFWriter,
     MP4Writer,
@@ -53,6 +55,7 @@ __all__ = [
     "MultiLogger",
     "RecordResult",
     "TensorBoardLogger",
+    "TrainingRun",
     "VideoFormat",
     "VideoRecorder",
     "VideoWriter",
