@@ -60,7 +60,8 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
     "qmix-vmas": Experiment(
         "qmix_vdn",
-        ("env=vmas/navigation", "eval.video=false"),
+        # The peer's final greedy rollout covers 60 envs: ours too.
+        ("env=vmas/navigation", "eval.video=false", "eval.num_envs=60"),
         peer="torchrl_qmix.py",
         what="QMIX, TorchRL's qmix_vdn recipe at a CPU budget, VMAS navigation, 3 agents",
     ),
@@ -179,7 +180,7 @@ def report(name: str, sides: dict[str, list[dict[str, Any]]], img: pathlib.Path)
             "final_reward": _ci([r["final"] for r in runs]),
             "seconds": _ci([r["seconds"] for r in runs]),
             "per_seed": [
-                {k: v for k, v in r.items() if k not in ("curve", "command", "does")} for r in runs
+                {k: v for k, v in r.items() if k not in ("command", "does")} for r in runs
             ],
         }
         if "random" in runs[0]:
@@ -197,7 +198,7 @@ def report(name: str, sides: dict[str, list[dict[str, Any]]], img: pathlib.Path)
             img / f"results-{name}.png",
             xlabel="frames",
             ylabel=f"{exp.group} mean episode reward (training batches)",
-            title=exp.what,
+            title=f"{name} ({len(sides['marlkit'])} seeds, mean and 95% bootstrap band)",
         )
         out["curve_png"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
     return out

@@ -170,3 +170,14 @@ def test_value_norm_tracks_mean_and_std() -> None:
     torch.testing.assert_close(masked.mean_var()[0], torch.tensor([1.0]))
     with pytest.raises(ValueError, match=r"expected values of shape \[\*B, 1\], got \[3, 2\]"):
         norm.normalize(torch.zeros(3, 2))
+
+
+def test_normal_param_extractor_starts_at_its_init_scale():
+    loc, scale = NormalParamExtractor()(torch.zeros(5, 3, 4))
+    torch.testing.assert_close(scale, torch.ones(5, 3, 2))  # TorchRL's biased_softplus_1.0
+    _, small = NormalParamExtractor(min_scale=0.01, init_scale=0.3)(torch.zeros(2, 2))
+    torch.testing.assert_close(small, torch.full((2, 1), 0.3))
+    _, floor = NormalParamExtractor(min_scale=0.01)(torch.full((2, 2), -1e4))
+    assert (floor >= 0.01).all()
+    with pytest.raises(ValueError, match="init_scale must exceed min_scale"):
+        NormalParamExtractor(min_scale=0.5, init_scale=0.5)

@@ -16,6 +16,7 @@ The actor follows marlkit's exploration mode (:mod:`marlkit.data.exploration`): 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -48,18 +49,31 @@ __all__ = ["NormalParamExtractor", "ProbabilisticActor", "distribution_keys"]
 
 class NormalParamExtractor(nn.Module):
     """Split a network's output ``[*B, n_agents, 2 * act_dim]`` into ``loc`` and a positive
-    ``scale`` (each ``[*B, n_agents, act_dim]``, ``scale = softplus(.) + min_scale``).
+    ``scale`` (each ``[*B, n_agents, act_dim]``).
+
+    ``scale = softplus(raw + b) + min_scale`` with ``b`` chosen so that a raw output of 0 gives
+    ``init_scale``: a freshly initialised network (outputs near 0) starts exploring with that
+    standard deviation. ``init_scale=1.0`` is TorchRL's ``biased_softplus_1.0`` default.
 
     Args:
         min_scale: a floor on the scale, so log-probs stay finite.
+        init_scale: the scale of a raw output of 0 (``> min_scale``).
 
     Raises:
-        ValueError: at call time, an odd last dim.
+        ValueError: ``init_scale <= min_scale``; at call time, an odd last dim.
     """
 
-    def __init__(self, min_scale: float = 1e-4):
+    def __init__(self, min_scale: float = 1e-4, init_scale: float = 1.0):
         super().__init__()
         self.min_scale = float(min_scale)
+        if not init_scale > self.min_scale:
+            raise ValueError(
+                f"NormalParamExtractor: init_scale must exceed min_scale {min_scale}, got "
+                f"{init_scale}"
+            )
+        self.init_scale = float(init_scale)
+        # softplus(b) = init_scale - min_scale  =>  b = log(expm1(init_scale - min_scale))
+        self.bias = math.log(math.expm1(self.init_scale - self.min_scale))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if x.shape[-1] % 2:
@@ -68,7 +82,10 @@ class NormalParamExtractor(nn.Module):
                 f"{list(x.shape)}"
             )
         loc, raw = x.chunk(2, -1)
-        return loc, nn.functional.softplus(raw) + self.min_scale
+        return loc, nn.functional.softplus(raw + self.bias) + self.min_scale
+
+    def extra_repr(self) -> str:
+        return f"min_scale={self.min_scale}, init_scale={self.init_scale}"
 
 
 def distribution_keys(distribution_class: type, group: str) -> dict[str, NestedKey]:
