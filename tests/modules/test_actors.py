@@ -173,7 +173,7 @@ def test_value_norm_tracks_mean_and_std() -> None:
 
 
 def test_normal_param_extractor_starts_at_its_init_scale():
-    loc, scale = NormalParamExtractor()(torch.zeros(5, 3, 4))
+    _, scale = NormalParamExtractor()(torch.zeros(5, 3, 4))
     torch.testing.assert_close(scale, torch.ones(5, 3, 2))  # TorchRL's biased_softplus_1.0
     _, small = NormalParamExtractor(min_scale=0.01, init_scale=0.3)(torch.zeros(2, 2))
     torch.testing.assert_close(small, torch.full((2, 1), 0.3))

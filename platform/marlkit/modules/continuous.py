@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -175,8 +176,8 @@ class AdditiveGaussian(TensorDictModuleBase):
             )
         lo, hi = _bounds(low, high)
         self.action_key = action_key
-        self.in_keys = [action_key]
-        self.out_keys = [action_key]
+        keys: list[Any] = [action_key]
+        self.in_keys, self.out_keys = keys, list(keys)
         self.sigma_init, self.sigma_end = float(sigma_init), float(sigma_end)
         self.annealing_num_steps = int(annealing_num_steps)
         self.register_buffer("low", lo)

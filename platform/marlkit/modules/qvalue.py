@@ -168,6 +168,7 @@ class EGreedy(TensorDictModuleBase):
     """
 
     eps: torch.Tensor
+    steps_done: torch.Tensor
     module: TensorDictModuleBase
 
     def __init__(
