@@ -278,3 +278,20 @@ def test_training_run_refuses_bad_settings(tmp_path):
         TrainingRun(tmp_path, eval_env=nav(), eval_steps=5, checkpoint_every=0)
     with pytest.raises(ValueError, match="eval_steps must be"):
         TrainingRun(tmp_path / "b", eval_env=nav(), eval_steps=0)
+
+
+def test_evaluate_leaves_the_global_rng_alone():
+    from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor
+
+    env = nav(num_envs=2, max_steps=4)
+    actor = ProbabilisticActor(  # samples its actions from torch's global RNG
+        torch.nn.Sequential(MultiAgentMLP(10, 4, 3, num_cells=8), NormalParamExtractor())
+    )
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    actor(env.reset())  # an evaluation's draws, outside evaluate: the stream moves on
+    assert not torch.equal(torch.rand(3), expected)
+    torch.manual_seed(3)
+    evaluate(env, actor, steps=4, exploration="random")
+    torch.testing.assert_close(torch.rand(3), expected)

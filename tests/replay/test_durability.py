@@ -21,9 +21,10 @@ from marlkit.replay import MemmapStorage, PrioritizedSampler, ReplayBuffer, Tens
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 # Items are numbered: item n holds x = n and a row of 256 copies of n. A run prints, after each
-# dumps() returns, how many items it had written then.
+# dumps() returns, how many items it had written then; it stops writing one chunk short of the
+# capacity (and waits for its kill), so the live storage's length is what it wrote.
 TRAIN = """
-import json, sys
+import json, sys, time
 import torch
 from tensordict import TensorDict
 from marlkit.replay import {storage}, PrioritizedSampler, ReplayBuffer
@@ -42,6 +43,8 @@ while True:
     if (n // chunk) % every == 0:
         rb.dumps(ckpt)
         print(json.dumps({{"dumped": n}}), flush=True)
+    if n + chunk >= capacity:  # never wrap around: a fast machine must not outrun the kill
+        time.sleep(3600)
 """
 
 

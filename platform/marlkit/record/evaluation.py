@@ -74,6 +74,9 @@ def evaluate(
 
     Raises:
         ValueError: ``steps < 1``.
+
+    torch's global RNG is the same afterwards as before: evaluating does not change what a
+    training run draws next.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
@@ -83,7 +86,9 @@ def evaluate(
         recorder = VideoRecorder(video, env_indices=env_indices, tile=tile, fps=fps)
         run = TransformedEnv(env, recorder)
     try:
-        with torch.no_grad(), set_exploration(exploration):
+        # On a fork of torch's global RNG: simulators that draw from it (VMAS's resets) and
+        # sampling policies leave the training's random stream as it was.
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), set_exploration(exploration):
             rollout = run.rollout(steps, policy, break_when_any_done=False)
     finally:
         if recorder is not None:
