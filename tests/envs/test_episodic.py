@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import sys
 
 import pytest
 import torch
@@ -23,6 +24,13 @@ def test_episodes_are_cut_and_summed():
 
 
 def test_a_partial_of_it_pickles_and_imports_first(tmp_path, monkeypatch):
+    from marlkit.envs import registry
+
+    # The env this test registers must not outlive it (the conformance suite checks that the
+    # registry holds exactly the shipped scenarios and adapters).
+    registry.registered()  # built-ins and plug-ins loaded before the snapshot
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.delitem(sys.modules, "my_registering_module", raising=False)
     (tmp_path / "my_registering_module.py").write_text(
         "import marlkit\n"
         "marlkit.register('episodic_test_env', lambda num_envs=1, seed=None: "
