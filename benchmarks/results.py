@@ -140,6 +140,8 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
         "training_s": sum(r["training_time"] for r in rows),
         "curve": curve,
         "command": " ".join(cmd[1:]).replace(str(ROOT) + "/", ""),
+        "does": f"{exp.what}: the script's recipe (configs/{exp.script}.yaml with the overrides "
+        "in 'command'), one final evaluation with exploration off (summary.json), no videos",
     }
 
 
@@ -191,6 +193,7 @@ def report(name: str, sides: dict[str, list[dict[str, Any]]], img: pathlib.Path)
             a["seconds"] / b["seconds"] for a, b in zip(sides["marlkit"], sides["torchrl"])
         ]
         out["torchrl_does"] = sides["torchrl"][0].get("does")
+    out["marlkit_does"] = sides["marlkit"][0]["does"]
     curves = {side: _band(runs) for side, runs in sides.items() if all(r["curve"] for r in runs)}
     if curves:
         path = plot_with_bands(
