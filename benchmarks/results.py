@@ -48,6 +48,8 @@ class Experiment:
     group: str = "agents"
     peer: str | None = None
     what: str = ""
+    #: the Hydra config (``--config-name``); None: the script's own (``configs/<script>.yaml``)
+    config: str | None = None
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -75,6 +77,22 @@ EXPERIMENTS: dict[str, Experiment] = {
         ("env=navigation", "env.kwargs.n_agents=4", "eval.video=false"),
         measure="train",
         what="MAPPO, the same recipe, native navigation, 4 agents",
+    ),
+    "mappo-native-fast": Experiment(
+        "mappo_ippo",
+        ("env=navigation", "env.kwargs.n_agents=4", "eval.video=false", "eval.num_envs=60"),
+        measure="train",
+        config="mappo_fast",
+        what="MAPPO, the recipe sized for a cheap simulator (configs/mappo_fast.yaml), "
+        "native navigation, 4 agents",
+    ),
+    "mappo-vmas-fast": Experiment(
+        "mappo_ippo",
+        ("env=vmas/navigation", "eval.video=false", "eval.num_envs=60"),
+        measure="train",
+        config="mappo_fast",
+        what="MAPPO, the recipe sized for a cheap simulator (configs/mappo_fast.yaml), "
+        "VMAS navigation, 3 agents",
     ),
     "qmix-native": Experiment(
         "qmix_vdn",
@@ -115,6 +133,7 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
     cmd = [
         sys.executable,
         str(SCRIPTS / exp.script / f"{exp.script}.py"),
+        *(("--config-name", exp.config) if exp.config else ()),
         *exp.overrides,
         *QUIET,
         f"seed={seed}",
@@ -135,13 +154,15 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
         "seed": seed,
         "final": final,
         "random": summary["random"][key],
+        "greedy": summary["trained"][key],
         "seconds": seconds,
         "collection_s": sum(r["collection_time"] for r in rows),
         "training_s": sum(r["training_time"] for r in rows),
         "curve": curve,
         "command": " ".join(cmd[1:]).replace(str(ROOT) + "/", ""),
-        "does": f"{exp.what}: the script's recipe (configs/{exp.script}.yaml with the overrides "
-        "in 'command'), one final evaluation with exploration off (summary.json), no videos",
+        "does": f"{exp.what}: the script's recipe (configs/{exp.config or exp.script}.yaml with "
+        "the overrides in 'command'), one final evaluation with exploration off (summary.json), "
+        "no videos",
     }
 
 
@@ -187,6 +208,8 @@ def report(name: str, sides: dict[str, list[dict[str, Any]]], img: pathlib.Path)
         }
         if "random" in runs[0]:
             out[side]["random_reward"] = _ci([r["random"] for r in runs])
+        if "greedy" in runs[0]:
+            out[side]["greedy_reward"] = _ci([r["greedy"] for r in runs])
     out["command"] = sides["marlkit"][0]["command"]
     if "torchrl" in sides:
         out["seconds_ratio_marlkit_over_torchrl"] = [

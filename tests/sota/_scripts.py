@@ -28,8 +28,12 @@ def script(name: str) -> pathlib.Path:
     return SCRIPTS / name / f"{name}.py"
 
 
-def command(name: str, run_dir: pathlib.Path, overrides: Sequence[str]) -> list[str]:
-    return [sys.executable, str(script(name)), *TINY, f"run_dir={run_dir}", *overrides]
+def command(
+    name: str, run_dir: pathlib.Path, overrides: Sequence[str], config: str | None = None
+) -> list[str]:
+    """The script's command line; ``config`` picks another file of ``configs/`` (--config-name)."""
+    head = [sys.executable, str(script(name)), *(("--config-name", config) if config else ())]
+    return [*head, *TINY, f"run_dir={run_dir}", *overrides]
 
 
 def env() -> dict[str, str]:
@@ -42,11 +46,15 @@ def env() -> dict[str, str]:
 
 
 def run(
-    name: str, run_dir: pathlib.Path, overrides: Sequence[str], timeout: float = 300
+    name: str,
+    run_dir: pathlib.Path,
+    overrides: Sequence[str],
+    timeout: float = 300,
+    config: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the script to the end; raise with its output when it fails."""
     proc = subprocess.run(
-        command(name, run_dir, overrides),
+        command(name, run_dir, overrides, config),
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -1,0 +1,56 @@
+"""The Hydra configs of ``sota-implementations/configs``: each composes, with every env group."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from marlkit.record import read_metrics
+
+from ._scripts import SCRIPTS, run, summary
+from .test_mappo_ippo import BUDGET
+
+CONFIGS = SCRIPTS / "configs"
+TOP = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+ENVS = sorted(
+    str(p.relative_to(CONFIGS / "env").with_suffix("")) for p in CONFIGS.glob("env/**/*.yaml")
+)
+
+
+def _compose(name: str, overrides: list[str] | None = None):
+    if not OmegaConf.has_resolver("or"):  # the scripts register it at import
+        OmegaConf.register_new_resolver("or", lambda a, b: a if a is not None else b)
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name=name, overrides=overrides or [])
+
+
+@pytest.mark.parametrize("name", TOP)
+def test_every_config_composes_with_every_env(name):
+    for env in ENVS:
+        cfg = _compose(name, [f"env={env}"])
+        assert cfg.env.name == OmegaConf.load(CONFIGS / "env" / f"{env}.yaml").name
+        assert cfg.collector.frames_per_batch > 0 and cfg.collector.total_frames > 0
+        assert cfg.seed == 0 and "run_dir" in cfg
+
+
+def test_the_fast_recipe_changes_the_budget_and_networks_only():
+    base, fast = _compose("mappo_ippo"), _compose("mappo_fast")
+    assert (fast.policy.num_cells, fast.critic.num_cells) == (64, 64)
+    assert (fast.env.num_envs, fast.collector.frames_per_batch, fast.collector.total_frames) == (
+        120,
+        12000,
+        180000,
+    )
+    assert (fast.train.epochs, fast.train.minibatch_size, fast.train.lr) == (15, 1200, 1e-3)
+    # everything else is TorchRL's tutorial recipe, as in mappo_ippo.yaml
+    assert fast.loss == base.loss and fast.critic.centralised and fast.policy.share_params
+    assert fast.train.max_grad_norm == base.train.max_grad_norm
+
+
+def test_the_fast_recipe_runs(tmp_path):
+    run_dir = tmp_path / "run"
+    out = run("mappo_ippo", run_dir, BUDGET, config="mappo_fast").stdout
+    assert "iteration 2: frames 800" in out
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.csv")] == [1, 2]
+    assert summary(run_dir)["env"] == "navigation"
