@@ -106,12 +106,12 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
     "masac-balance": Experiment(
         "masac_isac",
-        ("env=vmas/balance", "eval.video=false"),
+        ("env=vmas/balance", "eval.video=false", "eval.num_envs=16"),
         what="MASAC on VMAS balance, 3 agents",
     ),
     "maddpg-balance": Experiment(
         "maddpg_iddpg",
-        ("env=vmas/balance", "eval.video=false"),
+        ("env=vmas/balance", "eval.video=false", "eval.num_envs=16"),
         what="MADDPG on VMAS balance, 3 agents",
     ),
     "mappo-ant": Experiment(

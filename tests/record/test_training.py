@@ -271,6 +271,34 @@ def test_training_run_logs_evaluates_checkpoints_and_resumes(tmp_path):
     assert (tmp_path / "summary.json").exists()
 
 
+def test_the_summary_reuses_the_last_iterations_evaluation(tmp_path):
+    from marlkit.collectors import Collector
+    from marlkit.record import TrainingRun
+
+    eval_env = nav(num_envs=2, max_steps=5)
+    calls = []
+
+    def policy(td):  # counts its calls: one rollout of the trained policy, not two
+        calls.append(1)
+        return eval_env.rand_action(td)
+
+    collector = Collector(nav(num_envs=2, max_steps=5), None, frames_per_batch=10, total_frames=20)
+    run = TrainingRun(
+        tmp_path, eval_env=eval_env, eval_steps=5, video=True, fps=10, backends=["csv"]
+    )
+    for batch in run.batches(collector):
+        run.end_iteration(batch, {}, policy=policy, state=dict, frames=collector.frames)
+    evaluated = len(calls)
+    assert evaluated > 0  # the last iteration evaluates
+    summary = run.finish(policy)
+    assert len(calls) == evaluated
+    last = read_metrics(tmp_path / "metrics.csv")[-1]
+    assert summary["trained"] == {k[5:]: v for k, v in last.items() if k.startswith("eval/")}
+    rollout, _ = read_video(tmp_path / "rollout.mp4")
+    np.testing.assert_array_equal(rollout, read_video(tmp_path / "videos" / "eval-0002.mp4")[0])
+    assert summary["video"] == str(tmp_path / "rollout.mp4")
+
+
 def test_training_run_refuses_bad_settings(tmp_path):
     from marlkit.record import TrainingRun
 

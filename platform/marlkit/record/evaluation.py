@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -112,6 +113,7 @@ def summarise_run(
     video: bool = True,
     fps: float = 30.0,
     info: Mapping[str, Any] | None = None,
+    trained: Evaluation | None = None,
 ) -> dict[str, Any]:
     """The end of a training run: the trained policy next to a random one, the training curve.
 
@@ -130,6 +132,10 @@ def summarise_run(
         video: film the trained policy.
         fps: the video's frames per second.
         info: more entries for the summary (the algorithm, the env, the frames, ...).
+        trained: an evaluation of ``policy`` on ``env`` already made (a run's last iteration
+            evaluates it): reported instead of a new rollout, and its video, when it has one,
+            copied to ``rollout.mp4``. Without one (or filming but given one without a video),
+            ``policy`` is evaluated here.
 
     Returns:
         the summary: ``info``, ``"trained"`` and ``"random"`` (each :attr:`Evaluation.metrics`),
@@ -140,15 +146,19 @@ def summarise_run(
 
     folder = pathlib.Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    trained = evaluate(
-        env,
-        policy,
-        steps=steps,
-        video=folder / "rollout.mp4" if video else None,
-        env_indices="all",
-        tile=True,
-        fps=fps,
-    )
+    if trained is not None and video and trained.video is not None:
+        shutil.copyfile(trained.video, folder / "rollout.mp4")
+        trained = dataclasses.replace(trained, video=folder / "rollout.mp4")
+    elif trained is None or video:
+        trained = evaluate(
+            env,
+            policy,
+            steps=steps,
+            video=folder / "rollout.mp4" if video else None,
+            env_indices="all",
+            tile=True,
+            fps=fps,
+        )
     random = evaluate(env, None, steps=steps, exploration="random")
     curves = list(dict.fromkeys(k for row in rows for k in row if _is_training_reward(k)))
     curve = None

@@ -39,7 +39,7 @@ from marlkit._utils import check_int
 from marlkit.envs import EnvBase
 from marlkit.record.checkpoint import Checkpointer
 from marlkit.record.episodes import episode_metrics
-from marlkit.record.evaluation import Policy, evaluate, summarise_run
+from marlkit.record.evaluation import Evaluation, Policy, evaluate, summarise_run
 from marlkit.record.loggers import Backend, MultiLogger, make_logger
 
 __all__ = ["TrainingRun"]
@@ -107,6 +107,9 @@ class TrainingRun:
         self._start = time.perf_counter()
         self._batch_came = self._start
         self._collection_time = 0.0
+        #: (iteration, evaluation) of the latest :meth:`evaluate`: the summary reuses it when
+        #: it evaluated the last iteration's policy.
+        self._evaluated: tuple[int, Evaluation] | None = None
 
     # ------------------------------------------------------------------ resume
     def restore(self) -> dict[str, Any] | None:
@@ -204,13 +207,18 @@ class TrainingRun:
             tile=True,
             fps=self.fps,
         )
+        self._evaluated = (self.iteration, result)
         return {f"eval/{k}": v for k, v in result.metrics.items()}
 
     # ------------------------------------------------------------------ the end
     def finish(self, policy: Policy, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Write the summary (trained vs random policy, the curve, the video; see
-        :func:`~marlkit.record.summarise_run`) and close the loggers; returns the summary."""
+        :func:`~marlkit.record.summarise_run`) and close the loggers; returns the summary.
+
+        The last iteration's evaluation, when it made one, is the summary's ``"trained"`` (and
+        its video the ``rollout.mp4``): the same policy is not evaluated twice."""
         csv = self.logger.csv
+        done = self._evaluated
         try:
             return summarise_run(
                 self.run_dir,
@@ -221,6 +229,7 @@ class TrainingRun:
                 video=self.video,
                 fps=self.fps,
                 info={**dict(info or {}), "iterations": self.iteration},
+                trained=done[1] if done is not None and done[0] == self.iteration else None,
             )
         finally:
             self.close()
