@@ -60,6 +60,13 @@ EXPERIMENTS: dict[str, Experiment] = {
         peer="torchrl_mappo.py",
         what="MAPPO, TorchRL's multi-agent PPO tutorial recipe, VMAS navigation, 3 agents",
     ),
+    "mappo-vmas-compiled": Experiment(
+        "mappo_ippo",
+        ("env=vmas/navigation", "eval.video=false", "train.compile=true"),
+        measure="train",
+        what="MAPPO, TorchRL's multi-agent PPO tutorial recipe, VMAS navigation, 3 agents, the "
+        "loss through torch.compile (its compilation included in the wall-clock)",
+    ),
     "qmix-vmas": Experiment(
         "qmix_vdn",
         # The peer's final greedy rollout covers 60 envs: ours too.

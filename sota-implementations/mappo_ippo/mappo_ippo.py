@@ -114,12 +114,15 @@ def train_group(
     epochs: int,
     minibatches: int,
     max_grad_norm: float,
+    loss_fn: Any = None,
 ) -> dict[str, float]:
     """``epochs`` passes of ``minibatches`` PPO steps over ``buffer`` (one batch, sampled
-    without replacement); returns the last step's loss terms and gradient norm."""
+    without replacement); returns the last step's loss terms and gradient norm. ``loss_fn``:
+    the loss to call (``torch.compile(loss)`` with ``train.compile``; default ``loss``)."""
+    loss_fn = loss if loss_fn is None else loss_fn
     for _ in range(epochs):
         for _ in range(minibatches):
-            terms = loss(buffer.sample())
+            terms = loss_fn(buffer.sample())
             total = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
             optim.zero_grad()
             total.backward()
@@ -159,6 +162,9 @@ def main(cfg: DictConfig) -> None:
         }
     )
     optims = {g: torch.optim.Adam(losses[g].parameters(), lr=cfg.train.lr) for g in groups}
+    # train.compile: the loss's forward and backward through torch.compile (inductor), the
+    # same parameters; compiled on the first minibatch
+    loss_fns = {g: torch.compile(losses[g]) if cfg.train.compile else losses[g] for g in groups}
     frames = cfg.collector.frames_per_batch
     buffers = GroupReplayBuffers(
         groups,
@@ -229,6 +235,7 @@ def main(cfg: DictConfig) -> None:
                 cfg.train.epochs,
                 minibatches,
                 cfg.train.max_grad_norm,
+                loss_fns[g],
             )
             metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
         collector.update_policy_weights_()

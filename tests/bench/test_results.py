@@ -45,3 +45,17 @@ def test_an_experiment_with_its_own_config_prints_json(tmp_path: pathlib.Path) -
     lo, mean, hi = (out["marlkit"]["greedy_reward"][k] for k in ("low", "mean", "high"))
     assert lo <= mean <= hi
     assert (tmp_path / "img" / "results-mappo-native-fast.png").stat().st_size > 0
+
+
+def test_mpe_reference_levels_print_json() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "mpe_reference.py"), "--episodes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["episodes"] == 3
+    # the rule heads for the landmarks and beats random actions (seeded: the same episodes)
+    assert out["own_landmark_rule"]["mean"] > out["random"]["mean"]

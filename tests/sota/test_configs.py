@@ -40,9 +40,9 @@ def test_the_fast_recipe_changes_the_budget_and_networks_only():
     assert (fast.env.num_envs, fast.collector.frames_per_batch, fast.collector.total_frames) == (
         120,
         12000,
-        180000,
+        216000,
     )
-    assert (fast.train.epochs, fast.train.minibatch_size, fast.train.lr) == (15, 1200, 1e-3)
+    assert (fast.train.epochs, fast.train.minibatch_size, fast.train.lr) == (15, 1200, 3e-3)
     # everything else is TorchRL's tutorial recipe, as in mappo_ippo.yaml
     assert fast.loss == base.loss and fast.critic.centralised and fast.policy.share_params
     assert fast.train.max_grad_norm == base.train.max_grad_norm

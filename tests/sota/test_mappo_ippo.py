@@ -77,6 +77,17 @@ def test_multiprocess_and_ray_collectors(tmp_path, collector):
     assert [r["frames"] for r in rows] == [400, 800]
 
 
+@pytest.mark.slow
+def test_compiled_loss_trains_like_the_eager_one(tmp_path):
+    one = (*BUDGET, "collector.total_frames=400", "eval.video=false")
+    run("mappo_ippo", tmp_path / "eager", one)
+    run("mappo_ippo", tmp_path / "run", (*one, "train.compile=true"))
+    eager, compiled = (read_metrics(tmp_path / n / "metrics.csv")[-1] for n in ("eager", "run"))
+    for term in ("loss_objective", "loss_critic", "grad_norm"):
+        key = f"train/agents/{term}"
+        assert compiled[key] == pytest.approx(eager[key], rel=1e-3, abs=1e-5), key
+
+
 def test_killed_run_resumes_to_the_same_frames_with_one_metrics_file(tmp_path):
     run_dir = tmp_path / "run"
     budget = (
