@@ -14,8 +14,8 @@ Sections (``--only NAME``, repeatable; default all):
     TanhNormal log-prob by its closed form), backward, clip, Adam step.
 
   Targets: ``marlkit / floor <= 1.2`` and ``<= 10 ms`` per step (TorchRL 0.14.1: 15.6 ms, 1
-  thread). ``--compile`` also times the marlkit step with the loss module under
-  ``torch.compile``.
+  thread). ``--compile`` (here and in ``qmix``) also times the marlkit step with the loss
+  module under ``torch.compile``.
 
 * ``qmix``: one QMIX gradient step on a minibatch of 400 transitions of 3 agents (native
   ``navigation`` sizes: observation 10, 5 discrete actions, state 18): a Q-network of two
@@ -228,15 +228,18 @@ def _qmix_networks() -> tuple[nn.Sequential, QMixer]:
     return q_net, QMixer([QMIX_STATE], QMIX_EMBED, QMIX_AGENTS)
 
 
-def _qmix_marlkit(q_net: nn.Module, mixer: QMixer, batch: TensorDict) -> Callable[[], None]:
+def _qmix_marlkit(
+    q_net: nn.Module, mixer: QMixer, batch: TensorDict, compiled: bool = False
+) -> Callable[[], None]:
     loss = QMixerLoss(
         QValueActor(q_net, n_actions=QMIX_ACTIONS), mixer, gamma=QMIX_GAMMA, delay_value=True
     )
+    run: Any = torch.compile(loss) if compiled else loss
     optim = torch.optim.Adam(loss.online_parameters(), lr=QMIX_LR)
     updater = SoftUpdate(loss, tau=QMIX_TAU)
 
     def step() -> None:
-        out = loss(batch)
+        out = run(batch)
         optim.zero_grad()
         out["loss"].backward()
         optim.step()
@@ -298,13 +301,25 @@ def bench_qmix(args: argparse.Namespace) -> dict[str, Any]:
         "marlkit": _qmix_marlkit(copy.deepcopy(q_net), copy.deepcopy(mixer), batch.clone()),
         "plain": _qmix_plain(copy.deepcopy(q_net), copy.deepcopy(mixer), batch.clone()),
     }
-    for step in sides.values():  # warm-up
+    if args.compile:
+        sides["marlkit_compiled"] = _qmix_marlkit(
+            copy.deepcopy(q_net), copy.deepcopy(mixer), batch.clone(), compiled=True
+        )
+    for step in sides.values():  # warm-up (and the compilation)
         _ms_per_step(step, 5)
     rounds = alternate(
         {name: functools.partial(_ms_per_step, step, args.steps) for name, step in sides.items()},
         args.rounds,
     )
     ratios = [a / b for a, b in zip(rounds["marlkit"], rounds["plain"])]
+    compiled: dict[str, Any] = {}
+    if args.compile:
+        compiled = {
+            "marlkit_compiled_ms_per_step": statistics.median(rounds["marlkit_compiled"]),
+            "compiled_over_eager": statistics.median(
+                a / b for a, b in zip(rounds["marlkit_compiled"], rounds["marlkit"])
+            ),
+        }
     return {
         "minibatch": QMIX_BATCH,
         "agents": QMIX_AGENTS,
@@ -325,6 +340,7 @@ def bench_qmix(args: argparse.Namespace) -> dict[str, Any]:
         "marlkit_over_plain": statistics.median(ratios),
         "rounds": ratios,
         "target": {"marlkit_over_plain": 1.2},
+        **compiled,
     }
 
 
