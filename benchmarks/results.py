@@ -103,7 +103,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
     "qmix-native": Experiment(
         "qmix_vdn",
-        ("env=navigation", "eval.video=false"),
+        ("env=navigation", "eval.video=false", "eval.num_envs=60"),
         what="QMIX, the same recipe, native navigation with discrete actions, 3 agents",
     ),
     "qmix-mpe": Experiment(
@@ -123,7 +123,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
     "mappo-ant": Experiment(
         "mappo_ippo",
-        ("env=mujoco/ant_2x4", "eval.video=false"),
+        ("env=mujoco/ant_2x4", "eval.video=false", "eval.num_envs=16"),
         what="MAPPO on multi-agent MuJoCo Ant 2x4 (reward: forward velocity)",
     ),
     "mappo-predator-prey": Experiment(
