@@ -128,7 +128,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
     "mappo-predator-prey": Experiment(
         "mappo_ippo",
-        ("env=predator_prey", "eval.video=false"),
+        ("env=predator_prey", "eval.video=false", "eval.num_envs=16"),
         group="predator",
         what="MAPPO with one policy, critic and loss per group, native predator_prey",
     ),
