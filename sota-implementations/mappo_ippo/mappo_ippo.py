@@ -108,21 +108,19 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig) -> StateValueCritic:
 
 
 def train_group(
-    loss: ClipPPOLoss,
+    loss: torch.nn.Module,
     optim: torch.optim.Optimizer,
     buffer: ReplayBuffer,
     epochs: int,
     minibatches: int,
     max_grad_norm: float,
-    loss_fn: Any = None,
 ) -> dict[str, float]:
     """``epochs`` passes of ``minibatches`` PPO steps over ``buffer`` (one batch, sampled
-    without replacement); returns the last step's loss terms and gradient norm. ``loss_fn``:
-    the loss to call (``torch.compile(loss)`` with ``train.compile``; default ``loss``)."""
-    loss_fn = loss if loss_fn is None else loss_fn
+    without replacement); returns the last step's loss terms and gradient norm. ``loss``: a
+    ``ClipPPOLoss``, or ``torch.compile`` of one (the same parameters)."""
     for _ in range(epochs):
         for _ in range(minibatches):
-            terms = loss_fn(buffer.sample())
+            terms = loss(buffer.sample())
             total = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
             optim.zero_grad()
             total.backward()
@@ -229,13 +227,12 @@ def main(cfg: DictConfig) -> None:
         metrics = {}
         for g in groups:
             terms = train_group(
-                losses[g],
+                loss_fns[g],
                 optims[g],
                 buffers[g],
                 cfg.train.epochs,
                 minibatches,
                 cfg.train.max_grad_norm,
-                loss_fns[g],
             )
             metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
         collector.update_policy_weights_()
