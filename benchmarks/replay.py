@@ -11,6 +11,9 @@ action and a 1-float reward; batches of 4096; alpha 0.6, beta 0.4.
   throughput in chunks of 10^4 items, on the first fill and on a refill (overwriting).
   Targets: >= 5x the pure-torch sampler, >= 800 iterations/s, >= 10 M items/s refill.
 * ``uniform``: ``sample(4096)`` from 10^6 items with the ``RandomSampler``. Target >= 2,000/s.
+* ``gather``: the rows of 4096 fresh random indices out of the 10^6 stored items (all three
+  keys): :func:`marlkit.native.gather.gather_rows`'s kernel against its torch twin
+  (``index_select`` per key), the copy every ``sample`` above makes.
 * ``memory``: the resident memory a ``TensorStorage`` of 10^6 such items adds, against the raw
   bytes of its tensors. Target <= 1.1x.
 
@@ -35,6 +38,7 @@ import torch
 from tensordict import TensorDict
 
 from marlkit.bench import alternate, run_sections
+from marlkit.native.gather import gather_rows, gather_rows_torch
 from marlkit.replay import PrioritizedSampler, RandomSampler, ReplayBuffer, TensorStorage
 
 CAPACITY = 1_000_000
@@ -141,6 +145,44 @@ def bench_uniform(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def bench_gather(args: argparse.Namespace) -> dict[str, Any]:
+    rb = ReplayBuffer(TensorStorage(CAPACITY))
+    for i in range(CAPACITY // CHUNK):
+        rb.extend(_items(CHUNK, i))
+    data = rb.storage.data
+    assert data is not None
+    leaves = [data.get(key) for key in data.keys(True, True)]
+    generator = torch.Generator().manual_seed(0)
+    # Fresh indices per call (1,024 sets of 4096 cover most of the buffer): rows are not cached.
+    indices = [torch.randint(0, CAPACITY, (BATCH,), generator=generator) for _ in range(1024)]
+
+    def side(gather: Callable[..., Any]) -> Callable[[], float]:
+        position = iter(range(10**12))
+        return functools.partial(
+            _iterations_per_s,
+            lambda: gather(leaves, indices[next(position) % len(indices)]),
+            args.round_seconds,
+        )
+
+    rounds = alternate(
+        {"native": side(functools.partial(gather_rows, backend="native")),
+         "torch": side(gather_rows_torch)},
+        args.rounds,
+    )  # fmt: skip
+    ratios = [a / b for a, b in zip(rounds["native"], rounds["torch"])]
+    return {
+        "rows": CAPACITY,
+        "batch": BATCH,
+        "work": "both: the rows at 4096 fresh random indices of observation [32], action [4] "
+        "and reward [1] float32 into new tensors; native: one gather_rows kernel call "
+        "(prefetching); torch: index_select per key",
+        "native_calls_per_s": statistics.median(rounds["native"]),
+        "torch_calls_per_s": statistics.median(rounds["torch"]),
+        "native_over_torch": statistics.median(ratios),
+        "rounds": ratios,
+    }
+
+
 def _rss() -> int:
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * 4096
@@ -167,7 +209,12 @@ def bench_memory(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-SECTIONS = {"prioritized": bench_prioritized, "uniform": bench_uniform, "memory": bench_memory}
+SECTIONS = {
+    "prioritized": bench_prioritized,
+    "uniform": bench_uniform,
+    "gather": bench_gather,
+    "memory": bench_memory,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
     # memory first: a clean RSS
     return run_sections(
-        "replay", SECTIONS, parser.parse_args(argv), ["memory", "prioritized", "uniform"]
+        "replay", SECTIONS, parser.parse_args(argv), ["memory", "prioritized", "uniform", "gather"]
     )
 
 

@@ -690,6 +690,92 @@ outside [0, 255], a non-positive size or half_extent.)doc");
 }
 // --- end section: render -----------------------------------------------------------------------
 
+// --- section: gather (bind_gather) -------------------------------------------------------------
+#include "marlkit/gather.h"
+
+namespace gather_bind {
+
+// A C-contiguous array with rows along dim 0 (any dtype: rows are copied as bytes), or
+// TypeError / ValueError naming it. Returns its bytes per row.
+std::int64_t row_bytes(const py::handle& item, const char* what, std::size_t position) {
+  const std::string name = std::string("gather_rows: ") + what + "[" + std::to_string(position) +
+                           "]";
+  if (!py::isinstance<py::array>(item)) {
+    throw py::type_error(name + " must be a numpy array, got " +
+                         py::str(py::type::of(item)).cast<std::string>());
+  }
+  auto array = py::reinterpret_borrow<py::array>(item);
+  if (array.ndim() < 1 || !(array.flags() & py::array::c_style)) {
+    throw std::invalid_argument(name + " must be C-contiguous with rows along dim 0");
+  }
+  return array.shape(0) > 0 ? static_cast<std::int64_t>(array.nbytes()) / array.shape(0) : 0;
+}
+
+void gather_rows_binding(const py::sequence& sources, const py::array& index,
+                         const py::sequence& outputs) {
+  if (py::len(sources) != py::len(outputs)) {
+    throw std::invalid_argument("gather_rows: " + std::to_string(py::len(sources)) +
+                                " sources but " + std::to_string(py::len(outputs)) + " outputs");
+  }
+  if (!py::isinstance<py::array_t<std::int64_t>>(index) || index.ndim() != 1 ||
+      !(index.flags() & py::array::c_style)) {
+    throw py::type_error("gather_rows: index must be a contiguous 1-D int64 numpy array");
+  }
+  const std::int64_t count = index.shape(0);
+  std::int64_t rows = -1;
+  std::vector<marlkit::GatherColumn> columns;
+  // The arrays (and so their buffers) stay referenced by the caller's sequences while the GIL
+  // is released: the sequences are arguments of this call.
+  for (std::size_t k = 0; k < py::len(sources); ++k) {
+    const std::int64_t width = row_bytes(sources[k], "sources", k);
+    auto source = py::reinterpret_borrow<py::array>(sources[k]);
+    if (rows < 0) {
+      rows = source.shape(0);
+    } else if (source.shape(0) != rows) {
+      throw std::invalid_argument("gather_rows: sources[" + std::to_string(k) + "] has " +
+                                  std::to_string(source.shape(0)) + " rows, sources[0] " +
+                                  std::to_string(rows));
+    }
+    const std::int64_t out_width = row_bytes(outputs[k], "outputs", k);
+    auto out = py::reinterpret_borrow<py::array>(outputs[k]);
+    if (out.shape(0) != count || (count > 0 && out_width != width)) {
+      throw std::invalid_argument(
+          "gather_rows: outputs[" + std::to_string(k) + "] must hold " + std::to_string(count) +
+          " rows of " + std::to_string(width) + " bytes, got " + std::to_string(out.shape(0)) +
+          " of " + std::to_string(out_width));
+    }
+    if (!out.writeable()) {
+      throw std::invalid_argument("gather_rows: outputs[" + std::to_string(k) +
+                                  "] is read-only");
+    }
+    columns.push_back(marlkit::GatherColumn{static_cast<const std::uint8_t*>(source.data()),
+                                            static_cast<std::uint8_t*>(out.mutable_data()),
+                                            width});
+  }
+  if (columns.empty()) {
+    return;
+  }
+  const auto* idx = static_cast<const std::int64_t*>(index.data());
+  py::gil_scoped_release release;
+  marlkit::gather_rows(columns, idx, count, rows);
+}
+
+}  // namespace gather_bind
+
+void bind_gather(py::module_& m) {
+  m.def("gather_rows", &gather_bind::gather_rows_binding, py::arg("sources"), py::arg("index"),
+        py::arg("outputs"),
+        R"doc(outputs[k][i] = sources[k][index[i]] for every k: rows copied as raw bytes.
+
+sources: C-contiguous arrays [rows, ...] of any dtype, all with the same number of rows; index:
+contiguous int64 [B]; outputs: writeable C-contiguous arrays [B, ...] with the same bytes per
+row as their source. Rows are prefetched ahead of the copy (many cache misses in flight at once) and
+large batches are split over the kernel threads (see set_num_threads); the GIL is released.
+Raises IndexError (naming the index and its position) before copying anything when an index is
+outside [0, rows); TypeError / ValueError on wrong dtypes, shapes or counts.)doc");
+}
+// --- end section: gather -----------------------------------------------------------------------
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "marlkit native kernels (C++17, no libtorch).";
   m.attr("ABI_VERSION") = kAbiVersion;
@@ -702,4 +788,5 @@ PYBIND11_MODULE(_C, m) {
   bind_segment_tree(m);
   bind_particles(m);
   bind_render(m);
+  bind_gather(m);
 }

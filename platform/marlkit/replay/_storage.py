@@ -21,6 +21,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from marlkit._utils import check_int
+from marlkit.native.gather import gather_rows
 
 __all__ = ["MemmapStorage", "Storage", "TensorStorage"]
 
@@ -91,11 +92,12 @@ class Storage(abc.ABC):
             if low < 0 or high >= self._len:
                 bad = low if low < 0 else high
                 raise IndexError(f"index {bad} is out of range for {self._len} stored items")
-        flat = index.reshape(-1).to(data.device)
-        # index_select per leaf: a third of the time of indexing (the rows are copied alike).
-        out = data.apply(lambda t: torch.index_select(t, 0, flat), batch_size=[flat.numel()])
-        if out is None:  # unreachable: apply returns a new TensorDict unless told otherwise
-            raise RuntimeError("TensorDict.apply returned nothing")
+        flat = index.reshape(-1)
+        # One kernel call for every leaf, prefetching the random rows (CPU); index_select per
+        # leaf elsewhere. Either is a third of the time of TensorDict indexing or less.
+        keys = list(data.keys(True, True))
+        rows = gather_rows([data.get(key) for key in keys], flat)
+        out = TensorDict(dict(zip(keys, rows)), batch_size=[flat.numel()], device=data.device)
         return out.reshape(*index.shape) if index.ndim != 1 else out
 
     # ------------------------------------------------------------------ writing
