@@ -14,6 +14,11 @@ Sections (``--only`` picks some):
 * ``multisync``: ``MultiSyncCollector`` with 2 workers (``num_envs`` MPE envs each) against a
   ``Collector`` over one env of ``2 * num_envs`` MPE envs, the same frames per batch, random
   actions on both. Target: >= 1.6x on 2 cores.
+* ``buffer``: what writing into a replay buffer costs a ``MultiSyncCollector`` (2 workers of
+  native ``navigation``, 256 envs x 4 agents each, random actions): the collector with
+  ``replay_buffer=`` (the parent writes each stacked batch into a ``TensorStorage``) against
+  the same collector without one, and the buffer's ``extend`` timed alone. It measures whether
+  workers writing straight into a shared storage could save anything worth its protocol.
 
 Every section alternates its sides round by round (the order flips each round) so that load from
 other processes hits them alike, and reports the median of the per-round ratios. Each side's
@@ -42,6 +47,7 @@ from marlkit.bench import alternate, run_sections, time_steps
 from marlkit.collectors import Collector, MultiSyncCollector
 from marlkit.data._fast import stack_tensordicts
 from marlkit.envs import EnvBase, ParallelEnv, SerialEnv
+from marlkit.replay import ReplayBuffer, TensorStorage
 
 
 def _alternate(
@@ -270,10 +276,57 @@ def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _navigation_factory(envs: int, agents: int) -> Callable[[], EnvBase]:
+    return functools.partial(marlkit.make, "navigation", num_envs=envs, n_agents=agents)
+
+
+def bench_buffer(args: argparse.Namespace) -> dict[str, Any]:
+    envs, agents, steps = 256, 4, 50
+    frames = 2 * envs * steps
+    make = _navigation_factory(envs, agents)
+    rb = ReplayBuffer(TensorStorage(20 * frames))
+    plain = MultiSyncCollector([make, make], None, frames_per_batch=frames, torch_threads=1)
+    storing = MultiSyncCollector(
+        [make, make], None, frames_per_batch=frames, torch_threads=1, replay_buffer=rb
+    )
+    try:
+        batch = plain.next().clone()  # a batch as the collector yields it, for extend alone
+    except BaseException:
+        plain.shutdown()
+        storing.shutdown()
+        raise
+    sides = {"without_buffer": plain.next, "with_buffer": storing.next}
+    rates = _warm_and_alternate(sides, args, [plain.shutdown, storing.shutdown])
+    ratio = _ratio(rates, "with_buffer", "without_buffer")
+    extend = time_steps(
+        lambda: rb.extend(batch.reshape(-1)), min_seconds=args.round_seconds, min_steps=3
+    )
+    per_batch_s = 1.0 / statistics.median(rates["without_buffer"])
+    return {
+        "env": "navigation",
+        "workers": 2,
+        "envs_x_agents_per_worker": f"{envs} x {agents}",
+        "frames_per_batch": frames,
+        "batch_bytes": int(sum(v.numel() * v.element_size() for v in batch.values(True, True))),
+        "work": {
+            "without_buffer": "MultiSyncCollector.next(): both workers collect 50 steps into "
+            "shared memory, the parent stacks them",
+            "with_buffer": "the same, then the parent writes the stacked batch into a "
+            "ReplayBuffer(TensorStorage) as transitions (checks, round-robin slots, copy)",
+        },
+        "with_over_without_batches_per_s": ratio["median"],
+        "rounds": ratio["rounds"],
+        "batch_s": per_batch_s,
+        "extend_s": 1.0 / extend["steps_per_s"],
+        "extend_share_of_batch": (1.0 / extend["steps_per_s"]) / per_batch_s,
+    }
+
+
 SECTIONS = {
     "single": bench_single,
     "parallel_env": bench_parallel_env,
     "multisync": bench_multisync,
+    "buffer": bench_buffer,
 }
 
 

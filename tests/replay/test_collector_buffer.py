@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import torch
 
 import marlkit
 from marlkit.collectors import Collector, MultiSyncCollector
+from marlkit.envs import WorkerError
 from marlkit.replay import MemmapStorage, ReplayBuffer, SliceSampler, TensorStorage
 
 ACT = ("agents", "action")
@@ -82,3 +85,23 @@ def test_bad_buffers_and_batches_that_do_not_fit_are_named() -> None:
     with pytest.raises(KeyError, match=r"does not fit the replay buffer.*init_random_frames"):
         collector.next()
     assert len(rb) == 8  # nothing of the refused batch was written
+
+
+def test_a_killed_worker_leaves_the_buffer_as_after_the_last_whole_batch() -> None:
+    """Workers never write into the storage: a worker killed mid-run costs its batch, and the
+    buffer keeps every item of the batches before it, unchanged."""
+    rb = ReplayBuffer(TensorStorage(1000))
+    collector = MultiSyncCollector(
+        [nav(), nav()], None, frames_per_batch=64, replay_buffer=rb, timeout=20.0
+    )
+    first = collector.next().clone()
+    assert len(rb) == 64
+    os.kill(collector.worker_pids[1], signal.SIGKILL)
+    with pytest.raises(WorkerError, match=r"worker 1 \(pid \d+\) died"):
+        collector.next()
+    assert collector.is_shut_down
+    assert len(rb) == 64
+    stored, expected = rb[:], first.reshape(-1)
+    assert set(stored.keys(True, True)) == set(expected.keys(True, True))
+    for key, value in expected.items(True, True):
+        assert torch.equal(stored[key], value), key
