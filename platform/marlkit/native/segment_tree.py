@@ -452,6 +452,9 @@ class _SegmentTree:
         Raises:
             IndexError: an index outside ``[0, capacity)`` (no negative wrap-around).
         """
+        native = self._native
+        if native is not None and _plain_vector(indices, torch.int64):
+            return torch.from_numpy(native.get(indices.numpy()))  # the kernel checks each index
         index = _as_indices(indices, self._impl_device)
         out = self._impl.get(_flat(index))
         return out.reshape(index.shape).to(self._device)

@@ -183,8 +183,11 @@ class SamplerWithoutReplacement(Sampler):
 
 
 def _check_priorities(priority: torch.Tensor) -> None:
-    bad = ~(priority >= 0) | (priority == math.inf)  # NaN compares False
-    if bool(bad.any()):
+    if not priority.numel():
+        return
+    low, high = torch.aminmax(priority)  # one pass; a NaN anywhere makes both NaN
+    if not (bool(low >= 0) and bool(high < math.inf)):
+        bad = ~(priority >= 0) | (priority == math.inf)  # NaN compares False
         where = int(bad.reshape(-1).nonzero()[0])
         value = float(priority.reshape(-1)[where])
         raise ValueError(
