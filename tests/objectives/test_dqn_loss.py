@@ -58,8 +58,14 @@ def test_absent_agents_are_left_out() -> None:
     out = _loss()(td)
     assert out["loss"].item() == pytest.approx(1.0)
     assert out["td_error"].tolist() == [pytest.approx(1.0)]
+    # Agent 0 leaves the game at this step. By truncation (PettingZoo's time limit removes
+    # every agent): it bootstraps from its final observation, its next mask does not decide.
     td["agents", "mask"] = torch.tensor([[True, True]])
-    td["next", "agents", "mask"] = torch.tensor([[False, True]])  # agent 0 gone: no bootstrap
+    td["next", "agents", "mask"] = torch.tensor([[False, True]])
+    td["next", "agents", "truncated"] = torch.tensor([[[True], [False]]])
+    assert _loss()(td)["target_value"].item() == pytest.approx((3.0 + 6.0) / 2)
+    # By termination: no bootstrap.
+    td["next", "agents", "terminated"] = torch.tensor([[[True], [False]]])
     assert _loss()(td)["target_value"].item() == pytest.approx((1.0 + 6.0) / 2)
 
 

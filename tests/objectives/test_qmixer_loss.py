@@ -66,6 +66,21 @@ def test_absent_agents_count_zero_in_the_mix_and_the_reward() -> None:
     assert out["target_value"].item() == pytest.approx(1.0 + 0.5 * 4.0)
 
 
+def test_agents_leaving_by_truncation_keep_their_next_value_terminated_ones_do_not() -> None:
+    # PettingZoo's time limit removes every agent at the last step: next mask false, truncated.
+    td = transition(OBS, [1, 2], NEXT_OBS, [1.0, 5.0], truncated=True)
+    td["next", "agents", "mask"] = torch.tensor([[False, False]])
+    # reward mean 3; next values from the final observations: 4 and 2
+    assert _vdn_loss()(td)["target_value"].item() == pytest.approx(3.0 + 0.5 * 6.0)
+    # Agent 1 terminated (the team goes on): its next value leaves the mix.
+    td["next", "agents", "terminated"] = torch.tensor([[[False], [True]]])
+    assert _vdn_loss()(td)["target_value"].item() == pytest.approx(3.0 + 0.5 * 4.0)
+    bad = td.clone()
+    bad["next", "agents", "terminated"] = torch.zeros(1, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"\('next', 'agents', 'terminated'\) must have shape"):
+        _vdn_loss()(bad)
+
+
 def test_gradient_by_hand_and_only_into_online_networks() -> None:
     loss = _vdn_loss()
     loss(transition(OBS, [1, 2], NEXT_OBS, [1.0, 5.0]))["loss"].backward()

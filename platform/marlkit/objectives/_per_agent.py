@@ -53,16 +53,19 @@ class AgentTDLoss(ValueLoss):
     @torch.no_grad()
     def _agent_target(self, nxt: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
         """``r_i + gamma * bootstrap_i * next_value_i`` ``[*B, n, 1]``: no bootstrap where the
-        agent terminated or is absent at the next step (truncation bootstraps)."""
+        agent terminated.
+
+        Truncation bootstraps, also when the agent leaves the game with it: an agent present
+        at a step has a next observation (its final one when it leaves), so its next step's
+        ``mask`` does not decide; PettingZoo's time limit removes every agent at the last step,
+        and that step's targets bootstrap from the final observations. Agents absent at the
+        step itself are left out of the loss."""
         n = next_value.shape[-2]
         reward = self._read(nxt, self.tensor_keys.reward, f"[*B, {n}, 1]")
         check_trailing(
             reward, (NEXT, self.tensor_keys.reward), (n, 1), type(self).__name__, f"[*B, {n}, 1]"
         )
         bootstrap = ~self._terminated(nxt, n)
-        next_present = self._present(nxt, n)
-        if next_present is not None:
-            bootstrap = bootstrap & next_present
         return reward + self.gamma * bootstrap.to(next_value.dtype) * next_value
 
     def _critic_value(

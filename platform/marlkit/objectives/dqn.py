@@ -21,8 +21,8 @@ __all__ = ["DQNLoss"]
 class _DQNKeys(AgentTDKeys, DiscreteKeys):
     """The keys :class:`DQNLoss` reads and writes (``set_keys`` changes them): those of
     :class:`~marlkit.objectives.DiscreteKeys` and :class:`~marlkit.objectives.AgentTDKeys`
-    (absent agents are left out of the loss, and an agent absent at the next step does not
-    bootstrap)."""
+    (absent agents are left out of the loss; an agent that terminates does not bootstrap,
+    one that leaves the game by truncation does, from its final observation)."""
 
     GROUP_FIELDS: ClassVar[tuple[str, ...]] = (
         *DiscreteKeys.GROUP_FIELDS,

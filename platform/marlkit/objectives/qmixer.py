@@ -80,7 +80,10 @@ class QMixerLoss(ValueLoss):
     ``reward_reduction`` (``"mean"`` by default, as TorchRL's and BenchMARL's QMIX; ``"sum"``
     gives the sum). Native scenarios and VMAS give per-agent rewards only.
 
-    Absent agents (``(group, "mask")`` false) enter the mixer with value 0, at both steps.
+    Absent agents (``(group, "mask")`` false) enter the mixer with value 0, at both steps; at
+    the next step so do the agents that terminated there (``("next", group, "terminated")``),
+    while an agent that leaves by truncation enters with its final observation's value (its
+    next ``mask`` is false: PettingZoo's time limit removes every agent at the last step).
 
     Args:
         local_value_network: writes ``(group, "action_value")`` ``[*B, n, A]`` from the
@@ -171,10 +174,27 @@ class QMixerLoss(ValueLoss):
         check_trailing(terminated, (NEXT, keys.terminated), (1,), "QMixerLoss", "[*B, 1] bool")
         return terminated
 
+    def _next_present(
+        self, nxt: TensorDictBase, present: torch.Tensor | None, n: int
+    ) -> torch.Tensor | None:
+        """The agents whose next value enters the target mix ``[*B, n, 1]`` (None: all): those
+        present at the step, less those that terminated at it. An agent that leaves by
+        truncation keeps its value (its final observation): its next ``mask`` does not decide."""
+        key = self.tensor_keys.group_terminated
+        terminated = nxt.get(key, None)
+        if terminated is None:
+            return present
+        check_trailing(terminated, (NEXT, key), (n, 1), "QMixerLoss", f"[*B, {n}, 1] bool")
+        alive = ~terminated
+        return alive if present is None else present & alive
+
     def _mix(
-        self, td: TensorDictBase, values: torch.Tensor, mixer: torch.nn.Module
+        self,
+        td: TensorDictBase,
+        values: torch.Tensor,
+        mixer: torch.nn.Module,
+        present: torch.Tensor | None,
     ) -> torch.Tensor:
-        present = self._present(td, values.shape[-2])
         if present is not None:
             values = values * present
         td.set(self.tensor_keys.local_value, values)
@@ -189,7 +209,8 @@ class QMixerLoss(ValueLoss):
         td = tensordict.clone(False)
         values = self._action_values(td, self.local_value_network)
         chosen = chosen_value(values, action, self.action_space, "QMixerLoss", keys.action)
-        q_tot = self._mix(td, chosen, self.mixer_network)
+        present = self._present(td, values.shape[-2])
+        q_tot = self._mix(td, chosen, self.mixer_network, present)
         lead = tuple(tensordict.batch_size)
         check_trailing(q_tot, keys.global_value, (*lead, 1), "QMixerLoss", f"{[*lead, 1]}")
 
@@ -197,8 +218,12 @@ class QMixerLoss(ValueLoss):
         with torch.no_grad():
             next_td = nxt.clone(False)
             next_values = self._next_value(next_td, "local_value_network", self.double_dqn)
-            next_q_tot = self._mix(next_td, next_values, self._target("mixer_network"))
-            present = self._present(td, values.shape[-2])
+            next_q_tot = self._mix(
+                next_td,
+                next_values,
+                self._target("mixer_network"),
+                self._next_present(nxt, present, values.shape[-2]),
+            )
             reward = self._team_reward(nxt, present)
             not_terminated = (~self._team_terminated(nxt)).to(q_tot.dtype)
             target = reward + self.gamma * not_terminated * next_q_tot
