@@ -108,8 +108,15 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
     "qmix-mpe": Experiment(
         "qmix_vdn",
-        ("env=pettingzoo/mpe2.simple_spread_v3", "eval.video=false"),
-        what="QMIX on PettingZoo MPE simple_spread (mpe2), 3 agents",
+        ("eval.video=false",),
+        config="qmix_mpe",
+        what="QMIX on PettingZoo MPE simple_spread (mpe2), 3 agents, the recipe of "
+        "configs/qmix_mpe.yaml (a 60k buffer, eps 1.0 -> 0.05, 240k frames)",
+    ),
+    "qmix-mpe-default": Experiment(
+        "qmix_vdn",
+        ("env=pettingzoo/mpe2.simple_spread_v3", "eval.video=false", "eval.num_envs=32"),
+        what="QMIX on PettingZoo MPE simple_spread (mpe2), 3 agents, qmix_vdn.yaml's recipe",
     ),
     "masac-balance": Experiment(
         "masac_isac",

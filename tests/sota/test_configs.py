@@ -54,3 +54,37 @@ def test_the_fast_recipe_runs(tmp_path):
     assert "iteration 2: frames 800" in out
     assert [r["step"] for r in read_metrics(run_dir / "metrics.csv")] == [1, 2]
     assert summary(run_dir)["env"] == "navigation"
+
+
+def test_the_mpe_qmix_recipe_changes_replay_and_exploration_only():
+    base, mpe = _compose("qmix_vdn"), _compose("qmix_mpe")
+    assert mpe.env.name == "pettingzoo/mpe2.simple_spread_v3" and mpe.env.num_envs == 40
+    assert (mpe.buffer.capacity, mpe.collector.total_frames) == (60000, 240000)
+    assert (mpe.exploration.eps_init, mpe.exploration.eps_end) == (1.0, 0.05)
+    assert mpe.exploration.annealing_fraction == 0.3 and mpe.loss.double_dqn
+    for section in ("policy", "train"):
+        assert mpe[section] == base[section]
+    assert {k: v for k, v in mpe.loss.items() if k != "double_dqn"} == {
+        k: v for k, v in base.loss.items() if k != "double_dqn"
+    }
+
+
+def test_the_mpe_qmix_recipe_runs(tmp_path):
+    run_dir = tmp_path / "run"
+    budget = (
+        "env.num_envs=4",
+        "collector.frames_per_batch=200",  # 4 envs x 50 steps: two MPE episodes each
+        "collector.total_frames=400",
+        "buffer.capacity=400",
+        "train.epochs=1",
+        "train.minibatch_size=100",
+        "policy.num_cells=16",
+        "loss.mixing_embed_dim=4",
+        "eval.num_envs=2",
+        "eval.video=false",
+    )
+    out = run("qmix_vdn", run_dir, budget, config="qmix_mpe").stdout
+    assert "iteration 2: frames 400" in out
+    info = summary(run_dir)
+    assert info["env"] == "pettingzoo/mpe2.simple_spread_v3" and info["frames"] == 400
+    assert info["trained"]["episode_length"] == 25.0
