@@ -356,11 +356,12 @@ def test_shutdown_garbage_collection_and_with_leave_no_child() -> None:
 
 
 SCRIPT = """
-import json, sys
+import faulthandler, json, signal, sys
 import marlkit
 from marlkit.collectors import MultiSyncCollector
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view if it hangs
     make = lambda: marlkit.make("navigation", num_envs=4, n_agents=2)
     collector = MultiSyncCollector([make, make], None, frames_per_batch=64)
     print(json.dumps(collector.worker_pids), flush=True)
@@ -383,7 +384,14 @@ def test_ctrl_c_and_the_parents_death_leave_no_child(tmp_path: Path, sig: int) -
             assert len(alive(pids)) == 2
             time.sleep(1.0)  # collecting
             proc.send_signal(sig)
-            _, err = proc.communicate(timeout=20)
+            try:
+                _, err = proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGUSR1)  # dump every thread's stack to stderr
+                time.sleep(2.0)
+                proc.kill()
+                _, err = proc.communicate(timeout=10)
+                pytest.fail(f"the parent did not exit within 20 s of {sig!r}; its stacks:\n{err}")
         finally:
             proc.kill()
     if sig == signal.SIGINT:
