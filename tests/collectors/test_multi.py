@@ -362,6 +362,10 @@ from marlkit.collectors import MultiSyncCollector
 
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view if it hangs
+    # A terminal's Ctrl-C reaches a foreground process whose SIGINT is at Python's default. A
+    # test runner started in the background without job control (`cmd &` in a script) hands
+    # its children SIGINT ignored, and Python keeps it so: restore what a user's process has.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     make = lambda: marlkit.make("navigation", num_envs=4, n_agents=2)
     collector = MultiSyncCollector([make, make], None, frames_per_batch=64)
     print(json.dumps(collector.worker_pids), flush=True)
