@@ -10,10 +10,14 @@ Sections (``--only`` picks some):
   Target: the collector's overhead over the bare loop <= 10 %.
 * ``parallel_env``: ``ParallelEnv(2)`` against ``SerialEnv(2)`` on ``mpe2.simple_spread_v3``
   (a CPU-bound Python env), the same batch ``[2, num_envs]`` stepped with random actions.
-  Target: >= 1.6x on 2 cores.
+  Target: >= 1.6x on 2 cores. Beside it, in the same rounds, two ceilings measured with
+  PettingZoo's own loop in two plain processes (no marlkit, no torch): unsynchronised
+  (``machine_ceiling``, what this machine gives two processes at that moment) and in lock-step
+  (``lockstep_ceiling``, one command and answer per step, as any ``ParallelEnv`` must), each
+  with the share of it that the ratio reached.
 * ``multisync``: ``MultiSyncCollector`` with 2 workers (``num_envs`` MPE envs each) against a
   ``Collector`` over one env of ``2 * num_envs`` MPE envs, the same frames per batch, random
-  actions on both. Target: >= 1.6x on 2 cores.
+  actions on both. Target: >= 1.6x on 2 cores. Beside it the unsynchronised ceiling, as above.
 * ``buffer``: what writing into a replay buffer costs a ``MultiSyncCollector`` (2 workers of
   native ``navigation``, 256 envs x 4 agents each, random actions): the collector with
   ``replay_buffer=`` (the parent writes each stacked batch into a ``TensorStorage``) against
@@ -31,7 +35,10 @@ other processes hits them alike, and reports the median of the per-round ratios.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import multiprocessing
+import multiprocessing.connection
 import statistics
 import sys
 import time
@@ -197,11 +204,112 @@ def _mlp_split(env: EnvBase, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# --- the machine's own ceiling for two processes -----------------------------------------------
+def _raw_mpe_worker(conn: multiprocessing.connection.Connection, num_envs: int, seed: int) -> None:
+    """PettingZoo's own ``simple_spread_v3`` (no marlkit, no torch), ``num_envs`` of them, stepped
+    with random actions on command: ``conn.recv()`` gives a step count, ``conn.send`` answers."""
+    import numpy as np
+    from mpe2 import simple_spread_v3
+
+    rng = np.random.default_rng(seed)
+    envs = [simple_spread_v3.parallel_env(N=3) for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.reset(seed=seed * 1000 + i)
+    conn.send("ready")
+    while (steps := conn.recv()) is not None:
+        for _ in range(steps):
+            for env in envs:
+                env.step({agent: int(rng.integers(5)) for agent in env.agents})
+                if not env.agents:
+                    env.reset()
+        conn.send_bytes(b"done")
+
+
+class _RawCeiling:
+    """Two processes stepping raw MPE loops, exchanging no data: one alone (``one``), both at
+    once without synchronising (``both``: each runs all its steps on one command), and both in
+    lock-step (``lockstep``: one command and one answer per step, as a ``ParallelEnv`` steps).
+    ``2 * rate(both) / rate(one)`` is what this machine gives two processes of this work at that
+    moment; ``2 * rate(lockstep) / rate(one)`` what it gives any design that waits for both
+    workers at every step, before any data moves."""
+
+    def __init__(self, num_envs: int, steps: int):
+        ctx = multiprocessing.get_context("spawn")
+        self.steps = steps
+        self.conns: list[multiprocessing.connection.Connection] = []
+        self.procs = []
+        for seed in range(2):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_raw_mpe_worker, args=(child, num_envs, seed), daemon=True)
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        for conn in self.conns:
+            if not conn.poll(120) or conn.recv() != "ready":
+                self.close()
+                raise RuntimeError("a raw MPE worker did not start")
+
+    def _run(self, workers: list[int], steps: int) -> None:
+        for i in workers:
+            self.conns[i].send(steps)
+        for i in workers:
+            if not self.conns[i].poll(120):
+                raise RuntimeError(f"raw MPE worker {i} did not answer")
+            self.conns[i].recv_bytes()
+
+    def one(self) -> None:
+        self._run([0], self.steps)
+
+    def both(self) -> None:
+        self._run([0, 1], self.steps)
+
+    def lockstep(self) -> None:
+        for _ in range(self.steps):
+            self._run([0, 1], 1)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for proc in self.procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+
+
+def _ceiling_sides(raw: _RawCeiling, lockstep: bool) -> dict[str, Callable[[], None]]:
+    sides = {"raw_one": raw.one, "raw_both": raw.both}
+    if lockstep:
+        sides["raw_lockstep"] = raw.lockstep
+    return sides
+
+
+def _ceiling_report(rates: dict[str, list[float]], ratio_rounds: list[float]) -> dict[str, Any]:
+    """The ceilings of :class:`_RawCeiling`, per round and as medians, and the share of each
+    that the measured ratio reached (the median of the per-round shares)."""
+    out: dict[str, Any] = {
+        "ceiling_work": "PettingZoo's own simple_spread_v3 loop (random actions, no marlkit, "
+        "no torch) in two processes, in the same alternating rounds: one alone; both at once "
+        "unsynchronised (machine_ceiling = 2 x rate(both) / rate(one)); both in lock-step, "
+        "one command and answer per step (lockstep_ceiling = 2 x rate(lockstep) / rate(one))",
+    }
+    for name, side in (("machine_ceiling", "raw_both"), ("lockstep_ceiling", "raw_lockstep")):
+        if side not in rates:
+            continue
+        ceiling = [2 * b / a for a, b in zip(rates["raw_one"], rates[side])]
+        out[name] = statistics.median(ceiling)
+        out[f"{name}_rounds"] = ceiling
+        out[f"share_of_{name}"] = statistics.median(r / c for r, c in zip(ratio_rounds, ceiling))
+    return out
+
+
 # --- section: parallel_env --------------------------------------------------------------------
 def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
     kwargs = {"name": "pettingzoo/mpe2.simple_spread_v3", "N": 3, "num_envs": args.mpe_envs}
     serial = SerialEnv(2, marlkit.make, kwargs)
     parallel = ParallelEnv(2, marlkit.make, kwargs)
+    raw = _RawCeiling(args.mpe_envs, args.mpe_steps)
     for env in (serial, parallel):
         env.set_seed(0)
         env.validate_actions = False
@@ -218,8 +326,12 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
 
         return run
 
-    sides = {"serial": loop(serial), "parallel": loop(parallel)}
-    rates = _warm_and_alternate(sides, args, [serial.close, parallel.close])
+    sides = {
+        "serial": loop(serial),
+        "parallel": loop(parallel),
+        **_ceiling_sides(raw, lockstep=True),
+    }
+    rates = _warm_and_alternate(sides, args, [serial.close, parallel.close, raw.close])
     frames = 2 * args.mpe_envs * steps
     ratio = _ratio(rates, "parallel", "serial")
     return {
@@ -234,6 +346,7 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
         "parallel_over_serial": ratio["median"],
         "rounds": ratio["rounds"],
         "target": 1.6,
+        **_ceiling_report(rates, ratio["rounds"]),
     }
 
 
@@ -254,8 +367,13 @@ def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
     multi = MultiSyncCollector(
         [_mpe(per_worker), _mpe(per_worker)], None, frames_per_batch=frames, torch_threads=1
     )
-    sides = {"collector": single.next, "multisync": multi.next}
-    rates = _warm_and_alternate(sides, args, [single.shutdown, multi.shutdown])
+    raw = _RawCeiling(per_worker, steps)
+    sides = {
+        "collector": single.next,
+        "multisync": multi.next,
+        **_ceiling_sides(raw, lockstep=False),
+    }
+    rates = _warm_and_alternate(sides, args, [single.shutdown, multi.shutdown, raw.close])
     ratio = _ratio(rates, "multisync", "collector")
     return {
         "env": "pettingzoo/mpe2.simple_spread_v3",
@@ -273,6 +391,7 @@ def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
         "multisync_over_collector": ratio["median"],
         "rounds": ratio["rounds"],
         "target": 1.6,
+        **_ceiling_report(rates, ratio["rounds"]),
     }
 
 
