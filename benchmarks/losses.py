@@ -5,7 +5,8 @@ Sections (``--only NAME``, repeatable; default all):
 
 * ``mappo``: one MAPPO gradient step on a minibatch of 400, 3 agents, observation 18 and
   action 2 per agent; actor ``MultiAgentMLP`` 2x256 Tanh -> ``TanhNormal``, centralised critic
-  ``MultiAgentMLP`` 2x256 Tanh (shared parameters); Adam, grad-norm clip 1.0.
+  ``MultiAgentMLP`` 2x256 Tanh (shared parameters); Adam (``fused=True``, as the training
+  scripts use it), grad-norm clip 1.0.
 
   - ``marlkit``: ``ClipPPOLoss`` on a TensorDict minibatch (advantage normalisation, clipped
     objective, sampled entropy of the TanhNormal, critic loss, diagnostics), backward, clip,
@@ -14,14 +15,15 @@ Sections (``--only NAME``, repeatable; default all):
     TanhNormal log-prob by its closed form), backward, clip, Adam step.
 
   Targets: ``marlkit / floor <= 1.2`` and ``<= 10 ms`` per step (TorchRL 0.14.1: 15.6 ms, 1
-  thread). ``--compile`` (here and in ``qmix``) also times the marlkit step with the loss
-  module under ``torch.compile``.
+  thread). A third side, ``marlkit_torch_tanh``, is the marlkit step with ``torch.nn.Tanh`` in
+  place of the MLPs' default ``marlkit.modules.Tanh``. ``--compile`` (here and in ``qmix``)
+  also times the marlkit step with the loss module under ``torch.compile``.
 
 * ``qmix``: one QMIX gradient step on a minibatch of 400 transitions of 3 agents (native
   ``navigation`` sizes: observation 10, 5 discrete actions, state 18): a Q-network of two
   hidden layers of 256 shared by the agents, a ``QMixer`` of embed 32, target copies of both,
-  Adam, a soft target update (tau 0.005). ``marlkit``: ``QMixerLoss(QValueActor, QMixer)`` +
-  ``SoftUpdate``; ``plain``: the same networks (deep copies of the same initial weights)
+  Adam (fused), a soft target update (tau 0.005). ``marlkit``: ``QMixerLoss(QValueActor,
+  QMixer)`` + ``SoftUpdate``; ``plain``: the same networks (deep copies of the same initial weights)
   called as tensors by a hand-written QMIX step. Both compute, per step: the online Q-values
   and the taken actions' values, the mixed ``Q_tot``, the target networks' greedy next values
   and ``Q_tot'`` under no_grad, the mean team reward, ``y = r + gamma (1 - terminated) Q_tot'``,
@@ -62,6 +64,7 @@ from marlkit.modules import (
     QMixer,
     QValueActor,
     StateValueCritic,
+    Tanh,
     TanhNormal,
 )
 from marlkit.objectives import ClipPPOLoss, QMixerLoss, SoftUpdate
@@ -90,23 +93,28 @@ def _minibatch() -> TensorDict:
     return TensorDict({"agents": group}, [MINIBATCH])
 
 
-def _networks() -> tuple[ProbabilisticActor, StateValueCritic]:
+def _networks(
+    activation: type[nn.Module] = Tanh,
+) -> tuple[ProbabilisticActor, StateValueCritic]:
     torch.manual_seed(0)
     net = torch.nn.Sequential(
-        MultiAgentMLP(OBS, 2 * ACT, N_AGENTS, num_cells=CELLS), NormalParamExtractor()
+        MultiAgentMLP(OBS, 2 * ACT, N_AGENTS, num_cells=CELLS, activation=activation),
+        NormalParamExtractor(),
     )
     actor = ProbabilisticActor(net, group="agents", distribution_class=TanhNormal)
-    critic = StateValueCritic(N_AGENTS, OBS, centralised=True, num_cells=CELLS)
+    critic = StateValueCritic(
+        N_AGENTS, OBS, centralised=True, num_cells=CELLS, activation=activation
+    )
     return actor, critic
 
 
-def _marlkit_step(compiled: bool) -> Callable[[], None]:
-    actor, critic = _networks()
+def _marlkit_step(compiled: bool, activation: type[nn.Module] = Tanh) -> Callable[[], None]:
+    actor, critic = _networks(activation)
     loss = ClipPPOLoss(
         actor, critic, clip_epsilon=CLIP, entropy_coef=ENTROPY_COEF, critic_coef=CRITIC_COEF
     )
     run: Any = torch.compile(loss) if compiled else loss
-    optim = torch.optim.Adam(loss.parameters(), lr=3e-4)
+    optim = torch.optim.Adam(loss.parameters(), lr=3e-4, fused=True)
     data = _minibatch()
 
     def step() -> None:
@@ -125,7 +133,7 @@ def _floor_step() -> Callable[[], None]:
     actor_mlp, extractor = actor.module[0].module[0], actor.module[0].module[1]
     critic_mlp = critic.module
     params = [*actor_mlp.parameters(), *critic_mlp.parameters()]
-    optim = torch.optim.Adam(params, lr=3e-4)
+    optim = torch.optim.Adam(params, lr=3e-4, fused=True)
     d = _minibatch()["agents"]
     obs, act, old_lp = d["observation"], d["action"], d["action_log_prob"]
     adv, target = d["advantage"], d["value_target"]
@@ -163,7 +171,11 @@ def _floor_step() -> Callable[[], None]:
 
 
 def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
-    sides = {"marlkit": _marlkit_step(False), "floor": _floor_step()}
+    sides = {
+        "marlkit": _marlkit_step(False),
+        "floor": _floor_step(),
+        "marlkit_torch_tanh": _marlkit_step(False, nn.Tanh),
+    }
     if args.compile:
         sides["marlkit_compiled"] = _marlkit_step(True)
     times = timed_alternate(sides, args.rounds, args.round_seconds)
@@ -173,10 +185,15 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
             "backward + grad-norm clip + Adam step",
             "floor": "the same networks and loss terms on plain tensors, hand-written, + "
             "backward + grad-norm clip + Adam step",
+            "marlkit_torch_tanh": "marlkit's step with torch.nn.Tanh instead of the MLPs' "
+            "default marlkit.modules.Tanh (2 sigmoid(2x) - 1): what the activation saves",
         },
         "targets": {"ratio_marlkit_over_floor": "<= 1.2", "marlkit_ms": "<= 10"},
         **summary(times, "marlkit", "floor"),
     }
+    out["ratio_torch_tanh_over_marlkit"] = summary(times, "marlkit_torch_tanh", "marlkit")[
+        "ratio_marlkit_torch_tanh_over_marlkit"
+    ]
     if args.compile:
         out["ratio_compiled_over_eager"] = summary(times, "marlkit_compiled", "marlkit")[
             "ratio_marlkit_compiled_over_marlkit"
@@ -235,7 +252,7 @@ def _qmix_marlkit(
         QValueActor(q_net, n_actions=QMIX_ACTIONS), mixer, gamma=QMIX_GAMMA, delay_value=True
     )
     run: Any = torch.compile(loss) if compiled else loss
-    optim = torch.optim.Adam(loss.online_parameters(), lr=QMIX_LR)
+    optim = torch.optim.Adam(loss.online_parameters(), lr=QMIX_LR, fused=True)
     updater = SoftUpdate(loss, tau=QMIX_TAU)
 
     def step() -> None:
@@ -263,7 +280,7 @@ def _qmix_plain(q_net: nn.Module, mixer: QMixer, batch: TensorDict) -> Callable[
         p.requires_grad_(False)
     online = [*q_net.parameters(), *mixer.parameters()]
     target = [*target_q.parameters(), *target_mixer.parameters()]
-    optim = torch.optim.Adam(online, lr=QMIX_LR)
+    optim = torch.optim.Adam(online, lr=QMIX_LR, fused=True)
     obs, action = batch["agents", "observation"], batch["agents", "action"]
     state, next_state = batch["state"], batch["next", "state"]
     next_obs, reward = batch["next", "agents", "observation"], batch["next", "agents", "reward"]

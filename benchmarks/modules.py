@@ -9,14 +9,21 @@ features per agent, 2 hidden layers of 256 Tanh, 4 outputs, a batch of 1024, for
 * ``loop``: ``n_agents`` ``nn.Sequential`` MLPs of the same sizes, called one after the other on
   each agent's slice, outputs stacked: the plain-PyTorch way.
 
-Target: ``loop / batched >= 3`` at 32 agents. ``--cells`` changes the hidden width (the
-loop's per-agent overhead only dominates for narrow networks; at width 256 and batch 1024 both
-sides are bound by the same matmul FLOPs). Sides alternate round by round; times are
-medians, the ratio the median of the per-round ratios.
+Target: ``loop / batched >= 3`` at 32 agents.
+
+``--only activation`` times the hidden activation alone: :class:`marlkit.modules.Tanh` (the
+MLPs' default, ``2 * sigmoid(2 x) - 1`` on CPU float32) against ``torch.nn.Tanh`` on the
+recipes' hidden activations (``[1200, 256]``: minibatch 400 x 3 agents, width 256), forward
+alone and forward + backward, the same input and output gradient on both sides.
+
+``--cells`` changes the hidden width (the loop's per-agent overhead only dominates for narrow
+networks; at width 256 and batch 1024 both sides are bound by the same matmul FLOPs). Sides
+alternate round by round; times are medians, the ratio the median of the per-round ratios.
 
     python benchmarks/modules.py
     python benchmarks/modules.py --agents 32 --rounds 7 --threads 1
     python benchmarks/modules.py --retain-freed-memory   # glibc keeps large freed blocks
+    python benchmarks/modules.py --only activation
 
 ``--retain-freed-memory`` raises glibc's mmap and trim thresholds (``mallopt``) before anything
 is allocated, for both sides alike. By default glibc serves every block above 32 MB (the batched
@@ -31,12 +38,13 @@ import argparse
 import ctypes
 import ctypes.util
 import json
+from collections.abc import Callable
 
 import torch
 
 from _timing import alternate, summary
 from marlkit.bench import describe_environment, set_threads
-from marlkit.modules import MultiAgentMLP
+from marlkit.modules import MultiAgentMLP, Tanh
 
 BATCH, IN, OUT, CELLS = 1024, 16, 4, 256
 
@@ -68,6 +76,52 @@ def bench(n_agents: int, cells: int, batch: int, rounds: int, seconds: float) ->
     }
 
 
+def bench_activation(rows: int, cells: int, rounds: int, seconds: float) -> dict[str, object]:
+    torch.manual_seed(0)
+    x = torch.randn(rows, cells, requires_grad=True)
+    grad = torch.randn(rows, cells)
+    fast, plain = Tanh(), torch.nn.Tanh()
+    err = (fast(x) - torch.tanh(x.double())).abs().max().item()
+
+    def forward(module: torch.nn.Module) -> Callable[[], object]:
+        def run() -> None:
+            with torch.no_grad():
+                module(x)
+
+        return run
+
+    def forward_backward(module: torch.nn.Module) -> Callable[[], object]:
+        def run() -> None:
+            torch.autograd.grad(module(x), x, grad)
+
+        return run
+
+    times = alternate(
+        {
+            "torch_forward": forward(plain),
+            "marlkit_forward": forward(fast),
+            "torch_forward_backward": forward_backward(plain),
+            "marlkit_forward_backward": forward_backward(fast),
+        },
+        rounds,
+        seconds,
+    )
+    return {
+        "shape": [rows, cells],
+        "max_abs_error_vs_float64": err,
+        "forward": summary(
+            {k: times[k] for k in ("torch_forward", "marlkit_forward")},
+            "torch_forward",
+            "marlkit_forward",
+        ),
+        "forward_backward": summary(
+            {k: times[k] for k in ("torch_forward_backward", "marlkit_forward_backward")},
+            "torch_forward_backward",
+            "marlkit_forward_backward",
+        ),
+    }
+
+
 def retain_freed_memory() -> dict[str, int]:
     """Make glibc keep freed blocks of up to 1 GiB in the heap (no ``mmap``/``munmap`` per large
     tensor); returns the settings. Raises OSError where the C library has no ``mallopt``."""
@@ -96,7 +150,9 @@ def main() -> None:
         action="store_true",
         help="raise glibc's mmap and trim thresholds first (both sides)",
     )
+    parser.add_argument("--only", action="append", choices=["mlp", "activation"], default=None)
     args = parser.parse_args()
+    only = args.only or ["mlp", "activation"]
     allocator = retain_freed_memory() if args.retain_freed_memory else "glibc defaults"
     set_threads(args.threads)
     out: dict[str, object] = {
@@ -104,17 +160,24 @@ def main() -> None:
         "computes": {
             "batched": "MultiAgentMLP(16, 4, n_agents, num_cells=cells, depth=2, Tanh) forward "
             "+ backward on [batch, n_agents, 16], independent params",
-            "loop": "the same maths as n_agents nn.Sequential MLPs called in a Python loop",
+            "loop": "the same maths as n_agents nn.Sequential MLPs called in a Python loop "
+            "(the same marlkit Tanh)",
+            "activation": "torch.nn.Tanh vs marlkit.modules.Tanh on the same [rows, cells] "
+            "float32 input: forward under no_grad, and forward + backward (autograd.grad of "
+            "the output against a fixed gradient)",
         },
         "target": "loop / batched >= 3 at 32 agents",
         "allocator": allocator,
         **describe_environment(),
     }
-    out["results"] = [
-        bench(n, cells, args.batch, args.rounds, args.round_seconds)
-        for cells in args.cells or [CELLS]
-        for n in args.agents or [4, 32, 256]
-    ]
+    if "mlp" in only:
+        out["results"] = [
+            bench(n, cells, args.batch, args.rounds, args.round_seconds)
+            for cells in args.cells or [CELLS]
+            for n in args.agents or [4, 32, 256]
+        ]
+    if "activation" in only:
+        out["activation"] = bench_activation(1200, CELLS, args.rounds, args.round_seconds)
     print(json.dumps(out, indent=2))
 
 

@@ -159,7 +159,9 @@ def main(cfg: DictConfig) -> None:
             for g in groups
         }
     )
-    optims = {g: torch.optim.Adam(losses[g].parameters(), lr=cfg.train.lr) for g in groups}
+    optims = {
+        g: torch.optim.Adam(losses[g].parameters(), lr=cfg.train.lr, fused=True) for g in groups
+    }
     # train.compile: the loss's forward and backward through torch.compile (inductor), the
     # same parameters; compiled on the first minibatch
     loss_fns = {g: torch.compile(losses[g]) if cfg.train.compile else losses[g] for g in groups}

@@ -184,7 +184,10 @@ def main(cfg: DictConfig) -> None:
         }
     )
     updaters = {g: SoftUpdate(losses[g], tau=cfg.loss.tau) for g in groups}
-    optims = {g: torch.optim.Adam(losses[g].online_parameters(), lr=cfg.train.lr) for g in groups}
+    optims = {
+        g: torch.optim.Adam(losses[g].online_parameters(), lr=cfg.train.lr, fused=True)
+        for g in groups
+    }
     frames = cfg.collector.frames_per_batch
     buffers = GroupReplayBuffers(
         groups,

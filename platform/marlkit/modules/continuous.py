@@ -29,6 +29,7 @@ from marlkit.data.keys import (
     NestedKey,
 )
 from marlkit.modules._checks import get_tensor
+from marlkit.modules.activations import Tanh
 from marlkit.modules.mlp import MultiAgentMLP
 
 __all__ = ["AdditiveGaussian", "StateActionValueCritic", "TanhBounds"]
@@ -109,7 +110,7 @@ class StateActionValueCritic(TensorDictModule):
         share_params: bool = True,
         depth: int = 2,
         num_cells: int | Sequence[int] = 256,
-        activation: type[nn.Module] = nn.Tanh,
+        activation: type[nn.Module] = Tanh,
     ):
         mlp = MultiAgentMLP(
             obs_dim + act_dim,

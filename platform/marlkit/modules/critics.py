@@ -9,6 +9,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from marlkit.data.keys import DEFAULT_GROUP, OBSERVATION, STATE, STATE_VALUE, NestedKey
+from marlkit.modules.activations import Tanh
 from marlkit.modules.mlp import MultiAgentMLP
 
 __all__ = ["StateValueCritic", "ValueNorm"]
@@ -69,7 +70,7 @@ class StateValueCritic(TensorDictModule):
         share_params: bool = True,
         depth: int = 2,
         num_cells: int | Sequence[int] = 256,
-        activation: type[nn.Module] = nn.Tanh,
+        activation: type[nn.Module] = Tanh,
         obs_key: NestedKey | None = None,
         state_key: NestedKey = STATE,
         value_key: NestedKey | None = None,

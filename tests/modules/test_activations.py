@@ -1,0 +1,98 @@
+"""``marlkit.modules.Tanh`` / ``fast_tanh``: torch's ``tanh`` within 2e-7, its gradient, and torch's
+own ``tanh`` wherever the fast path does not apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from marlkit.modules import MultiAgentMLP, StateValueCritic, Tanh, fast_tanh
+from marlkit.modules.activations import _SigmoidTanh
+
+
+def test_values_within_2e7_of_exact_tanh() -> None:
+    torch.manual_seed(0)
+    x = torch.cat([torch.linspace(-30, 30, 200_001), torch.randn(200_000) * 0.3])
+    exact = torch.tanh(x.double())
+    err = (fast_tanh(x).double() - exact).abs().max().item()
+    assert err < 2e-7
+    assert err > 0  # it is the sigmoid route, not torch.tanh (whose error here is ~3e-8)
+
+
+def test_special_values() -> None:
+    x = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, 1e30, -1e30, 88.0, -88.0])
+    out = fast_tanh(x)
+    torch.testing.assert_close(
+        out,
+        torch.tensor([1.0, -1.0, float("nan"), 0.0, 1.0, -1.0, 1.0, -1.0]),
+        equal_nan=True,
+        rtol=0,
+        atol=0,
+    )
+    assert out.abs().le(1).logical_or(out.isnan()).all()
+
+
+def test_input_is_not_written_and_strided_inputs_work() -> None:
+    x = torch.randn(4, 6, 5).transpose(0, 2)  # not contiguous
+    before = x.clone()
+    out = fast_tanh(x)
+    torch.testing.assert_close(x, before, rtol=0, atol=0)
+    torch.testing.assert_close(out, torch.tanh(x), rtol=0, atol=2e-7)
+
+
+def test_gradient_matches_torch_tanh() -> None:
+    torch.manual_seed(1)
+    x = (torch.randn(64, 32) * 2).requires_grad_()
+    g = torch.randn(64, 32)
+    (grad_fast,) = torch.autograd.grad(fast_tanh(x), x, g)
+    (grad_torch,) = torch.autograd.grad(torch.tanh(x), x, g)
+    torch.testing.assert_close(grad_fast, grad_torch, rtol=0, atol=2e-6)
+
+
+def test_function_passes_gradcheck_and_gradgradcheck() -> None:
+    # float64 inputs take torch.tanh through fast_tanh; the autograd function itself is checked
+    x = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_SigmoidTanh.apply, (x,))
+    assert torch.autograd.gradgradcheck(_SigmoidTanh.apply, (x,))
+
+
+def test_saved_output_modified_in_place_is_caught() -> None:
+    x = torch.randn(8, requires_grad=True)
+    y = fast_tanh(x)
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_other_dtypes_run_torch_tanh_exactly(dtype: torch.dtype) -> None:
+    x = torch.randn(100).to(dtype)
+    assert torch.equal(fast_tanh(x), torch.tanh(x))
+
+
+def test_no_grad_and_grad_free_inputs_skip_the_autograd_function() -> None:
+    x = torch.randn(10, requires_grad=True)
+    with torch.no_grad():
+        assert fast_tanh(x).grad_fn is None
+    assert fast_tanh(torch.randn(10)).grad_fn is None
+    assert type(fast_tanh(x).grad_fn).__name__ == "_SigmoidTanhBackward"
+
+
+def test_module_is_an_nn_tanh_and_the_mlp_default() -> None:
+    assert isinstance(Tanh(), nn.Tanh)
+    mlp = MultiAgentMLP(3, 2, 4, num_cells=8)
+    assert all(type(a) is Tanh for a in mlp.activations)
+    critic_mlp = StateValueCritic(4, 3, num_cells=8).module
+    assert all(type(a) is Tanh for a in critic_mlp.activations)
+    plain = MultiAgentMLP(3, 2, 4, num_cells=8, activation=nn.Tanh)
+    assert all(type(a) is nn.Tanh for a in plain.activations)
+
+
+def test_mlp_with_fast_tanh_matches_torch_tanh_mlp() -> None:
+    torch.manual_seed(2)
+    fast = MultiAgentMLP(5, 3, 4, num_cells=64)
+    plain = MultiAgentMLP(5, 3, 4, num_cells=64, activation=nn.Tanh)
+    plain.load_state_dict(fast.state_dict())
+    x = torch.randn(32, 4, 5)
+    torch.testing.assert_close(fast(x), plain(x), rtol=0, atol=1e-5)
