@@ -96,3 +96,13 @@ def test_mlp_with_fast_tanh_matches_torch_tanh_mlp() -> None:
     plain.load_state_dict(fast.state_dict())
     x = torch.randn(32, 4, 5)
     torch.testing.assert_close(fast(x), plain(x), rtol=0, atol=1e-5)
+
+
+def test_torch_func_transforms_run_through_it() -> None:
+    torch.manual_seed(3)
+    x = torch.randn(3, 4)
+    exact = 1 - torch.tanh(x) ** 2
+    grad = torch.func.vmap(torch.func.grad(lambda t: fast_tanh(t).sum()))(x)
+    torch.testing.assert_close(grad, exact, rtol=0, atol=1e-6)
+    jac = torch.func.jacrev(fast_tanh)(x[0])
+    torch.testing.assert_close(jac, torch.diag(exact[0]), rtol=0, atol=1e-6)

@@ -32,13 +32,19 @@ def _sigmoid_tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 class _SigmoidTanh(torch.autograd.Function):
-    """``tanh`` forward through ``sigmoid``; the backward from the saved output, as torch's."""
+    """``tanh`` forward through ``sigmoid``; the backward from the saved output, as torch's.
+    Written in the ``setup_context`` form with a generated vmap rule, so ``torch.func``
+    transforms (``grad``, ``vmap``, ``jacrev``) run through it."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        y = _sigmoid_tanh(x)
-        ctx.save_for_backward(y)
-        return y
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return _sigmoid_tanh(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        ctx.save_for_backward(output)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
