@@ -176,7 +176,8 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
         "command": " ".join(cmd[1:]).replace(str(ROOT) + "/", ""),
         "does": f"{exp.what}: the script's recipe (configs/{exp.config or exp.script}.yaml with "
         "the overrides in 'command'), one final evaluation with exploration off (summary.json), "
-        "no videos",
+        "no videos; hidden activation marlkit.modules.Tanh (the MLPs' default: torch's tanh "
+        "computed as 2 sigmoid(2x) - 1), torch.optim.Adam(fused=True)",
     }
 
 

@@ -170,7 +170,8 @@ def main() -> None:
                 "collection_s": collect_s,
                 "training_s": train_s,
                 "does": "VMAS navigation (VMAS's own done at 100 steps), GAE, 30 epochs x 15 "
-                "minibatches of ClipPPOLoss per batch",
+                "minibatches of ClipPPOLoss per batch; nn.Tanh, "
+                "torch.optim.Adam with its defaults (per-parameter on CPU)",
             }
         )
     )

@@ -3,14 +3,10 @@ their ratios (tiny budget)."""
 
 from __future__ import annotations
 
-import json
-import pathlib
-import subprocess
-import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -21,15 +17,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
     ],
 )
 def test_section_reports_ratio_and_ceilings(
-    section: str, ratio_key: str, ceilings: tuple[str, ...]
+    run_benchmark: Callable[..., dict[str, Any]],
+    section: str,
+    ratio_key: str,
+    ceilings: tuple[str, ...],
 ) -> None:
-    script = ROOT / "benchmarks" / "collectors.py"
-    args = ["--only", section, "--rounds", "1", "--round-seconds", "0.01", "--mpe-steps", "2"]
-    out = subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)[section]
+    args = ("--only", section, "--rounds", "1", "--round-seconds", "0.01", "--mpe-steps", "2")
+    data = run_benchmark("collectors.py", *args)[section]
     ratio = data[ratio_key]
     assert ratio > 0 and data["rounds"] == [ratio]
     for name in ceilings:

@@ -2,48 +2,22 @@
 
 from __future__ import annotations
 
-import json
-import pathlib
-import subprocess
-import sys
+from collections.abc import Callable
+from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+Run = Callable[..., dict[str, Any]]
 
 
-def test_qmix_section_prints_json() -> None:
-    script = ROOT / "benchmarks" / "losses.py"
-    out = subprocess.run(
-        [sys.executable, str(script), "--only", "qmix", "--rounds", "1", "--steps", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)["qmix"]
+def test_qmix_section_prints_json(run_benchmark: Run) -> None:
+    data = run_benchmark("losses.py", "--only", "qmix", "--rounds", "1", "--steps", "1")["qmix"]
     assert data["minibatch"] == 400 and data["agents"] == 3
     assert data["marlkit_ms_per_step"] > 0 and data["plain_ms_per_step"] > 0
     assert "QMixerLoss" in data["work"]
 
 
-def test_mappo_section_prints_json_with_the_activation_side() -> None:
-    script = ROOT / "benchmarks" / "losses.py"
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            "--only",
-            "mappo",
-            "--rounds",
-            "1",
-            "--round-seconds",
-            "0.05",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)["mappo"]
+def test_mappo_section_prints_json_with_the_activation_side(run_benchmark: Run) -> None:
+    args = ("--only", "mappo", "--rounds", "1", "--round-seconds", "0.05")
+    data = run_benchmark("losses.py", *args)["mappo"]
     for side in ("marlkit", "floor", "marlkit_torch_tanh"):
         assert data[f"{side}_ms"] > 0
     assert data["ratio_torch_tanh_over_marlkit"] > 0

@@ -184,7 +184,7 @@ class QMixerLoss(ValueLoss):
         terminated = nxt.get(key, None)
         if terminated is None:
             return present
-        check_trailing(terminated, (NEXT, key), (n, 1), "QMixerLoss", f"[*B, {n}, 1] bool")
+        check_trailing(terminated, (NEXT, key), (n, 1), type(self).__name__, f"[*B, {n}, 1] bool")
         alive = ~terminated
         return alive if present is None else present & alive
 

@@ -1,0 +1,32 @@
+"""Shared by the benchmark smoke tests: run a script of ``benchmarks/`` as a user would."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def run_benchmark() -> Callable[..., dict[str, Any]]:
+    """``run_benchmark("losses.py", "--only", "qmix", ...)``: the script in a subprocess, its
+    exit status checked (stderr in the failure), its one JSON object returned."""
+
+    def run(script: str, *args: str, timeout: float = 300) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / script), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    return run
