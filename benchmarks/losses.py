@@ -16,7 +16,9 @@ Sections (``--only NAME``, repeatable; default all):
 
   Targets: ``marlkit / floor <= 1.2`` and ``<= 10 ms`` per step (TorchRL 0.14.1: 15.6 ms, 1
   thread). A third side, ``marlkit_torch_tanh``, is the marlkit step with ``torch.nn.Tanh`` in
-  place of the MLPs' default ``marlkit.modules.Tanh``. ``--compile`` (here and in ``qmix``)
+  place of the MLPs' default ``marlkit.modules.Tanh``; a fourth, ``marlkit_in_major``, the marlkit
+  step with the output layers' weights contiguous in-major instead of ``StackedLinear``'s
+  out-major order for narrow layers. ``--compile`` (here and in ``qmix``)
   also times the marlkit step with the loss module under ``torch.compile``.
 
 * ``qmix``: one QMIX gradient step on a minibatch of 400 transitions of 3 agents (native
@@ -63,6 +65,7 @@ from marlkit.modules import (
     ProbabilisticActor,
     QMixer,
     QValueActor,
+    StackedLinear,
     StateValueCritic,
     Tanh,
     TanhNormal,
@@ -108,8 +111,21 @@ def _networks(
     return actor, critic
 
 
-def _marlkit_step(compiled: bool, activation: type[nn.Module] = Tanh) -> Callable[[], None]:
+def _in_major(module: nn.Module) -> None:
+    """Every ``StackedLinear`` weight of ``module`` made contiguous (in-major), the layout
+    narrow layers had before they kept ``nn.Linear``'s order; the same values."""
+    for layer in module.modules():
+        if isinstance(layer, StackedLinear):
+            layer.weight = nn.Parameter(layer.weight.detach().contiguous())
+
+
+def _marlkit_step(
+    compiled: bool, activation: type[nn.Module] = Tanh, in_major: bool = False
+) -> Callable[[], None]:
     actor, critic = _networks(activation)
+    if in_major:
+        _in_major(actor)
+        _in_major(critic)
     loss = ClipPPOLoss(
         actor, critic, clip_epsilon=CLIP, entropy_coef=ENTROPY_COEF, critic_coef=CRITIC_COEF
     )
@@ -175,6 +191,7 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
         "marlkit": _marlkit_step(False),
         "floor": _floor_step(),
         "marlkit_torch_tanh": _marlkit_step(False, nn.Tanh),
+        "marlkit_in_major": _marlkit_step(False, in_major=True),
     }
     if args.compile:
         sides["marlkit_compiled"] = _marlkit_step(True)
@@ -187,13 +204,17 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
             "backward + grad-norm clip + Adam step",
             "marlkit_torch_tanh": "marlkit's step with torch.nn.Tanh instead of the MLPs' "
             "default marlkit.modules.Tanh (2 sigmoid(2x) - 1): what the activation saves",
+            "marlkit_in_major": "marlkit's step with the output layers' weights stored "
+            "in-major ([3, 256, 4] and [1, 256, 1] contiguous) instead of StackedLinear's "
+            "out-major default below 16 outputs: what the weight layout saves",
         },
         "targets": {"ratio_marlkit_over_floor": "<= 1.2", "marlkit_ms": "<= 10"},
         **summary(times, "marlkit", "floor"),
     }
-    out["ratio_torch_tanh_over_marlkit"] = summary(times, "marlkit_torch_tanh", "marlkit")[
-        "ratio_marlkit_torch_tanh_over_marlkit"
-    ]
+    for side, key in (("marlkit_torch_tanh", "torch_tanh"), ("marlkit_in_major", "in_major")):
+        out[f"ratio_{key}_over_marlkit"] = summary(times, side, "marlkit")[
+            f"ratio_{side}_over_marlkit"
+        ]
     if args.compile:
         out["ratio_compiled_over_eager"] = summary(times, "marlkit_compiled", "marlkit")[
             "ratio_marlkit_compiled_over_marlkit"

@@ -16,6 +16,13 @@ MLPs' default, ``2 * sigmoid(2 x) - 1`` on CPU float32) against ``torch.nn.Tanh`
 recipes' hidden activations (``[1200, 256]``: minibatch 400 x 3 agents, width 256), forward
 alone and forward + backward, the same input and output gradient on both sides.
 
+``--only layout`` times one :class:`marlkit.modules.StackedLinear` layer with few outputs
+(``256 -> 1, 4, 9``: a value, the MAPPO actor's ``loc``/``scale``, VMAS navigation's 9 Q-values)
+on the recipes' rows (1,200 shared: ``[1200, 256]``; 3 stacks of 400), forward + backward
+(input and weight gradients), with its weight stored in-major (``[n, in, out]`` contiguous, the
+layout before) against out-major (``nn.Linear``'s order, the layer's default below 16
+outputs): the same values, shapes and arithmetic, only the order of the weight in memory.
+
 ``--cells`` changes the hidden width (the loop's per-agent overhead only dominates for narrow
 networks; at width 256 and batch 1024 both sides are bound by the same matmul FLOPs). Sides
 alternate round by round; times are medians, the ratio the median of the per-round ratios.
@@ -24,6 +31,7 @@ alternate round by round; times are medians, the ratio the median of the per-rou
     python benchmarks/modules.py --agents 32 --rounds 7 --threads 1
     python benchmarks/modules.py --retain-freed-memory   # glibc keeps large freed blocks
     python benchmarks/modules.py --only activation
+    python benchmarks/modules.py --only layout
 
 ``--retain-freed-memory`` raises glibc's mmap and trim thresholds (``mallopt``) before anything
 is allocated, for both sides alike. By default glibc serves every block above 32 MB (the batched
@@ -35,6 +43,7 @@ reused from the heap.
 from __future__ import annotations
 
 import argparse
+import copy
 import ctypes
 import ctypes.util
 import json
@@ -44,7 +53,7 @@ import torch
 
 from _timing import alternate, summary
 from marlkit.bench import describe_environment, set_threads
-from marlkit.modules import MultiAgentMLP, Tanh
+from marlkit.modules import MultiAgentMLP, StackedLinear, Tanh
 
 BATCH, IN, OUT, CELLS = 1024, 16, 4, 256
 
@@ -122,6 +131,44 @@ def bench_activation(rows: int, cells: int, rounds: int, seconds: float) -> dict
     }
 
 
+def _forward_backward(
+    layer: StackedLinear, x: torch.Tensor, grad: torch.Tensor
+) -> Callable[[], object]:
+    def run() -> None:
+        torch.autograd.grad(layer(x), [x, layer.weight, layer.bias], grad)
+
+    return run
+
+
+def bench_layout(rounds: int, seconds: float) -> list[dict[str, object]]:
+    results: list[dict[str, object]] = []
+    for stacks, rows in ((1, 1200), (3, 400)):
+        for out in (1, 4, 9):
+            torch.manual_seed(0)
+            layer = StackedLinear(stacks, CELLS, out)
+            in_major = copy.deepcopy(layer)
+            in_major.weight = torch.nn.Parameter(layer.weight.detach().contiguous())
+            x = torch.randn(stacks, rows, CELLS, requires_grad=True)
+            grad = torch.randn(stacks, rows, out)
+            torch.testing.assert_close(in_major(x), layer(x))
+
+            sides = {
+                "in_major": _forward_backward(in_major, x, grad),
+                "out_major": _forward_backward(layer, x, grad),
+            }
+            times = alternate(sides, rounds, seconds)
+            results.append(
+                {
+                    "stacks": stacks,
+                    "rows": rows,
+                    "in": CELLS,
+                    "out": out,
+                    **summary(times, "in_major", "out_major"),
+                }
+            )
+    return results
+
+
 def retain_freed_memory() -> dict[str, int]:
     """Make glibc keep freed blocks of up to 1 GiB in the heap (no ``mmap``/``munmap`` per large
     tensor); returns the settings. Raises OSError where the C library has no ``mallopt``."""
@@ -150,9 +197,11 @@ def main() -> None:
         action="store_true",
         help="raise glibc's mmap and trim thresholds first (both sides)",
     )
-    parser.add_argument("--only", action="append", choices=["mlp", "activation"], default=None)
+    parser.add_argument(
+        "--only", action="append", choices=["mlp", "activation", "layout"], default=None
+    )
     args = parser.parse_args()
-    only = args.only or ["mlp", "activation"]
+    only = args.only or ["mlp", "activation", "layout"]
     allocator = retain_freed_memory() if args.retain_freed_memory else "glibc defaults"
     set_threads(args.threads)
     out: dict[str, object] = {
@@ -165,6 +214,10 @@ def main() -> None:
             "activation": "torch.nn.Tanh vs marlkit.modules.Tanh on the same [rows, cells] "
             "float32 input: forward under no_grad, and forward + backward (autograd.grad of "
             "the output against a fixed gradient)",
+            "layout": "one StackedLinear(stacks, 256, out) forward + backward (input, weight "
+            "and bias gradients) with the same values, its weight in-major ([n, in, out] "
+            "contiguous) vs out-major (nn.Linear's order in memory, the default below 16 "
+            "outputs)",
         },
         "target": "loop / batched >= 3 at 32 agents",
         "allocator": allocator,
@@ -178,6 +231,8 @@ def main() -> None:
         ]
     if "activation" in only:
         out["activation"] = bench_activation(1200, CELLS, args.rounds, args.round_seconds)
+    if "layout" in only:
+        out["layout"] = bench_layout(args.rounds, args.round_seconds)
     print(json.dumps(out, indent=2))
 
 

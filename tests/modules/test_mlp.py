@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import io
+
 import pytest
 import torch
 from torch import nn
 
-from marlkit.modules import MultiAgentMLP
+from marlkit.modules import MultiAgentMLP, StackedLinear
 
 
 def loop_reference(mlp: MultiAgentMLP, x: torch.Tensor) -> torch.Tensor:
@@ -81,3 +84,58 @@ def test_bad_sizes() -> None:
         MultiAgentMLP(4, 2, 3, depth=2, num_cells=[8])
     with pytest.raises(IndexError, match="agent must be in"):
         MultiAgentMLP(4, 2, 3, num_cells=8).agent_network(3)
+
+
+@pytest.mark.parametrize("stacks", [1, 3])
+def test_narrow_layers_keep_an_out_major_weight_with_the_same_shape_and_values(
+    stacks: int,
+) -> None:
+    """A layer of fewer than StackedLinear.NARROW outputs stores its weight in nn.Linear's order
+    (a transposed view), wider ones in-major; shapes, values, gradients and the state_dict are
+    those of the in-major layout."""
+    torch.manual_seed(0)
+    narrow, wide = StackedLinear(stacks, 32, 4), StackedLinear(stacks, 32, 16)
+    torch.manual_seed(0)
+    values = torch.empty(stacks, 32, 4).uniform_(-(32**-0.5), 32**-0.5)
+    assert narrow.weight.shape == (stacks, 32, 4) and narrow.weight.stride() == (128, 1, 32)
+    assert wide.weight.is_contiguous()
+    torch.testing.assert_close(narrow.weight, values, rtol=0, atol=0)  # the same draw as before
+
+    in_major = copy.deepcopy(narrow)
+    in_major.weight = nn.Parameter(narrow.weight.detach().contiguous())
+    x = torch.randn(stacks, 10, 32)
+    torch.testing.assert_close(narrow(x), in_major(x))
+    narrow(x).square().sum().backward()
+    in_major(x).square().sum().backward()
+    assert narrow.weight.grad is not None and in_major.weight.grad is not None
+    assert narrow.weight.grad.stride() == narrow.weight.stride()  # Adam's state follows it
+    torch.testing.assert_close(narrow.weight.grad, in_major.weight.grad)
+
+    # checkpoints move between the layouts: a state_dict is shapes and values
+    fresh = StackedLinear(stacks, 32, 4)
+    fresh.load_state_dict(in_major.state_dict())
+    torch.testing.assert_close(fresh.weight, narrow.weight, rtol=0, atol=0)
+    assert fresh.weight.stride() == (128, 1, 32)
+    buffer = io.BytesIO()
+    torch.save(narrow.state_dict(), buffer)
+    buffer.seek(0)
+    in_major.load_state_dict(torch.load(buffer, weights_only=True))
+    torch.testing.assert_close(in_major.weight, narrow.weight, rtol=0, atol=0)
+
+
+def test_fused_adam_on_an_out_major_weight_matches_plain_adam() -> None:
+    torch.manual_seed(0)
+    fused_mlp = MultiAgentMLP(6, 3, 2, num_cells=8)
+    plain_mlp = copy.deepcopy(fused_mlp)
+    for layer in plain_mlp.layers:  # every weight contiguous, in-major
+        layer.weight = nn.Parameter(layer.weight.detach().contiguous())
+    fused = torch.optim.Adam(fused_mlp.parameters(), lr=1e-2, fused=True)
+    plain = torch.optim.Adam(plain_mlp.parameters(), lr=1e-2, foreach=False)
+    for _ in range(5):
+        x = torch.randn(9, 2, 6)
+        for mlp, optim in ((fused_mlp, fused), (plain_mlp, plain)):
+            optim.zero_grad()
+            mlp(x).square().mean().backward()
+            optim.step()
+    for a, b in zip(fused_mlp.parameters(), plain_mlp.parameters()):
+        torch.testing.assert_close(a, b)
