@@ -202,8 +202,12 @@ def main(cfg: DictConfig) -> None:
 
     # --- the loop: collect, store, epochs of minibatches per group, anneal, the run's chores
     steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
+    # Only what the losses read is stored (not the simulator's info, episode statistics or
+    # the policy's outputs): each loss's in_keys, optional ones (masks, root or per-agent
+    # rewards) kept where the env has them.
+    keys = list(dict.fromkeys(k for loss in losses.values() for k in loss.in_keys))
     for batch in run.batches(collector):
-        buffers.extend(batch.reshape(-1))
+        buffers.extend(batch.select(*keys, strict=False).reshape(-1))
         metrics: dict[str, Any] = {"eps": float(explorers[groups[0]].eps)}  # this batch's
         for g in groups:
             metrics[f"replay/{g}/size"] = len(buffers[g])

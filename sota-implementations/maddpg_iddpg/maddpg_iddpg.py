@@ -238,11 +238,12 @@ def main(cfg: DictConfig) -> None:
         }
 
     # --- the loop: collect, store, num_updates per group, anneal the noise, the run's chores
-    # Batches of init_random_frames carry only the env's keys: store only those from all batches.
-    action_keys = {(g, "action") for g in groups}
-    policy_outputs = [k for k in policy.out_keys if k not in action_keys]
+    # Only what the losses read is stored (each loss's in_keys, optional ones kept where the env
+    # has them): the same keys from the batches of init_random_frames (the env's keys only) as
+    # from the policy's, and none of the simulator's info or episode statistics.
+    keys = list(dict.fromkeys(k for loss in losses.values() for k in loss.in_keys))
     for batch in run.batches(collector):
-        buffers.extend(batch.exclude(*policy_outputs).reshape(-1))
+        buffers.extend(batch.select(*keys, strict=False).reshape(-1))
         metrics: dict[str, Any] = {}
         for g in groups:
             terms = train_group(losses[g], optims[g], updaters[g], buffers[g], cfg.train)

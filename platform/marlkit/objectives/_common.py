@@ -53,6 +53,12 @@ def weighted_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Te
     return (values * weight).sum() / weight.sum().clamp_min(1e-12)
 
 
+def _runs(network: nn.Module) -> nn.Module:
+    """What a loss runs of ``network``: of a :class:`~marlkit.modules.QValueActor` only its
+    Q-network (the loss takes its own greedy actions)."""
+    return network.module if isinstance(network, QValueActor) else network
+
+
 K = TypeVar("K", bound="ValueKeys")
 
 
@@ -118,6 +124,10 @@ class ValueLoss(nn.Module):
 
     #: The keys in use: the loss's keys dataclass (set in the subclass's ``__init__``).
     tensor_keys: Any
+    #: The ``tensor_keys`` fields ``forward`` reads from a sample at the step itself, and under
+    #: ``"next"`` (subclasses extend them); every other field names a key the loss writes.
+    STEP_READS: ClassVar[tuple[str, ...]] = ("action", "mask", "priority_weight")
+    NEXT_READS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -143,6 +153,7 @@ class ValueLoss(nn.Module):
         self.delay_value = bool(delay_value)
         self.loss_function: LossFunction = loss_function
         self._pairs: list[tuple[str, str]] = []
+        self._networks: list[str] = []
         self.group = group
         self.tensor_keys = keys.for_group(group)
         #: How actions are spelled: the actor's (a QValueActor knows), else ``action_space``.
@@ -165,6 +176,33 @@ class ValueLoss(nn.Module):
             setattr(self.tensor_keys, name, unravel_key(key) if key is not None else None)
         return self
 
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """Every key ``forward`` may read from a sample, with the keys in use (``set_keys``):
+        the networks' inputs at the step and under ``"next"`` (the target networks read the
+        next step), the taken action, and the keys read where present (the agents' ``mask``,
+        the next ``action_mask``, importance weights, root or per-agent rewards and
+        terminations: whichever the env gives). Keys the loss writes itself (values, the
+        mixer's input, ``td_error``) are left out. Keep what a batch has of them with
+        ``batch.select(*loss.in_keys, strict=False)`` before storing it in a replay buffer, as
+        the training scripts do: the simulator's ``info``, episode statistics and the policy's
+        outputs are not stored.
+        """
+        keys = self.tensor_keys
+        reads = (*self.STEP_READS, *self.NEXT_READS)
+        fields = [f.name for f in dataclasses.fields(keys)]
+        written = {getattr(keys, n) for n in fields if n not in reads}
+        inputs = [
+            unravel_key(key)
+            for name in self._networks
+            for key in getattr(_runs(getattr(self, name)), "in_keys", [])
+        ]
+        inputs = [key for key in inputs if key not in written]
+        step = [*inputs, *(getattr(keys, n) for n in self.STEP_READS)]
+        nxt = [*inputs, *(getattr(keys, n) for n in self.NEXT_READS)]
+        found = [*step, *(join_key(NEXT, key) for key in nxt if key is not None)]
+        return list(dict.fromkeys(key for key in found if key is not None))
+
     # ------------------------------------------------------------------ networks
     def _add_network(self, name: str, module: nn.Module, *, target: bool = True) -> None:
         """Register ``module`` as ``name`` and, with ``delay_value`` and ``target``, a frozen
@@ -175,6 +213,7 @@ class ValueLoss(nn.Module):
                 f"got {type(module).__name__}"
             )
         setattr(self, name, module)
+        self._networks.append(name)
         if self.delay_value and target:
             frozen = copy.deepcopy(module)
             frozen.requires_grad_(False)
@@ -221,9 +260,7 @@ class ValueLoss(nn.Module):
 
         Of a :class:`~marlkit.modules.QValueActor` only the Q-network runs: the loss takes its
         own greedy actions (the actor's would be computed and thrown away at every step)."""
-        if isinstance(network, QValueActor):
-            network = network.module
-        network(td)
+        _runs(network)(td)
         keys: Any = self.tensor_keys
         return self._read(td, keys.action_value, "[*B, n_agents, n_actions]")
 

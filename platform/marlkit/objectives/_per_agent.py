@@ -37,6 +37,8 @@ class AgentTDKeys(ValueKeys):
 class AgentTDLoss(ValueLoss):
     """A value loss whose TD targets are per agent (subclasses implement ``forward``)."""
 
+    NEXT_READS: ClassVar[tuple[str, ...]] = ("reward", "terminated", "root_terminated")
+
     def _terminated(self, nxt: TensorDictBase, n: int) -> torch.Tensor:
         keys = self.tensor_keys
         name = type(self).__name__

@@ -65,6 +65,7 @@ class DQNLoss(AgentTDLoss):
     """
 
     tensor_keys: _DQNKeys
+    NEXT_READS: ClassVar[tuple[str, ...]] = (*AgentTDLoss.NEXT_READS, "action_mask")
     value_network: TensorDictModuleBase
 
     def __init__(

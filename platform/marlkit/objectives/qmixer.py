@@ -112,6 +112,13 @@ class QMixerLoss(ValueLoss):
     """
 
     tensor_keys: _QMixerKeys
+    NEXT_READS: ClassVar[tuple[str, ...]] = (
+        "action_mask",
+        "reward",
+        "group_reward",
+        "terminated",
+        "group_terminated",
+    )
     local_value_network: TensorDictModuleBase
     mixer_network: TensorDictModuleBase
 
