@@ -175,9 +175,10 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
         "curve": curve,
         "command": " ".join(cmd[1:]).replace(str(ROOT) + "/", ""),
         "does": f"{exp.what}: the script's recipe (configs/{exp.config or exp.script}.yaml with "
-        "the overrides in 'command'), one final evaluation with exploration off (summary.json), "
-        "no videos; hidden activation marlkit.modules.Tanh (the MLPs' default: torch's tanh "
-        "computed as 2 sigmoid(2x) - 1), torch.optim.Adam(fused=True)",
+        "the overrides in 'command'), one final evaluation with exploration off and one of a "
+        "random policy, the reward.png curve (summary.json; the TorchRL peers do neither of the "
+        "last two), no videos; hidden activation marlkit.modules.Tanh (the MLPs' default: "
+        "torch's tanh computed as 2 sigmoid(2x) - 1), torch.optim.Adam(fused=True)",
     }
 
 
