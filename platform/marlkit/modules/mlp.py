@@ -58,9 +58,9 @@ class StackedLinear(nn.Module):
     ``[n_stacks, out, in]`` tensor, so its shape (and the ``state_dict``) are the same either
     way. With that order the matmuls of the forward and of the weight gradient produce their
     narrow results on the fast side of the BLAS: on the development machines (MKL, 1 thread) a
-    ``[1200, 256] -> 9`` layer's forward and backward take about half the time they take
-    in-major (``benchmarks/modules.py --only layout``). Wider layers keep the in-major order,
-    which is as fast or faster there.
+    ``[1200, 256] -> 4`` or ``-> 9`` layer's forward and backward take about a third of the time
+    they take in-major (``benchmarks/modules.py --only layout``). Wider layers keep the in-major
+    order, which is as fast there (and faster for the first layers, with few inputs).
 
     Args:
         n_stacks: number of independent layers (1: one layer shared by every stack of input).
