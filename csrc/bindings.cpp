@@ -333,9 +333,13 @@ are fewer environments than threads).)doc");
 // --- end section: particles ------------------------------------------------------------------
 
 // --- section: segment_tree (bind_segment_tree) -------------------------------------------
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
+#include <vector>
 
 #include "marlkit/segment_tree.h"
 
@@ -520,6 +524,111 @@ void bind_min(py::module_& m, const char* name) {
       "Minimum of all leaves (the root; +inf when nothing was written). O(1).");
 }
 
+// Prioritized replay's two steps on a (sum, min) pair of one dtype, each in one call (the
+// Python sampler's torch calls between the trees cost as much as the trees' own work).
+template <typename T>
+void bind_prioritized(py::module_& m) {
+  using Sum = Handle<T, marlkit::SegmentOp::kSum>;
+  using Min = Handle<T, marlkit::SegmentOp::kMin>;
+  m.def(
+      "prioritized_update",
+      [](Sum& total, Min& lowest, const py::array& indices, const py::array& priorities,
+         std::int64_t length, double eps, double alpha) {
+        const std::string where = "prioritized_update";
+        auto idx = checked_vector<std::int64_t>(indices, "indices", where);
+        auto pri = checked_vector<T>(priorities, "priorities", where);
+        const std::int64_t n = idx.shape(0);
+        if (pri.shape(0) != n) {
+          throw std::invalid_argument("update_priority: " + std::to_string(n) +
+                                      " indices but " + std::to_string(pri.shape(0)) +
+                                      " priorities");
+        }
+        if (length < 0 || length > total.tree.capacity() || length > lowest.tree.capacity()) {
+          throw std::invalid_argument(where + ": length " + std::to_string(length) +
+                                      " is outside [0, capacity]");
+        }
+        const std::int64_t* ip = idx.data();
+        const T* pp = pri.data();
+        py::gil_scoped_release release;
+        if (n == 0) {
+          return -std::numeric_limits<double>::infinity();
+        }
+        std::int64_t low = ip[0], high = ip[0];
+        for (std::int64_t b = 1; b < n; ++b) {
+          low = std::min(low, ip[b]);
+          high = std::max(high, ip[b]);
+        }
+        if (low < 0 || high >= length) {
+          throw std::out_of_range("update_priority: index " +
+                                  std::to_string(low < 0 ? low : high) +
+                                  " is out of range for " + std::to_string(length) +
+                                  " stored items (nothing was updated)");
+        }
+        // The tree values (priority + eps) ** alpha, in T as the torch path computes them.
+        std::vector<T> values(static_cast<std::size_t>(n));
+        const T shift = static_cast<T>(eps), power = static_cast<T>(alpha);
+        T largest = T(0);
+        for (std::int64_t b = 0; b < n; ++b) {
+          const T p = pp[b];
+          if (!(p >= T(0)) || p == std::numeric_limits<T>::infinity()) {  // NaN fails >= 0
+            throw std::invalid_argument(
+                "priority " + marlkit::segment_tree_detail::format_value(static_cast<double>(p)) +
+                " at position " + std::to_string(b) +
+                " is not a finite number >= 0 (nothing was updated)");
+          }
+          largest = std::max(largest, p);
+          values[static_cast<std::size_t>(b)] = std::pow(p + shift, power);
+        }
+        std::unique_lock<std::shared_mutex> sum_lock(total.mutex);
+        std::unique_lock<std::shared_mutex> min_lock(lowest.mutex);
+        total.tree.update(ip, values.data(), n);  // checks every value before writing any
+        lowest.tree.update(ip, values.data(), n);  // the same values: passes the same checks
+        return static_cast<double>(largest);
+      },
+      py::arg("total"), py::arg("lowest"), py::arg("indices"), py::arg("priorities"),
+      py::arg("length"), py::arg("eps"), py::arg("alpha"),
+      "Set the priorities of slots indices (int64 [B], each in [0, length)) in a sum tree and a "
+      "min tree of one dtype to (priorities + eps) ** alpha (priorities [B] of the trees' "
+      "dtype, each finite and >= 0); returns the largest of the batch's priorities (-inf for an "
+      "empty batch). IndexError for an index outside [0, length), ValueError for a bad priority; "
+      "nothing is written on error. GIL released.");
+  m.def(
+      "prioritized_sample",
+      [](const Sum& total, const Min& lowest, const py::array& uniforms, double beta) {
+        auto u = checked_vector<T>(uniforms, "uniforms", "prioritized_sample");
+        const std::int64_t n = u.shape(0);
+        py::array_t<std::int64_t> index(n);
+        py::array_t<float> weight(n);
+        const T* up = u.data();
+        std::int64_t* ip = index.mutable_data();
+        float* wp = weight.mutable_data();
+        {
+          py::gil_scoped_release release;
+          std::shared_lock<std::shared_mutex> sum_lock(total.mutex);
+          std::shared_lock<std::shared_mutex> min_lock(lowest.mutex);
+          const T mass_total = total.tree.reduce_all();
+          std::vector<T> buffer(static_cast<std::size_t>(n));
+          for (std::int64_t b = 0; b < n; ++b) {
+            buffer[static_cast<std::size_t>(b)] = up[b] * mass_total;
+          }
+          total.tree.scan_lower_bound(buffer.data(), ip, n);
+          total.tree.get(ip, buffer.data(), n);
+          // (N p / sum)^-beta over its largest value (N min(p) / sum)^-beta: (p / min)^-beta.
+          const T smallest = lowest.tree.reduce_all(), power = static_cast<T>(-beta);
+          for (std::int64_t b = 0; b < n; ++b) {
+            wp[b] = static_cast<float>(std::pow(buffer[static_cast<std::size_t>(b)] / smallest,
+                                                power));
+          }
+        }
+        return py::make_tuple(index, weight);
+      },
+      py::arg("total"), py::arg("lowest"), py::arg("uniforms"), py::arg("beta"),
+      "Proportional sampling: for uniforms u [B] in [0, 1) of the trees' dtype, the indices "
+      "scan_lower_bound(u * total) (int64 [B]) and their importance weights "
+      "(priority / min priority) ** -beta (float32 [B], in (0, 1]). ValueError as "
+      "scan_lower_bound. GIL released.");
+}
+
 }  // namespace segment_tree_bindings
 
 void bind_segment_tree(py::module_& m) {
@@ -527,6 +636,8 @@ void bind_segment_tree(py::module_& m) {
   segment_tree_bindings::bind_sum<double>(m, "SumSegmentTreeFp64");
   segment_tree_bindings::bind_min<float>(m, "MinSegmentTreeFp32");
   segment_tree_bindings::bind_min<double>(m, "MinSegmentTreeFp64");
+  segment_tree_bindings::bind_prioritized<float>(m);
+  segment_tree_bindings::bind_prioritized<double>(m);
   m.attr("SEGMENT_TREE_MAX_CAPACITY") = marlkit::SumSegmentTree<float>::kMaxCapacity;
 }
 // --- end section: segment_tree ---------------------------------------------------------------

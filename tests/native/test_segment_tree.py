@@ -18,7 +18,13 @@ from hypothesis import strategies as st
 
 import marlkit.native.segment_tree as segment_tree_module
 from marlkit.native import load_extension
-from marlkit.native.segment_tree import MAX_CAPACITY, MinSegmentTree, SumSegmentTree
+from marlkit.native.segment_tree import (
+    MAX_CAPACITY,
+    MinSegmentTree,
+    SumSegmentTree,
+    prioritized_sample,
+    prioritized_update,
+)
 
 _C = load_extension()  # a missing or stale build fails here, loudly
 
@@ -793,6 +799,100 @@ def test_extension_classes_check_their_arrays(name: str, np_dtype: type):
     else:
         assert tree.min() == 1.0
     assert _C.SEGMENT_TREE_MAX_CAPACITY == MAX_CAPACITY
+
+
+# --------------------------------------------------------------------------------------------
+# Prioritized replay's steps on a (sum, min) pair: one native call, or the same in torch
+# --------------------------------------------------------------------------------------------
+
+
+def _pair(capacity: int, dtype: torch.dtype, backend: str) -> tuple[SumSegmentTree, MinSegmentTree]:
+    return (
+        SumSegmentTree(capacity, dtype=dtype, backend=backend),
+        MinSegmentTree(capacity, dtype=dtype, backend=backend),
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prioritized_steps_agree_between_backends_and_with_their_formulas(dtype: torch.dtype):
+    eps, alpha, beta, length = 1e-3, 0.6, 0.4, 1000
+    g = torch.Generator().manual_seed(0)
+    index = torch.randperm(length, generator=g)[:900]  # any order, 100 slots left unwritten
+    priority = (torch.rand(900, generator=g, dtype=torch.float64) * 5).to(dtype)
+    priority[::7] = 0.0
+    pairs = {backend: _pair(1000, dtype, backend) for backend in BACKENDS}
+    assert pairs["native"][0]._native is not None  # the fused kernels run
+    for total, lowest in pairs.values():
+        largest = prioritized_update(
+            total, lowest, index, priority, length=length, eps=eps, alpha=alpha
+        )
+        assert largest == float(priority.max())
+        value = (priority.double() + eps) ** alpha
+        tolerance = 1e-6 if dtype == torch.float32 else 1e-13
+        np.testing.assert_allclose(total[index].double(), value, rtol=tolerance)
+        np.testing.assert_allclose(lowest[index].double(), value, rtol=tolerance)
+        assert lowest.min() == pytest.approx(float(value.min()), rel=tolerance)
+    uniforms = torch.rand(5000, generator=g, dtype=dtype)
+    out = {b: prioritized_sample(*pair, uniforms, beta) for b, pair in pairs.items()}
+    for sample_index, weight in out.values():
+        assert sample_index.dtype == torch.int64 and weight.dtype == torch.float32
+        assert bool((weight > 0).all()) and bool((weight <= 1).all())
+    native_index, native_weight = out["native"]
+    torch_index, torch_weight = out["torch"]
+    # the trees' own prefix sums against cumsum: equal but for masses at a rounding boundary
+    assert float((native_index == torch_index).double().mean()) > 0.999
+    same = native_index == torch_index
+    np.testing.assert_allclose(native_weight[same], torch_weight[same], rtol=1e-5)
+    leaf = pairs["native"][0][native_index].double()
+    expected = (leaf / pairs["native"][1].min()) ** -beta
+    np.testing.assert_allclose(native_weight.double(), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prioritized_update_refuses_bad_batches_and_writes_nothing(backend: str):
+    total, lowest = _pair(16, torch.float32, backend)
+    prioritized_update(total, lowest, torch.arange(6), torch.ones(6), length=6, eps=1e-6, alpha=0.5)
+    before = (_state(total), _state(lowest))
+    one, two = torch.tensor([0]), torch.tensor([0, 1])
+    cases = [  # index, priority, alpha, error, message
+        (torch.tensor([0, 6]), torch.ones(2), 0.5, IndexError, "index 6 is out of range for 6"),
+        (torch.tensor([-3, 1]), torch.ones(2), 0.5, IndexError, "index -3 is out of range"),
+        (two, torch.tensor([2.0, -0.5]), 0.5, ValueError, "priority -0.5 at position 1"),
+        (one, torch.tensor([float("nan")]), 0.5, ValueError, "priority nan at position 0"),
+        (one, torch.tensor([float("inf")]), 0.5, ValueError, "priority inf at position 0"),
+        (one, torch.tensor([-float("inf")]), 0.5, ValueError, "priority -inf at position 0"),
+        (two, torch.ones(1), 0.5, ValueError, "2 indices but 1 priorities"),
+        # finite, but (1e30 + eps) ** 2 overflows float32: the trees refuse the value
+        (one, torch.tensor([1e30]), 2.0, ValueError, "priority inf at position 0 is invalid"),
+    ]
+    for index, priority, alpha, error, message in cases:
+        with pytest.raises(error, match=message):
+            prioritized_update(total, lowest, index, priority, length=6, eps=1e-6, alpha=alpha)
+        np.testing.assert_array_equal(_state(total), before[0])
+        np.testing.assert_array_equal(_state(lowest), before[1])
+    empty = torch.zeros(0, dtype=torch.int64)
+    assert prioritized_update(
+        total, lowest, empty, torch.zeros(0), length=6, eps=1e-6, alpha=0.5
+    ) == -float("inf")
+
+
+def test_prioritized_kernels_check_their_arguments():
+    total, lowest = _C.SumSegmentTreeFp32(8), _C.MinSegmentTreeFp32(8)
+    idx = np.array([0, 1], dtype=np.int64)
+    with pytest.raises(TypeError, match="prioritized_update: priorities must be a numpy array"):
+        _C.prioritized_update(total, lowest, idx, np.ones(2), 2, 1e-6, 0.5)  # float64
+    with pytest.raises(ValueError, match="length 9 is outside"):
+        _C.prioritized_update(total, lowest, idx, np.ones(2, np.float32), 9, 1e-6, 0.5)
+    with pytest.raises(TypeError, match="incompatible function arguments"):  # mixed dtypes
+        _C.prioritized_update(
+            total, _C.MinSegmentTreeFp64(8), idx, np.ones(2, np.float32), 2, 1e-6, 0.5
+        )
+    with pytest.raises(ValueError, match="needs a positive total priority"):
+        _C.prioritized_sample(total, lowest, np.zeros(3, np.float32), 0.4)
+    _C.prioritized_update(total, lowest, idx, np.array([1.0, 3.0], np.float32), 2, 0.0, 1.0)
+    index, weight = _C.prioritized_sample(total, lowest, np.array([0.1, 0.5], np.float32), 1.0)
+    np.testing.assert_array_equal(index, [0, 1])
+    np.testing.assert_allclose(weight, [1.0, 1 / 3], rtol=1e-6)
 
 
 def test_module_docstring_examples():

@@ -148,9 +148,11 @@ def test_without_replacement_gives_epochs_with_and_without_drop_last() -> None:
     assert ordered.sample(4)["index"].tolist() == [0, 1, 2, 3]
 
 
-def test_prioritized_sampling_follows_priorities_and_weights() -> None:
+@pytest.mark.parametrize("backend", ["native", "torch"])
+def test_prioritized_sampling_follows_priorities_and_weights(backend: str) -> None:
     alpha, beta = 0.7, 0.5
-    rb = ReplayBuffer(TensorStorage(8), PrioritizedSampler(8, alpha, beta, eps=1e-6, seed=0))
+    sampler = PrioritizedSampler(8, alpha, beta, eps=1e-6, backend=backend, seed=0)
+    rb = ReplayBuffer(TensorStorage(8), sampler)
     rb.extend(items(0, 4))
     priority = torch.tensor([1.0, 2.0, 4.0, 0.0])
     rb.update_priority(torch.arange(4), priority)
@@ -169,8 +171,9 @@ def test_prioritized_sampling_follows_priorities_and_weights() -> None:
     )
 
 
-def test_bad_priorities_are_refused_and_change_nothing() -> None:
-    rb = ReplayBuffer(TensorStorage(8), PrioritizedSampler(8, seed=0))
+@pytest.mark.parametrize("backend", ["native", "torch"])
+def test_bad_priorities_are_refused_and_change_nothing(backend: str) -> None:
+    rb = ReplayBuffer(TensorStorage(8), PrioritizedSampler(8, backend=backend, seed=0))
     rb.extend(items(0, 5))
     rb.update_priority(torch.tensor([0, 1]), torch.tensor([3.0, 2.0]))
     before = rb.state_dict()["sampler"]

@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -262,12 +263,15 @@ void run_tasks(std::int64_t tasks, int threads, Fn& fn) {
 
 }  // namespace pool_detail
 
-// Run fn(begin, end) over [0, total) split in contiguous chunks, one per thread, on the
-// persistent pool (the calling thread takes the first chunk). Work below `min_per_thread` items
-// per thread runs on the calling thread only. An exception thrown by fn on any thread is
-// rethrown here after every chunk has finished.
+// Run fn(begin, end) over [0, total) in contiguous chunks of `chunk` items on the persistent
+// pool, each chunk taken by whichever thread is free (the calling thread too): with small
+// chunks a worker that wakes late takes only what is left instead of its share. `chunk` <= 0
+// means one chunk per thread. Work below `min_per_thread` items per thread runs on the calling
+// thread only, in one call. An exception thrown by fn on any thread is rethrown here after
+// every chunk has finished.
 template <typename Fn>
-void parallel_for(std::int64_t total, std::int64_t min_per_thread, Fn&& fn) {
+void parallel_for_chunks(std::int64_t total, std::int64_t min_per_thread, std::int64_t chunk,
+                         Fn&& fn) {
   if (total <= 0) {
     return;
   }
@@ -278,13 +282,21 @@ void parallel_for(std::int64_t total, std::int64_t min_per_thread, Fn&& fn) {
     fn(std::int64_t{0}, total);
     return;
   }
-  const std::int64_t chunk = (total + threads - 1) / threads;
+  if (chunk <= 0) {
+    chunk = (total + threads - 1) / threads;
+  }
   const std::int64_t tasks = (total + chunk - 1) / chunk;
   auto task = [&](std::int64_t t) {
     const std::int64_t begin = t * chunk;
     fn(begin, std::min(total, begin + chunk));
   };
   pool_detail::run_tasks(tasks, static_cast<int>(threads), task);
+}
+
+// parallel_for_chunks with one chunk per thread (the calling thread takes the first).
+template <typename Fn>
+void parallel_for(std::int64_t total, std::int64_t min_per_thread, Fn&& fn) {
+  parallel_for_chunks(total, min_per_thread, 0, std::forward<Fn>(fn));
 }
 
 }  // namespace marlkit

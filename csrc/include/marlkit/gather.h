@@ -36,6 +36,9 @@ struct GatherColumn {
 inline constexpr std::int64_t kPrefetchDistance = 32;
 // Below this many rows per thread the pool's wake-up costs more than the copy it splits.
 inline constexpr std::int64_t kGatherRowsPerThread = 2048;
+// Rows per task taken by whichever thread is free (parallel_for_chunks): on a shared VM a pool
+// worker can wake 0.1 ms late, and with one half each the caller then waited for its half.
+inline constexpr std::int64_t kGatherRowsPerTask = 256;
 
 // The position of the first index outside [0, rows), or -1 when all are inside.
 inline std::int64_t first_out_of_range(const std::int64_t* index, std::int64_t count,
@@ -101,7 +104,7 @@ inline void gather_rows(const std::vector<GatherColumn>& columns, const std::int
                             std::to_string(bad) + " is out of range for " +
                             std::to_string(rows) + " rows");
   }
-  parallel_for(count, kGatherRowsPerThread, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for_chunks(count, kGatherRowsPerThread, kGatherRowsPerTask, [&](std::int64_t begin, std::int64_t end) {
     for (const GatherColumn& c : columns) {  // column by column: one row width per loop
       gather_column_any(c, index, begin, end);
     }

@@ -170,7 +170,9 @@ class SegmentTree {
   static constexpr std::int64_t kArity = 16;
   static constexpr int kArityShift = 4;
   // Batches below this many queries per thread run scan_lower_bound on the calling thread.
-  static constexpr std::int64_t kScanMinPerThread = 4096;
+  static constexpr std::int64_t kScanMinPerThread = 2048;
+  // Queries per task of a multi-threaded scan, taken by whichever thread is free.
+  static constexpr std::int64_t kScanPerTask = 256;
   // Queries descended together by one thread (their cache misses overlap).
   static constexpr std::int64_t kScanGroup = 16;
   // update() recomputes a whole level when it has at most this many nodes per batch item.
@@ -413,7 +415,7 @@ class SegmentTree {
       scan_range(values, out, 0, n, total);  // one thread in any case: skip the pool's setup
       return;
     }
-    parallel_for(n, kScanMinPerThread, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for_chunks(n, kScanMinPerThread, kScanPerTask, [&](std::int64_t begin, std::int64_t end) {
       scan_range(values, out, begin, end, total);
     });
   }

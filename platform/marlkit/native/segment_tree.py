@@ -32,6 +32,10 @@ Contract (both backends):
 * Leaves never written hold the neutral element: ``0`` in a sum tree, ``+inf`` in a min tree
   (so ``min()`` of an empty min tree is ``inf``). Users may not write ``inf`` themselves.
 
+Prioritized replay's two steps on a (sum, min) pair, :func:`prioritized_update` (check, then
+write ``(priority + eps) ** alpha`` into both trees) and :func:`prioritized_sample` (indices and
+importance weights), are one kernel call each when both trees are native.
+
 Thread safety: the native trees lock internally (updates exclusive, reads shared), so calls from
 several Python threads are safe; the torch twin has no lock.
 
@@ -54,6 +58,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, TypeGuard
@@ -68,6 +73,8 @@ __all__ = [
     "MinSegmentTree",
     "SegmentTreeBackend",
     "SumSegmentTree",
+    "prioritized_sample",
+    "prioritized_update",
 ]
 
 #: Largest capacity a segment tree accepts (both backends).
@@ -548,3 +555,107 @@ class MinSegmentTree(_SegmentTree):
     def min(self) -> float:
         """Smallest priority (``inf`` while nothing was written); ``O(1)`` native."""
         return self._impl.reduce_all()
+
+
+# --------------------------------------------------------------------------------------------
+# Prioritized replay's two steps on a (sum, min) pair, each one native call when both are native.
+# --------------------------------------------------------------------------------------------
+
+
+def _native_pair(total: SumSegmentTree, lowest: MinSegmentTree) -> tuple[Any, Any] | None:
+    if total._native is None or lowest._native is None or total.dtype != lowest.dtype:
+        return None
+    return total._native, lowest._native
+
+
+def prioritized_update(
+    total: SumSegmentTree,
+    lowest: MinSegmentTree,
+    indices: torch.Tensor,
+    priorities: torch.Tensor,
+    *,
+    length: int,
+    eps: float,
+    alpha: float,
+) -> float:
+    """Write ``(priorities + eps) ** alpha`` at ``indices`` into both trees: prioritized
+    replay's priority update.
+
+    Args:
+        total, lowest: the sum and min trees of one sampler (same capacity and dtype).
+        indices: int64 ``[B]``, each in ``[0, length)``.
+        priorities: ``[B]`` in the trees' dtype, each finite and ``>= 0``.
+        length: how many slots hold items.
+        eps, alpha: the sampler's ``eps`` and ``alpha``.
+
+    Returns:
+        The largest priority of the batch (``-inf`` for an empty one).
+
+    Raises:
+        IndexError: an index outside ``[0, length)``.
+        ValueError: a negative, NaN or infinite priority, or lengths that differ.
+        Nothing is written when any of these is raised.
+    """
+    pair = _native_pair(total, lowest)
+    if (
+        pair is not None
+        and _plain_vector(indices, torch.int64)
+        and _plain_vector(priorities, total.dtype)
+    ):
+        extension = load_extension()
+        return float(
+            extension.prioritized_update(
+                *pair, indices.numpy(), priorities.numpy(), length, eps, alpha
+            )
+        )
+    if priorities.numel() != indices.numel():
+        raise ValueError(
+            f"update_priority: {indices.numel()} indices but {priorities.numel()} priorities"
+        )
+    if not indices.numel():
+        return -math.inf
+    low, high = (int(v) for v in torch.aminmax(indices))
+    if low < 0 or high >= length:
+        raise IndexError(
+            f"update_priority: index {low if low < 0 else high} is out of range for {length} "
+            "stored items (nothing was updated)"
+        )
+    low_p, high_p = torch.aminmax(priorities)  # one pass; a NaN anywhere makes both NaN
+    if not (bool(low_p >= 0) and bool(high_p < math.inf)):
+        bad = ~(priorities >= 0) | (priorities == math.inf)  # NaN compares False
+        where = int(bad.reshape(-1).nonzero()[0])
+        raise ValueError(
+            f"priority {float(priorities.reshape(-1)[where])} at position {where} is not a "
+            "finite number >= 0 (nothing was updated)"
+        )
+    value = (priorities.to(total.dtype) + eps).pow_(alpha)
+    total.update(indices, value)
+    lowest.update(indices, value)
+    return float(high_p)
+
+
+def prioritized_sample(
+    total: SumSegmentTree, lowest: MinSegmentTree, uniforms: torch.Tensor, beta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample in proportion to priority: prioritized replay's sampling step.
+
+    Args:
+        total, lowest: the sum and min trees of one sampler.
+        uniforms: ``[B]`` in ``[0, 1)`` of the trees' dtype (the sampler's random draws).
+        beta: how much the importance weights correct.
+
+    Returns:
+        ``index`` int64 ``[B]`` (``total.scan_lower_bound(uniforms * total.total())``) and
+        ``weight`` float32 ``[B]``: ``(N p_i / sum)^-beta`` over its largest possible value
+        ``(N min(p) / sum)^-beta``, that is ``(p_i / min(p))^-beta``, in ``(0, 1]``.
+
+    Raises:
+        ValueError: as :meth:`SumSegmentTree.scan_lower_bound` (a total of 0).
+    """
+    pair = _native_pair(total, lowest)
+    if pair is not None and _plain_vector(uniforms, total.dtype):
+        index, weight = load_extension().prioritized_sample(*pair, uniforms.numpy(), beta)
+        return torch.from_numpy(index), torch.from_numpy(weight)
+    index = total.scan_lower_bound(uniforms * total.total())
+    weight = total[index].div_(lowest.min()).pow_(-beta)
+    return index, weight.to(torch.float32)

@@ -22,7 +22,13 @@ from tensordict import TensorDictBase
 
 from marlkit._utils import check_int
 from marlkit.data.keys import COLLECTOR_MASK, DONE, NEXT, TRAJ_IDS, NestedKey
-from marlkit.native.segment_tree import MinSegmentTree, SegmentTreeBackend, SumSegmentTree
+from marlkit.native.segment_tree import (
+    MinSegmentTree,
+    SegmentTreeBackend,
+    SumSegmentTree,
+    prioritized_sample,
+    prioritized_update,
+)
 from marlkit.replay._storage import Storage
 
 __all__ = [
@@ -182,20 +188,6 @@ class SamplerWithoutReplacement(Sampler):
         self._ran_out = bool(state["ran_out"])
 
 
-def _check_priorities(priority: torch.Tensor) -> None:
-    if not priority.numel():
-        return
-    low, high = torch.aminmax(priority)  # one pass; a NaN anywhere makes both NaN
-    if not (bool(low >= 0) and bool(high < math.inf)):
-        bad = ~(priority >= 0) | (priority == math.inf)  # NaN compares False
-        where = int(bad.reshape(-1).nonzero()[0])
-        value = float(priority.reshape(-1)[where])
-        raise ValueError(
-            f"priority {value} at position {where} is not a finite number >= 0 (nothing was "
-            "updated)"
-        )
-
-
 class PrioritizedSampler(Sampler):
     """Samples item ``i`` with probability ``p_i / sum(p)``, ``p_i = (priority_i + eps)^alpha``,
     on the native sum and min segment trees (Schaul et al., 2016).
@@ -246,22 +238,24 @@ class PrioritizedSampler(Sampler):
         self._min = MinSegmentTree(self.capacity, dtype=self.dtype, backend=self.backend)
         self._max_priority = 1.0
 
-    def _set(self, index: torch.Tensor, priority: torch.Tensor) -> None:
-        value = (priority.to(self.dtype) + self.eps).pow_(self.alpha)
-        self._sum.update(index, value)
-        self._min.update(index, value)
-
     def extend(self, index: torch.Tensor) -> None:
         if index.numel():
-            self._set(index, torch.full(index.shape, self._max_priority, dtype=self.dtype))
+            index = torch.as_tensor(index, dtype=torch.int64).reshape(-1).contiguous()
+            priority = torch.full(index.shape, self._max_priority, dtype=self.dtype)
+            prioritized_update(
+                self._sum,
+                self._min,
+                index,
+                priority,
+                length=self.capacity,
+                eps=self.eps,
+                alpha=self.alpha,
+            )
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, Info]:
-        total = self._sum.total()
-        mass = torch.rand(batch_size, generator=self.generator, dtype=self.dtype).mul_(total)
-        index = self._sum.scan_lower_bound(mass)
-        # (N p / total)^-beta over its largest value, (N min(p) / total)^-beta
-        weight = self._sum[index].div_(self._min.min()).pow_(-self.beta)
-        return index, {"priority_weight": weight.to(torch.float32)}
+        uniforms = torch.rand(batch_size, generator=self.generator, dtype=self.dtype)
+        index, weight = prioritized_sample(self._sum, self._min, uniforms, self.beta)
+        return index, {"priority_weight": weight}
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor, length: int) -> None:
         """Set the priorities of the slots ``index`` (of the ``length`` stored items).
@@ -275,24 +269,16 @@ class PrioritizedSampler(Sampler):
         priority = torch.as_tensor(priority, dtype=self.dtype)
         if priority.numel() == 1:
             priority = priority.reshape(1).expand(index.numel())
-        priority = priority.reshape(-1)
-        if priority.numel() != index.numel():
-            raise ValueError(
-                f"update_priority: {index.numel()} indices but {priority.numel()} priorities"
-            )
-        if index.numel():
-            low, high = (int(v) for v in torch.aminmax(index))
-            if low < 0 or high >= length:
-                bad = low if low < 0 else high
-                raise IndexError(
-                    f"update_priority: index {bad} is out of range for {length} stored items "
-                    "(nothing was updated)"
-                )
-        _check_priorities(priority)
-        if not index.numel():
-            return
-        self._set(index, priority)
-        self._max_priority = max(self._max_priority, float(priority.max()))
+        largest = prioritized_update(
+            self._sum,
+            self._min,
+            index.contiguous(),
+            priority.reshape(-1).contiguous(),
+            length=length,
+            eps=self.eps,
+            alpha=self.alpha,
+        )
+        self._max_priority = max(self._max_priority, largest)
 
     def priorities(self, index: torch.Tensor) -> torch.Tensor:
         """The trees' values ``(priority + eps)^alpha`` at ``index``."""
