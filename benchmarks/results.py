@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -144,6 +145,8 @@ EXPERIMENTS: dict[str, Experiment] = {
 
 def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) -> dict[str, Any]:
     run_dir = out / f"seed{seed}"
+    if run_dir.exists():  # this harness's own output of an earlier run: a fresh run, not a resume
+        shutil.rmtree(run_dir)
     cmd = [
         sys.executable,
         str(SCRIPTS / exp.script / f"{exp.script}.py"),

@@ -45,6 +45,13 @@ def test_an_experiment_with_its_own_config_prints_json(tmp_path: pathlib.Path) -
     lo, mean, hi = (out["marlkit"]["greedy_reward"][k] for k in ("low", "mean", "high"))
     assert lo <= mean <= hi
     assert (tmp_path / "img" / "results-mappo-native-fast.png").stat().st_size > 0
+    # run again into the same folders: the earlier seeds' runs are replaced, not resumed
+    again = subprocess.run(
+        [*cmd[:4], "0", *cmd[5:]], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    rerun = json.loads(again.stdout.strip().splitlines()[-1])["marlkit"]["per_seed"]
+    assert [s["seed"] for s in rerun] == [0] and rerun[0]["curve"] == seeds[0]["curve"]
 
 
 def test_mpe_reference_levels_print_json() -> None:
