@@ -104,11 +104,12 @@ inline void gather_rows(const std::vector<GatherColumn>& columns, const std::int
                             std::to_string(bad) + " is out of range for " +
                             std::to_string(rows) + " rows");
   }
-  parallel_for_chunks(count, kGatherRowsPerThread, kGatherRowsPerTask, [&](std::int64_t begin, std::int64_t end) {
+  auto copy = [&](std::int64_t begin, std::int64_t end) {
     for (const GatherColumn& c : columns) {  // column by column: one row width per loop
       gather_column_any(c, index, begin, end);
     }
-  });
+  };
+  parallel_for_chunks(count, kGatherRowsPerThread, kGatherRowsPerTask, copy);
 }
 
 }  // namespace marlkit

@@ -415,9 +415,10 @@ class SegmentTree {
       scan_range(values, out, 0, n, total);  // one thread in any case: skip the pool's setup
       return;
     }
-    parallel_for_chunks(n, kScanMinPerThread, kScanPerTask, [&](std::int64_t begin, std::int64_t end) {
+    auto scan = [&](std::int64_t begin, std::int64_t end) {
       scan_range(values, out, begin, end, total);
-    });
+    };
+    parallel_for_chunks(n, kScanMinPerThread, kScanPerTask, scan);
   }
 
  private:
