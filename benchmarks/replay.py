@@ -110,9 +110,11 @@ def bench_prioritized(args: argparse.Namespace) -> dict[str, Any]:
         "batch": BATCH,
         "item": "observation [32] float32, action [4] float32, reward [1] float32",
         "work": "both: ReplayBuffer.sample(4096) (indices, importance weights, items gathered "
-        "from a TensorStorage) then update_priority(index, 4096 priorities); native: the sum "
-        "and min trees of marlkit._C; torch: the same sampler on the trees' torch backend "
-        "(flat tensors, cumsum + searchsorted per sample)",
+        "from a TensorStorage) then update_priority(index, 4096 priorities), with the same "
+        "checks (index range, finite priorities >= 0) and the same (p + eps) ** alpha into a "
+        "sum and a min tree; native: the trees of marlkit._C, each step one kernel call "
+        "(prioritized_sample, prioritized_update); torch: the same sampler on the trees' torch "
+        "backend, the same steps as torch ops (flat tensors, cumsum + searchsorted per sample)",
         "native_iterations_per_s": statistics.median(rounds["native"]),
         "torch_iterations_per_s": statistics.median(rounds["torch"]),
         "native_over_torch": statistics.median(ratios),

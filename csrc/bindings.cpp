@@ -564,20 +564,24 @@ void bind_prioritized(py::module_& m) {
                                   " is out of range for " + std::to_string(length) +
                                   " stored items (nothing was updated)");
         }
+        if (!marlkit::SumSegmentTree<T>::all_finite_nonnegative(pp, n)) {
+          for (std::int64_t b = 0; b < n; ++b) {
+            if (!(pp[b] >= T(0)) || !std::isfinite(pp[b])) {  // the first bad one, named
+              throw std::invalid_argument(
+                  "priority " +
+                  marlkit::segment_tree_detail::format_value(static_cast<double>(pp[b])) +
+                  " at position " + std::to_string(b) +
+                  " is not a finite number >= 0 (nothing was updated)");
+            }
+          }
+        }
         // The tree values (priority + eps) ** alpha, in T as the torch path computes them.
         std::vector<T> values(static_cast<std::size_t>(n));
         const T shift = static_cast<T>(eps), power = static_cast<T>(alpha);
         T largest = T(0);
         for (std::int64_t b = 0; b < n; ++b) {
-          const T p = pp[b];
-          if (!(p >= T(0)) || p == std::numeric_limits<T>::infinity()) {  // NaN fails >= 0
-            throw std::invalid_argument(
-                "priority " + marlkit::segment_tree_detail::format_value(static_cast<double>(p)) +
-                " at position " + std::to_string(b) +
-                " is not a finite number >= 0 (nothing was updated)");
-          }
-          largest = std::max(largest, p);
-          values[static_cast<std::size_t>(b)] = std::pow(p + shift, power);
+          largest = std::max(largest, pp[b]);
+          values[static_cast<std::size_t>(b)] = std::pow(pp[b] + shift, power);
         }
         std::unique_lock<std::shared_mutex> sum_lock(total.mutex);
         std::unique_lock<std::shared_mutex> min_lock(lowest.mutex);

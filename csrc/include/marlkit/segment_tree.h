@@ -251,6 +251,37 @@ class SegmentTree {
     }
   }
 
+  // Branch-free (vectorized): false for any NaN, infinity or negative value (-0.0 is valid).
+  static bool all_finite_nonnegative(const T* values, std::int64_t n) {
+    std::int64_t b = 0;
+    int invalid = 0;
+#if defined(__SSE2__)
+    if constexpr (std::is_same<T, float>::value) {
+      const __m128 zero = _mm_setzero_ps();
+      const __m128 max = _mm_set1_ps(std::numeric_limits<float>::max());
+      __m128 ok = _mm_castsi128_ps(_mm_set1_epi32(-1));
+      for (; b + 4 <= n; b += 4) {
+        const __m128 v = _mm_loadu_ps(values + b);
+        ok = _mm_and_ps(ok, _mm_and_ps(_mm_cmpge_ps(v, zero), _mm_cmple_ps(v, max)));
+      }
+      invalid = _mm_movemask_ps(ok) != 0xF;
+    } else {
+      const __m128d zero = _mm_setzero_pd();
+      const __m128d max = _mm_set1_pd(std::numeric_limits<double>::max());
+      __m128d ok = _mm_castsi128_pd(_mm_set1_epi32(-1));
+      for (; b + 2 <= n; b += 2) {
+        const __m128d v = _mm_loadu_pd(values + b);
+        ok = _mm_and_pd(ok, _mm_and_pd(_mm_cmpge_pd(v, zero), _mm_cmple_pd(v, max)));
+      }
+      invalid = _mm_movemask_pd(ok) != 0x3;
+    }
+#endif
+    for (; b < n; ++b) {
+      invalid |= !((values[b] >= T(0)) & (values[b] <= std::numeric_limits<T>::max()));
+    }
+    return invalid == 0;
+  }
+
   // Check one batch of priorities: each must be finite and >= 0.
   static void check_priorities(const T* values, std::int64_t n) {
     if (all_finite_nonnegative(values, n)) {
@@ -589,36 +620,6 @@ class SegmentTree {
     return acc;
   }
 
-  // Branch-free (vectorized): false for any NaN, infinity or negative value (-0.0 is valid).
-  static bool all_finite_nonnegative(const T* values, std::int64_t n) {
-    std::int64_t b = 0;
-    int invalid = 0;
-#if defined(__SSE2__)
-    if constexpr (std::is_same<T, float>::value) {
-      const __m128 zero = _mm_setzero_ps();
-      const __m128 max = _mm_set1_ps(std::numeric_limits<float>::max());
-      __m128 ok = _mm_castsi128_ps(_mm_set1_epi32(-1));
-      for (; b + 4 <= n; b += 4) {
-        const __m128 v = _mm_loadu_ps(values + b);
-        ok = _mm_and_ps(ok, _mm_and_ps(_mm_cmpge_ps(v, zero), _mm_cmple_ps(v, max)));
-      }
-      invalid = _mm_movemask_ps(ok) != 0xF;
-    } else {
-      const __m128d zero = _mm_setzero_pd();
-      const __m128d max = _mm_set1_pd(std::numeric_limits<double>::max());
-      __m128d ok = _mm_castsi128_pd(_mm_set1_epi32(-1));
-      for (; b + 2 <= n; b += 2) {
-        const __m128d v = _mm_loadu_pd(values + b);
-        ok = _mm_and_pd(ok, _mm_and_pd(_mm_cmpge_pd(v, zero), _mm_cmple_pd(v, max)));
-      }
-      invalid = _mm_movemask_pd(ok) != 0x3;
-    }
-#endif
-    for (; b < n; ++b) {
-      invalid |= !((values[b] >= T(0)) & (values[b] <= std::numeric_limits<T>::max()));
-    }
-    return invalid == 0;
-  }
 
   static void check_masses(const T* values, std::int64_t n) {
     if (all_finite_nonnegative(values, n)) {
