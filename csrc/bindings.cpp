@@ -16,7 +16,7 @@ namespace py = pybind11;
 #endif
 
 // Bumped whenever a binding's signature changes; the Python loader checks it.
-static constexpr int kAbiVersion = 1;
+static constexpr int kAbiVersion = 2;
 
 // --- section: particles (bind_particles) ---------------------------------------------------
 #include "marlkit/lidar.h"
@@ -899,6 +899,10 @@ PYBIND11_MODULE(_C, m) {
         "Set the number of threads kernels use (0 = all hardware threads).");
   m.def("get_num_threads", &marlkit::resolved_num_threads,
         "Number of threads kernels use now.");
+  m.def("set_min_work_per_thread", &marlkit::set_min_work_per_thread, py::arg("units"),
+        "Set the least work (kernel work units, >= 1) a particle or LiDAR job gives each thread.");
+  m.def("get_min_work_per_thread", &marlkit::min_work_per_thread,
+        "The least work (kernel work units) a particle or LiDAR job gives each thread.");
   // --- module registrations (one line per section) ---
   bind_segment_tree(m);
   bind_particles(m);

@@ -148,6 +148,21 @@ def test_set_num_threads_validates() -> None:
     assert get_num_threads() >= 1
 
 
+def test_set_min_work_per_thread_validates() -> None:
+    from marlkit.native import get_min_work_per_thread, set_min_work_per_thread
+
+    default = get_min_work_per_thread()
+    assert default == 262144
+    with pytest.raises(TypeError, match="int"):
+        set_min_work_per_thread(2.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=">= 1 work unit, got 0"):
+        set_min_work_per_thread(0)
+    assert get_min_work_per_thread() == default  # unchanged by the refused calls
+    set_min_work_per_thread(1000)
+    assert get_min_work_per_thread() == 1000
+    set_min_work_per_thread(default)
+
+
 def _installed_layout(dest: pathlib.Path) -> pathlib.Path:
     """A copy of the installed package layout (adapters/ and scenarios/ mapped into marlkit),
     as the strict editable install of ``make lint`` links it."""

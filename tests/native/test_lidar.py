@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from marlkit.native import load_extension, set_num_threads
+from marlkit.native import (
+    get_min_work_per_thread,
+    load_extension,
+    set_min_work_per_thread,
+    set_num_threads,
+)
 from marlkit.native.lidar import lidar, lidar_angles, lidar_torch
 
 BACKENDS = ["native", "torch"]
@@ -20,8 +25,13 @@ BACKENDS = ["native", "torch"]
 
 @pytest.fixture
 def threads() -> Iterator[None]:
+    """Split even these small calls over the threads (the default keeps them on one thread);
+    restores the thread settings after the test."""
+    default = get_min_work_per_thread()
+    set_min_work_per_thread(64)
     yield
     set_num_threads(0)
+    set_min_work_per_thread(default)
 
 
 def _world(e: int, n: int, seed: int, half: float) -> torch.Tensor:

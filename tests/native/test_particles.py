@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from marlkit.native import load_extension, set_num_threads
+from marlkit.native import (
+    get_min_work_per_thread,
+    load_extension,
+    set_min_work_per_thread,
+    set_num_threads,
+)
 from marlkit.native.particles import knn, knn_torch, particle_step, particle_step_torch
 
 PARAMS: dict[str, Any] = dict(
@@ -25,8 +30,13 @@ PARAMS: dict[str, Any] = dict(
 
 @pytest.fixture
 def threads() -> Iterator[None]:
+    """Split even these small calls over the threads (the default keeps them on one thread);
+    restores the thread settings after the test."""
+    default = get_min_work_per_thread()
+    set_min_work_per_thread(64)
     yield
     set_num_threads(0)
+    set_min_work_per_thread(default)
 
 
 def _world(e: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Generator]:
@@ -641,9 +651,10 @@ def test_pool_survives_fork_and_thread_changes() -> None:
     script = textwrap.dedent(
         """
         import os, threading, torch
-        from marlkit.native import set_num_threads
+        from marlkit.native import set_min_work_per_thread, set_num_threads
         from marlkit.native.particles import knn
         set_num_threads(2)
+        set_min_work_per_thread(64)  # split these small calls over the threads
         pos = torch.rand(8, 600, 2)
         expected = knn(pos, 4)[1]
         pid = os.fork()

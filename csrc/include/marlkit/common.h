@@ -57,6 +57,32 @@ inline void set_num_threads(int n) {
   num_threads_setting().store(n, std::memory_order_relaxed);
 }
 
+// The least work, in the physics and LiDAR kernels' work units (one unit is roughly a pair test
+// or an agent update, 0.2-0.5 ns on the benchmark machine), that a parallel job gives each
+// thread; smaller jobs run on the calling thread. Each extra thread costs a wake-up (up to ~50
+// us for an idle vCPU of a VM) and makes the caller read the part it wrote from another core's
+// cache afterwards, so the default keeps jobs below ~50-150 us of work on one thread: on the
+// 2-vCPU benchmark machine a second thread made a 1024 x 4 navigation step 0.83x as fast with
+// 16,384 units, 1.00x with this default, and a 16,384 x 4 step 1.10x faster with either.
+constexpr std::int64_t kDefaultMinWorkPerThread = 262144;
+
+inline std::atomic<std::int64_t>& min_work_per_thread_setting() {
+  static std::atomic<std::int64_t> value{kDefaultMinWorkPerThread};
+  return value;
+}
+
+inline std::int64_t min_work_per_thread() {
+  return min_work_per_thread_setting().load(std::memory_order_relaxed);
+}
+
+inline void set_min_work_per_thread(std::int64_t units) {
+  if (units < 1) {
+    throw std::invalid_argument("min_work_per_thread must be >= 1 work unit, got " +
+                                std::to_string(units));
+  }
+  min_work_per_thread_setting().store(units, std::memory_order_relaxed);
+}
+
 namespace pool_detail {
 
 // True on a thread while it runs pool tasks (workers always, the caller during a run).
@@ -92,19 +118,35 @@ class ThreadPool {
 
   int workers() const { return static_cast<int>(slots_.size()); }
 
+  // Largest task count of one job (the count and the next index share the job's 64-bit cursor).
+  static constexpr std::int64_t kMaxTasks = (std::int64_t{1} << 16) - 1;
+
   // Run fn(context, t) for every t in [0, tasks) on the calling thread and up to tasks - 1
   // workers; returns when all tasks are done. Exceptions are caught per task; the first one is
   // rethrown here. The caller must hold the pool (see PoolState::run_mutex).
+  //
+  // Tasks are claimed one at a time from the job's cursor by whichever thread comes first, and
+  // the caller waits only for tasks that were claimed, never for a worker to wake up: on a VM
+  // an idle vCPU can take 50 us to wake, longer than many jobs. A worker that wakes after the
+  // caller took every task finds nothing to claim and touches nothing of the job: a claim is one
+  // compare-and-swap of the cursor, which holds the job's number, its task count and the next
+  // index together, so it succeeds only while that job still has an unclaimed task, and the job
+  // (fn_, context_) is read only after a claim.
   void run(std::int64_t tasks, TaskFn fn, void* context) {
+    if (tasks > kMaxTasks) {
+      throw std::invalid_argument("thread pool: a job of " + std::to_string(tasks) +
+                                  " tasks is more than the pool's limit of " +
+                                  std::to_string(kMaxTasks));
+    }
     const int helpers =
         static_cast<int>(std::min<std::int64_t>(workers(), std::max<std::int64_t>(tasks - 1, 0)));
     fn_ = fn;
     context_ = context;
-    tasks_ = tasks;
-    next_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    pending_.store(helpers, std::memory_order_relaxed);
-    ++generation_;
+    done_.store(0, std::memory_order_relaxed);
+    const std::uint64_t job = ++generation_ & kJobMask;
+    cursor_.store(job << kJobShift | static_cast<std::uint64_t>(tasks) << kCountShift,
+                  std::memory_order_release);  // publishes the job
     for (int w = 0; w < helpers; ++w) {
       Slot& slot = slots_[static_cast<std::size_t>(w)];
       {
@@ -114,13 +156,14 @@ class ThreadPool {
       slot.cv.notify_one();
     }
     work();
-    // Wait for the helpers: spin briefly (they are usually about to finish), then sleep.
-    for (int spin = 0; spin < kSpin && pending_.load(std::memory_order_acquire) > 0; ++spin) {
+    // Every task is claimed now; wait for those still running on a worker: spin briefly (they
+    // are usually about to finish), then sleep.
+    for (int spin = 0; spin < kSpin && done_.load(std::memory_order_acquire) < tasks; ++spin) {
       std::this_thread::yield();
     }
-    if (pending_.load(std::memory_order_acquire) > 0) {
+    if (done_.load(std::memory_order_acquire) < tasks) {
       std::unique_lock<std::mutex> lock(done_mutex_);
-      done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+      done_cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire) >= tasks; });
     }
     fn_ = nullptr;
     context_ = nullptr;
@@ -133,6 +176,11 @@ class ThreadPool {
 
  private:
   static constexpr int kSpin = 64;  // yields before the waiting caller sleeps
+  // The cursor: (job number << 32) | (task count << 16) | next unclaimed index.
+  static constexpr int kJobShift = 32;
+  static constexpr int kCountShift = 16;
+  static constexpr std::uint64_t kJobMask = (std::uint64_t{1} << 32) - 1;
+  static constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kCountShift) - 1;
 
   struct Slot {
     std::mutex mutex;
@@ -141,12 +189,18 @@ class ThreadPool {
     bool stop = false;
   };
 
-  // Take tasks until none is left (caller and workers alike).
+  // Claim and run tasks of the job in the cursor until none is left (caller and workers alike).
   void work() {
+    std::uint64_t cursor = cursor_.load(std::memory_order_acquire);
     for (;;) {
-      const std::int64_t t = next_.fetch_add(1, std::memory_order_relaxed);
-      if (t >= tasks_) {
+      const auto t = static_cast<std::int64_t>(cursor & kIndexMask);
+      const auto tasks = static_cast<std::int64_t>((cursor >> kCountShift) & kIndexMask);
+      if (t >= tasks) {
         return;
+      }
+      if (!cursor_.compare_exchange_weak(cursor, cursor + 1, std::memory_order_acquire,
+                                         std::memory_order_acquire)) {
+        continue;  // cursor now holds the current value
       }
       try {
         fn_(context_, t);
@@ -156,6 +210,11 @@ class ThreadPool {
           error_ = std::current_exception();
         }
       }
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == tasks) {
+        std::lock_guard<std::mutex> lock(done_mutex_);  // the caller may be about to sleep
+        done_cv_.notify_one();
+      }
+      cursor = cursor_.load(std::memory_order_acquire);
     }
   }
 
@@ -173,23 +232,19 @@ class ThreadPool {
         seen = slot.generation;
       }
       work();
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lock(done_mutex_);
-        done_cv_.notify_one();
-      }
     }
   }
 
   std::vector<Slot> slots_;
   std::vector<std::thread> threads_;
-  // The current job (written by the caller before the workers are woken through their slots'
-  // mutexes, which orders these writes before the workers' reads).
+  // The current job. fn_ and context_ are written before the job's number is stored into the
+  // cursor (release) and read only after claiming one of its tasks (acquire); the caller
+  // rewrites them only once every claimed task is done.
   TaskFn fn_ = nullptr;
   void* context_ = nullptr;
-  std::int64_t tasks_ = 0;
   std::uint64_t generation_ = 0;
-  std::atomic<std::int64_t> next_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> cursor_{0};
+  std::atomic<std::int64_t> done_{0};
   std::mutex done_mutex_;
   std::condition_variable done_cv_;
   std::mutex error_mutex_;
@@ -263,12 +318,15 @@ void run_tasks(std::int64_t tasks, int threads, Fn& fn) {
 
 }  // namespace pool_detail
 
+// Chunks per thread of a parallel_for: a late thread leaves its share to the others.
+constexpr std::int64_t kChunksPerThread = 4;
+
 // Run fn(begin, end) over [0, total) in contiguous chunks of `chunk` items on the persistent
 // pool, each chunk taken by whichever thread is free (the calling thread too): with small
 // chunks a worker that wakes late takes only what is left instead of its share. `chunk` <= 0
-// means one chunk per thread. Work below `min_per_thread` items per thread runs on the calling
-// thread only, in one call. An exception thrown by fn on any thread is rethrown here after
-// every chunk has finished.
+// means kChunksPerThread chunks per thread. Work below `min_per_thread` items per thread runs
+// on the calling thread only, in one call. An exception thrown by fn on any thread is rethrown
+// here after every chunk has finished.
 template <typename Fn>
 void parallel_for_chunks(std::int64_t total, std::int64_t min_per_thread, std::int64_t chunk,
                          Fn&& fn) {
@@ -283,8 +341,11 @@ void parallel_for_chunks(std::int64_t total, std::int64_t min_per_thread, std::i
     return;
   }
   if (chunk <= 0) {
-    chunk = (total + threads - 1) / threads;
+    chunk = (total + threads * kChunksPerThread - 1) / (threads * kChunksPerThread);
   }
+  // At most ThreadPool::kMaxTasks tasks (larger chunks for a larger total).
+  chunk = std::max(chunk, (total + pool_detail::ThreadPool::kMaxTasks - 1) /
+                              pool_detail::ThreadPool::kMaxTasks);
   const std::int64_t tasks = (total + chunk - 1) / chunk;
   auto task = [&](std::int64_t t) {
     const std::int64_t begin = t * chunk;
@@ -293,7 +354,7 @@ void parallel_for_chunks(std::int64_t total, std::int64_t min_per_thread, std::i
   pool_detail::run_tasks(tasks, static_cast<int>(threads), task);
 }
 
-// parallel_for_chunks with one chunk per thread (the calling thread takes the first).
+// parallel_for_chunks with kChunksPerThread chunks per thread.
 template <typename Fn>
 void parallel_for(std::int64_t total, std::int64_t min_per_thread, Fn&& fn) {
   parallel_for_chunks(total, min_per_thread, 0, std::forward<Fn>(fn));

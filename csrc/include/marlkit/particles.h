@@ -81,12 +81,12 @@ inline std::string fmt(double v) {
   return buf;
 }
 
-// Items per thread so that each thread gets at least ~16k work units (a pair evaluation or an
-// agent update: ~20 us, several times the cost of waking a pooled thread).
+// Items per thread so that each thread gets at least min_work_per_thread() work units (a pair
+// evaluation or an agent update each; see common.h).
 inline std::int64_t grain_for(double work_per_item) {
-  constexpr double kMinWorkPerThread = 16384.0;
   const double w = std::max(1.0, std::min(work_per_item, 1e15));
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(kMinWorkPerThread / w));
+  return std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(static_cast<double>(min_work_per_thread()) / w));
 }
 
 // Environments with at most this many agents use the all-pairs loops (faster than building a

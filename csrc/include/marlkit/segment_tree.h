@@ -170,7 +170,7 @@ class SegmentTree {
   static constexpr std::int64_t kArity = 16;
   static constexpr int kArityShift = 4;
   // Batches below this many queries per thread run scan_lower_bound on the calling thread.
-  static constexpr std::int64_t kScanMinPerThread = 2048;
+  static constexpr std::int64_t kScanMinPerThread = 8192;
   // Queries per task of a multi-threaded scan, taken by whichever thread is free.
   static constexpr std::int64_t kScanPerTask = 256;
   // Queries descended together by one thread (their cache misses overlap).

@@ -12,9 +12,11 @@ from marlkit.native._loader import (
     ABI_VERSION,
     ExtensionError,
     extension_available,
+    get_min_work_per_thread,
     get_num_threads,
     load_extension,
     native_or_fallback,
+    set_min_work_per_thread,
     set_num_threads,
 )
 
@@ -22,8 +24,10 @@ __all__ = [
     "ABI_VERSION",
     "ExtensionError",
     "extension_available",
+    "get_min_work_per_thread",
     "get_num_threads",
     "load_extension",
     "native_or_fallback",
+    "set_min_work_per_thread",
     "set_num_threads",
 ]

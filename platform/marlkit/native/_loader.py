@@ -13,14 +13,16 @@ __all__ = [
     "ABI_VERSION",
     "ExtensionError",
     "extension_available",
+    "get_min_work_per_thread",
     "get_num_threads",
     "load_extension",
     "native_or_fallback",
+    "set_min_work_per_thread",
     "set_num_threads",
 ]
 
 #: The binding signatures this Python code expects; csrc/bindings.cpp carries the same number.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _REBUILD = (
     "Rebuild it from the repository root with `pip install -e .` (or `make install`); "
@@ -119,3 +121,25 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """Number of threads the native kernels use now."""
     return int(load_extension().get_num_threads())
+
+
+def set_min_work_per_thread(units: int) -> None:
+    """Set the least work a particle-physics or LiDAR call gives each extra kernel thread.
+
+    ``units`` are the kernels' own work estimate (about one pair test or agent update each,
+    0.2-0.5 ns on a recent x86 core); a call with less work than ``units`` per thread runs on
+    fewer threads, down to the calling thread alone. The default (262,144) keeps calls below
+    roughly 50-150 us of work on one thread, because waking another thread and reading back
+    what it wrote cost more than they save there on small VMs. Lower it on machines where
+    threads wake quickly; results are bit for bit the same for every setting.
+    """
+    if isinstance(units, bool) or not isinstance(units, int):
+        raise TypeError(f"min_work_per_thread must be an int, got {type(units).__name__}")
+    if units < 1:
+        raise ValueError(f"min_work_per_thread must be >= 1 work unit, got {units}")
+    load_extension().set_min_work_per_thread(units)
+
+
+def get_min_work_per_thread() -> int:
+    """The least work (kernel work units) a particle or LiDAR call gives each kernel thread."""
+    return int(load_extension().get_min_work_per_thread())
