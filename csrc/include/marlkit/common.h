@@ -62,8 +62,9 @@ inline void set_num_threads(int n) {
 // thread; smaller jobs run on the calling thread. Each extra thread costs a wake-up (up to ~50
 // us for an idle vCPU of a VM) and makes the caller read the part it wrote from another core's
 // cache afterwards, so the default keeps jobs below ~50-150 us of work on one thread: on the
-// 2-vCPU benchmark machine a second thread made a 1024 x 4 navigation step 0.83x as fast with
-// 16,384 units, 1.00x with this default, and a 16,384 x 4 step 1.10x faster with either.
+// 2-vCPU benchmark machine a second thread made a 1024 x 4 navigation step 0.82x as fast with
+// 16,384 units, 1.00x with this default, and a 16,384 x 4 step 1.11x faster with either
+// (benchmarks/threads.py).
 constexpr std::int64_t kDefaultMinWorkPerThread = 262144;
 
 inline std::atomic<std::int64_t>& min_work_per_thread_setting() {

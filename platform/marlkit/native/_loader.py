@@ -131,12 +131,11 @@ def set_min_work_per_thread(units: int) -> None:
     fewer threads, down to the calling thread alone. The default (262,144) keeps calls below
     roughly 50-150 us of work on one thread, because waking another thread and reading back
     what it wrote cost more than they save there on small VMs. Lower it on machines where
-    threads wake quickly; results are bit for bit the same for every setting.
+    threads wake quickly; results are bit for bit the same for every setting. ``units < 1``
+    raises ``ValueError`` (from the kernels' own check).
     """
     if isinstance(units, bool) or not isinstance(units, int):
         raise TypeError(f"min_work_per_thread must be an int, got {type(units).__name__}")
-    if units < 1:
-        raise ValueError(f"min_work_per_thread must be >= 1 work unit, got {units}")
     load_extension().set_min_work_per_thread(units)
 
 
