@@ -15,11 +15,19 @@ Sections (``--only NAME``, repeatable; default all):
     TanhNormal log-prob by its closed form), backward, clip, Adam step.
 
   Targets: ``marlkit / floor <= 1.2`` and ``<= 10 ms`` per step (TorchRL 0.14.1: 15.6 ms, 1
-  thread). A third side, ``marlkit_torch_tanh``, is the marlkit step with ``torch.nn.Tanh`` in
-  place of the MLPs' default ``marlkit.modules.Tanh``; a fourth, ``marlkit_in_major``, the marlkit
+  thread). Every side runs the MLPs' default ``marlkit.modules.Tanh`` by this machine's
+  ``"auto"`` tanh method (``marlkit.modules.get_tanh_method``, in the JSON) but two:
+  ``marlkit_torch_tanh``, the marlkit step with ``torch.nn.Tanh``, and
+  ``marlkit_sigmoid_tanh``, the marlkit step with the ``"sigmoid"`` method (``2 sigmoid(2x) -
+  1``): what the choice of method saves. A fifth, ``marlkit_in_major``, is the marlkit
   step with the output layers' weights contiguous in-major instead of ``StackedLinear``'s
   out-major order for narrow layers. ``--compile`` (here and in ``qmix``)
-  also times the marlkit step with the loss module under ``torch.compile``.
+  also times the marlkit step with the loss module under ``torch.compile``. With
+  ``--torchrl-python PY`` (a Python with TorchRL 0.14 installed), two more sides run in that
+  Python, one subprocess per round in the same alternation: ``torchrl``, the same step through
+  TorchRL's ``ClipPPOLoss`` and ``MultiAgentMLP``s with the same fused Adam
+  (``benchmarks/peers/torchrl_ppo_step.py``), and ``torchrl_default_adam``, the same with
+  torch's default Adam as TorchRL's tutorial leaves it.
 
 * ``qmix``: one QMIX gradient step on a minibatch of 400 transitions of 3 agents (native
   ``navigation`` sizes: observation 10, 5 discrete actions, state 18): a Q-network of two
@@ -45,8 +53,11 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import json
 import math
+import pathlib
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -56,8 +67,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from _timing import alternate as timed_alternate
-from _timing import summary
+from _timing import seconds_per_call, summary
 from marlkit.bench import alternate, run_sections
 from marlkit.modules import (
     MultiAgentMLP,
@@ -69,31 +79,26 @@ from marlkit.modules import (
     StateValueCritic,
     Tanh,
     TanhNormal,
+    get_tanh_method,
+    set_tanh_method,
 )
 from marlkit.objectives import ClipPPOLoss, QMixerLoss, SoftUpdate
+from peers.ppo_step_spec import (
+    ACT,
+    CELLS,
+    CLIP,
+    CRITIC_COEF,
+    ENTROPY_COEF,
+    MAX_GRAD_NORM,
+    N_AGENTS,
+    OBS,
+    minibatch,
+)
 
-MINIBATCH, N_AGENTS, OBS, ACT, CELLS = 400, 3, 18, 2, 256
-CLIP, ENTROPY_COEF, CRITIC_COEF, MAX_GRAD_NORM = 0.2, 0.01, 1.0, 1.0
+PEER = pathlib.Path(__file__).resolve().parent / "peers" / "torchrl_ppo_step.py"
 
 
 # --- section: mappo -------------------------------------------------------------------------------
-
-
-def _minibatch() -> TensorDict:
-    g = torch.Generator().manual_seed(0)
-    shape = (MINIBATCH, N_AGENTS)
-    group = TensorDict(
-        {
-            "observation": torch.randn(*shape, OBS, generator=g),
-            "action": torch.rand(*shape, ACT, generator=g) * 1.8 - 0.9,
-            "action_log_prob": torch.randn(*shape, generator=g) - 1,
-            "advantage": torch.randn(*shape, 1, generator=g),
-            "value_target": torch.randn(*shape, 1, generator=g),
-            "state_value": torch.randn(*shape, 1, generator=g),
-        },
-        list(shape),
-    )
-    return TensorDict({"agents": group}, [MINIBATCH])
 
 
 def _networks(
@@ -131,7 +136,7 @@ def _marlkit_step(
     )
     run: Any = torch.compile(loss) if compiled else loss
     optim = torch.optim.Adam(loss.parameters(), lr=3e-4, fused=True)
-    data = _minibatch()
+    data = minibatch()
 
     def step() -> None:
         out = run(data)
@@ -150,7 +155,7 @@ def _floor_step() -> Callable[[], None]:
     critic_mlp = critic.module
     params = [*actor_mlp.parameters(), *critic_mlp.parameters()]
     optim = torch.optim.Adam(params, lr=3e-4, fused=True)
-    d = _minibatch()["agents"]
+    d = minibatch()["agents"]
     obs, act, old_lp = d["observation"], d["action"], d["action_log_prob"]
     adv, target = d["advantage"], d["value_target"]
     log2 = math.log(2.0)
@@ -186,7 +191,35 @@ def _floor_step() -> Callable[[], None]:
     return step
 
 
+def _with_tanh(method: str, step: Callable[[], None]) -> Callable[[], None]:
+    """``step`` with ``fast_tanh``'s method set first (a global: the sides alternate)."""
+
+    def run() -> None:
+        set_tanh_method(method)
+        step()
+
+    return run
+
+
+def _torchrl_round(python: str, adam: str, args: argparse.Namespace) -> Callable[[], float]:
+    """One round of the TorchRL peer (a subprocess of ``python``): its seconds per step."""
+    cmd = [python, str(PEER), "--round-seconds", str(args.round_seconds)]
+    cmd += ["--threads", str(args.threads), "--adam", adam]
+
+    def run() -> float:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if proc.returncode:
+            raise RuntimeError(
+                f"the TorchRL peer failed ({' '.join(cmd)}; --torchrl-python must be a Python "
+                f"with torchrl installed):\n{proc.stderr[-2000:]}"
+            )
+        return float(json.loads(proc.stdout.strip().splitlines()[-1])["seconds_per_step"][0])
+
+    return run
+
+
 def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
+    auto = get_tanh_method()
     sides = {
         "marlkit": _marlkit_step(False),
         "floor": _floor_step(),
@@ -195,7 +228,17 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.compile:
         sides["marlkit_compiled"] = _marlkit_step(True)
-    times = timed_alternate(sides, args.rounds, args.round_seconds)
+    sides = {name: _with_tanh(auto, step) for name, step in sides.items()}
+    sides["marlkit_sigmoid_tanh"] = _with_tanh("sigmoid", _marlkit_step(False))
+    rounds: dict[str, Callable[[], float]] = {
+        name: functools.partial(seconds_per_call, step, args.round_seconds)
+        for name, step in sides.items()
+    }
+    peers = ("torchrl", "torchrl_default_adam") if args.torchrl_python else ()
+    for name, adam in zip(peers, ("fused", "default")):
+        rounds[name] = _torchrl_round(args.torchrl_python, adam, args)
+    times = alternate(rounds, args.rounds)
+    set_tanh_method(auto)
     out: dict[str, Any] = {
         "computes": {
             "marlkit": "ClipPPOLoss forward (TensorDict minibatch [400], group [400, 3]) + "
@@ -203,21 +246,45 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
             "floor": "the same networks and loss terms on plain tensors, hand-written, + "
             "backward + grad-norm clip + Adam step",
             "marlkit_torch_tanh": "marlkit's step with torch.nn.Tanh instead of the MLPs' "
-            "default marlkit.modules.Tanh (2 sigmoid(2x) - 1): what the activation saves",
+            "default marlkit.modules.Tanh",
+            "marlkit_sigmoid_tanh": "marlkit's step with marlkit.modules.Tanh's 'sigmoid' "
+            "method (2 sigmoid(2x) - 1) whatever this machine's auto method",
+            **(
+                {
+                    "torchrl": "the same step through TorchRL's ClipPPOLoss (clip 0.2, "
+                    "entropy 0.01 from one sample, l2 critic loss, advantage normalisation) "
+                    "and torchrl.modules.MultiAgentMLP 2 x 256 nn.Tanh networks, backward, "
+                    "grad-norm clip, Adam(fused=True); in --torchrl-python, one process per "
+                    "round (benchmarks/peers/torchrl_ppo_step.py)",
+                    "torchrl_default_adam": "the torchrl side with torch's default Adam "
+                    "(per-parameter on CPU), as TorchRL's tutorial leaves it",
+                }
+                if peers
+                else {}
+            ),
             "marlkit_in_major": "marlkit's step with the output layers' weights stored "
             "in-major ([3, 256, 4] and [1, 256, 1] contiguous) instead of StackedLinear's "
             "out-major default below 16 outputs: what the weight layout saves",
         },
+        "tanh_method": auto,
         "targets": {"ratio_marlkit_over_floor": "<= 1.2", "marlkit_ms": "<= 10"},
         **summary(times, "marlkit", "floor"),
     }
-    for side, key in (("marlkit_torch_tanh", "torch_tanh"), ("marlkit_in_major", "in_major")):
+    for side, key in (
+        ("marlkit_torch_tanh", "torch_tanh"),
+        ("marlkit_sigmoid_tanh", "sigmoid_tanh"),
+        ("marlkit_in_major", "in_major"),
+    ):
         out[f"ratio_{key}_over_marlkit"] = summary(times, side, "marlkit")[
             f"ratio_{side}_over_marlkit"
         ]
     if args.compile:
         out["ratio_compiled_over_eager"] = summary(times, "marlkit_compiled", "marlkit")[
             "ratio_marlkit_compiled_over_marlkit"
+        ]
+    for side in peers:
+        out[f"ratio_marlkit_over_{side}"] = summary(times, "marlkit", side)[
+            f"ratio_marlkit_over_{side}"
         ]
     return out
 
@@ -395,6 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=50, help="steps per side per round (qmix)")
     parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (mappo)")
+    parser.add_argument(
+        "--torchrl-python",
+        default=None,
+        help="a Python with TorchRL installed: also time TorchRL's step (mappo)",
+    )
     return run_sections("losses", SECTIONS, parser.parse_args(argv))
 
 

@@ -11,10 +11,11 @@ features per agent, 2 hidden layers of 256 Tanh, 4 outputs, a batch of 1024, for
 
 Target: ``loop / batched >= 3`` at 32 agents.
 
-``--only activation`` times the hidden activation alone: :class:`marlkit.modules.Tanh` (the
-MLPs' default, ``2 * sigmoid(2 x) - 1`` on CPU float32) against ``torch.nn.Tanh`` on the
-recipes' hidden activations (``[1200, 256]``: minibatch 400 x 3 agents, width 256), forward
-alone and forward + backward, the same input and output gradient on both sides.
+``--only activation`` times the hidden activation alone: torch's ``tanh`` (``torch.nn.Tanh``)
+against the ``2 * sigmoid(2 x) - 1`` route of :class:`marlkit.modules.Tanh` on the recipes'
+hidden activations (``[1200, 256]``: minibatch 400 x 3 agents, width 256), forward alone and
+forward + backward, the same input and output gradient on both sides, and says whether this
+machine's ``"auto"`` tanh method (:func:`marlkit.modules.get_tanh_method`) is the faster one.
 
 ``--only layout`` times one :class:`marlkit.modules.StackedLinear` layer with few outputs
 (``256 -> 1, 4, 9``: a value, the MAPPO actor's ``loc``/``scale``, VMAS navigation's 9 Q-values)
@@ -53,7 +54,7 @@ import torch
 
 from _timing import alternate, summary
 from marlkit.bench import describe_environment, set_threads
-from marlkit.modules import MultiAgentMLP, StackedLinear, Tanh
+from marlkit.modules import MultiAgentMLP, StackedLinear, Tanh, get_tanh_method, set_tanh_method
 
 BATCH, IN, OUT, CELLS = 1024, 16, 4, 256
 
@@ -86,48 +87,64 @@ def bench(n_agents: int, cells: int, batch: int, rounds: int, seconds: float) ->
 
 
 def bench_activation(rows: int, cells: int, rounds: int, seconds: float) -> dict[str, object]:
+    """torch's ``tanh`` against the ``2 sigmoid(2x) - 1`` route of :class:`Tanh`, and whether
+    this machine's ``"auto"`` method is the faster of the two here."""
     torch.manual_seed(0)
     x = torch.randn(rows, cells, requires_grad=True)
     grad = torch.randn(rows, cells)
-    fast, plain = Tanh(), torch.nn.Tanh()
-    err = (fast(x) - torch.tanh(x.double())).abs().max().item()
+    auto = get_tanh_method()
+    route, plain = Tanh(), torch.nn.Tanh()
 
-    def forward(module: torch.nn.Module) -> Callable[[], object]:
+    def forward(module: torch.nn.Module, method: str) -> Callable[[], object]:
         def run() -> None:
+            set_tanh_method(method)
             with torch.no_grad():
                 module(x)
 
         return run
 
-    def forward_backward(module: torch.nn.Module) -> Callable[[], object]:
+    def forward_backward(module: torch.nn.Module, method: str) -> Callable[[], object]:
         def run() -> None:
+            set_tanh_method(method)
             torch.autograd.grad(module(x), x, grad)
 
         return run
 
+    set_tanh_method("sigmoid")
+    err = (route(x) - torch.tanh(x.double())).abs().max().item()
     times = alternate(
         {
-            "torch_forward": forward(plain),
-            "marlkit_forward": forward(fast),
-            "torch_forward_backward": forward_backward(plain),
-            "marlkit_forward_backward": forward_backward(fast),
+            "torch_forward": forward(plain, auto),
+            "sigmoid_forward": forward(route, "sigmoid"),
+            "torch_forward_backward": forward_backward(plain, auto),
+            "sigmoid_forward_backward": forward_backward(route, "sigmoid"),
         },
         rounds,
         seconds,
     )
+    set_tanh_method(auto)
+    both = summary(
+        {k: times[k] for k in ("torch_forward_backward", "sigmoid_forward_backward")},
+        "torch_forward_backward",
+        "sigmoid_forward_backward",
+    )
+    faster = (
+        "sigmoid"
+        if both["ratio_torch_forward_backward_over_sigmoid_forward_backward"] > 1
+        else "torch"
+    )  # type: ignore[operator]
     return {
         "shape": [rows, cells],
-        "max_abs_error_vs_float64": err,
+        "sigmoid_max_abs_error_vs_float64": err,
+        "auto_method": auto,
+        "faster_here_forward_backward": faster,
+        "auto_is_the_faster": auto == faster,
         "forward": summary(
-            {k: times[k] for k in ("torch_forward", "marlkit_forward")},
+            {k: times[k] for k in ("torch_forward", "sigmoid_forward")},
             "torch_forward",
-            "marlkit_forward",
+            "sigmoid_forward",
         ),
-        "forward_backward": summary(
-            {k: times[k] for k in ("torch_forward_backward", "marlkit_forward_backward")},
-            "torch_forward_backward",
-            "marlkit_forward_backward",
-        ),
+        "forward_backward": both,
     }
 
 
@@ -210,8 +227,9 @@ def main() -> None:
             "batched": "MultiAgentMLP(16, 4, n_agents, num_cells=cells, depth=2, Tanh) forward "
             "+ backward on [batch, n_agents, 16], independent params",
             "loop": "the same maths as n_agents nn.Sequential MLPs called in a Python loop "
-            "(the same marlkit Tanh)",
-            "activation": "torch.nn.Tanh vs marlkit.modules.Tanh on the same [rows, cells] "
+            "(the same marlkit Tanh, by this machine's tanh method: tanh_method)",
+            "activation": "torch.nn.Tanh (torch.tanh: MKL's vsTanh on x86 builds) vs "
+            "marlkit.modules.Tanh's sigmoid route (2 sigmoid(2x) - 1) on the same [rows, cells] "
             "float32 input: forward under no_grad, and forward + backward (autograd.grad of "
             "the output against a fixed gradient)",
             "layout": "one StackedLinear(stacks, 256, out) forward + backward (input, weight "
@@ -221,6 +239,7 @@ def main() -> None:
         },
         "target": "loop / batched >= 3 at 32 agents",
         "allocator": allocator,
+        "tanh_method": get_tanh_method(),
         **describe_environment(),
     }
     if "mlp" in only:

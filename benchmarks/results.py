@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from marlkit.modules import get_tanh_method
 from marlkit.record import bootstrap_ci, plot_with_bands, read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -180,8 +181,9 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
         "does": f"{exp.what}: the script's recipe (configs/{exp.config or exp.script}.yaml with "
         "the overrides in 'command'), one final evaluation with exploration off and one of a "
         "random policy, the reward.png curve (summary.json; the TorchRL peers do neither of the "
-        "last two), no videos; hidden activation marlkit.modules.Tanh (the MLPs' default: "
-        "torch's tanh computed as 2 sigmoid(2x) - 1), torch.optim.Adam(fused=True)",
+        "last two), no videos; hidden activation marlkit.modules.Tanh (the MLPs' default) by "
+        f"this machine's tanh method {get_tanh_method()!r} (torch: torch.tanh; sigmoid: "
+        "2 sigmoid(2x) - 1), torch.optim.Adam(fused=True)",
     }
 
 

@@ -19,5 +19,9 @@ def test_layout_and_activation_sections_print_json(run_benchmark: Run) -> None:
         assert row["in_major_ms"] > 0 and row["out_major_ms"] > 0
         assert row["ratio_in_major_over_out_major"] > 0
     assert "out-major" in data["computes"]["layout"]
-    assert data["activation"]["max_abs_error_vs_float64"] < 2e-7
+    activation = data["activation"]
+    assert activation["sigmoid_max_abs_error_vs_float64"] < 2e-7
+    assert activation["auto_method"] == data["tanh_method"] in ("torch", "sigmoid")
+    assert activation["faster_here_forward_backward"] in ("torch", "sigmoid")
+    assert activation["forward_backward"]["sigmoid_forward_backward_ms"] > 0
     assert "results" not in data  # the MLP section did not run

@@ -1,26 +1,60 @@
 """``marlkit.modules.Tanh`` / ``fast_tanh``: torch's ``tanh`` within 2e-7, its gradient, and torch's
-own ``tanh`` wherever the fast path does not apply."""
+own ``tanh`` wherever the sigmoid route does not apply; how the method is chosen."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
 from torch import nn
 
-from marlkit.modules import MultiAgentMLP, StateValueCritic, Tanh, fast_tanh
+from marlkit.modules import (
+    MultiAgentMLP,
+    StateValueCritic,
+    Tanh,
+    activations,
+    fast_tanh,
+    get_tanh_method,
+    set_tanh_method,
+)
 from marlkit.modules.activations import _SigmoidTanh
 
 
-def test_values_within_2e7_of_exact_tanh() -> None:
+@pytest.fixture(autouse=True)
+def _restore_method() -> Iterator[None]:
+    saved = activations._method
+    yield
+    activations._method = saved
+
+
+@pytest.fixture
+def sigmoid() -> None:
+    set_tanh_method("sigmoid")
+
+
+@pytest.fixture(params=["torch", "sigmoid"])
+def method(request: pytest.FixtureRequest) -> str:
+    set_tanh_method(request.param)
+    return str(request.param)
+
+
+def test_values_within_2e7_of_exact_tanh(method: str) -> None:
     torch.manual_seed(0)
     x = torch.cat([torch.linspace(-30, 30, 200_001), torch.randn(200_000) * 0.3])
     exact = torch.tanh(x.double())
     err = (fast_tanh(x).double() - exact).abs().max().item()
     assert err < 2e-7
-    assert err > 0  # it is the sigmoid route, not torch.tanh (whose error here is ~3e-8)
+    if method == "sigmoid":
+        assert err > 1e-7  # the sigmoid route, not torch.tanh (whose error here is ~3e-8)
+    else:
+        assert torch.equal(fast_tanh(x), torch.tanh(x))
 
 
-def test_special_values() -> None:
+def test_special_values(method: str) -> None:
     x = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, 1e30, -1e30, 88.0, -88.0])
     out = fast_tanh(x)
     torch.testing.assert_close(
@@ -33,7 +67,7 @@ def test_special_values() -> None:
     assert out.abs().le(1).logical_or(out.isnan()).all()
 
 
-def test_input_is_not_written_and_strided_inputs_work() -> None:
+def test_input_is_not_written_and_strided_inputs_work(method: str) -> None:
     x = torch.randn(4, 6, 5).transpose(0, 2)  # not contiguous
     before = x.clone()
     out = fast_tanh(x)
@@ -41,7 +75,7 @@ def test_input_is_not_written_and_strided_inputs_work() -> None:
     torch.testing.assert_close(out, torch.tanh(x), rtol=0, atol=2e-7)
 
 
-def test_gradient_matches_torch_tanh() -> None:
+def test_gradient_matches_torch_tanh(method: str) -> None:
     torch.manual_seed(1)
     x = (torch.randn(64, 32) * 2).requires_grad_()
     g = torch.randn(64, 32)
@@ -57,7 +91,7 @@ def test_function_passes_gradcheck_and_gradgradcheck() -> None:
     assert torch.autograd.gradgradcheck(_SigmoidTanh.apply, (x,))
 
 
-def test_saved_output_modified_in_place_is_caught() -> None:
+def test_saved_output_modified_in_place_is_caught(method: str) -> None:
     x = torch.randn(8, requires_grad=True)
     y = fast_tanh(x)
     y.add_(1)
@@ -66,12 +100,12 @@ def test_saved_output_modified_in_place_is_caught() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
-def test_other_dtypes_run_torch_tanh_exactly(dtype: torch.dtype) -> None:
+def test_other_dtypes_run_torch_tanh_exactly(dtype: torch.dtype, sigmoid: None) -> None:
     x = torch.randn(100).to(dtype)
     assert torch.equal(fast_tanh(x), torch.tanh(x))
 
 
-def test_no_grad_and_grad_free_inputs_skip_the_autograd_function() -> None:
+def test_no_grad_and_grad_free_inputs_skip_the_autograd_function(sigmoid: None) -> None:
     x = torch.randn(10, requires_grad=True)
     with torch.no_grad():
         assert fast_tanh(x).grad_fn is None
@@ -89,7 +123,7 @@ def test_module_is_an_nn_tanh_and_the_mlp_default() -> None:
     assert all(type(a) is nn.Tanh for a in plain.activations)
 
 
-def test_mlp_with_fast_tanh_matches_torch_tanh_mlp() -> None:
+def test_mlp_with_fast_tanh_matches_torch_tanh_mlp(method: str) -> None:
     torch.manual_seed(2)
     fast = MultiAgentMLP(5, 3, 4, num_cells=64)
     plain = MultiAgentMLP(5, 3, 4, num_cells=64, activation=nn.Tanh)
@@ -98,7 +132,7 @@ def test_mlp_with_fast_tanh_matches_torch_tanh_mlp() -> None:
     torch.testing.assert_close(fast(x), plain(x), rtol=0, atol=1e-5)
 
 
-def test_torch_func_transforms_run_through_it() -> None:
+def test_torch_func_transforms_run_through_it(method: str) -> None:
     torch.manual_seed(3)
     x = torch.randn(3, 4)
     exact = 1 - torch.tanh(x) ** 2
@@ -106,3 +140,66 @@ def test_torch_func_transforms_run_through_it() -> None:
     torch.testing.assert_close(grad, exact, rtol=0, atol=1e-6)
     jac = torch.func.jacrev(fast_tanh)(x[0])
     torch.testing.assert_close(jac, torch.diag(exact[0]), rtol=0, atol=1e-6)
+
+
+def test_torch_method_runs_torch_tanh_itself() -> None:
+    set_tanh_method("torch")
+    assert get_tanh_method() == "torch"
+    x = torch.randn(50, requires_grad=True)
+    assert type(fast_tanh(x).grad_fn).__name__ == "TanhBackward0"
+    assert torch.equal(Tanh()(x), torch.tanh(x))
+
+
+def test_auto_takes_the_sigmoid_route_only_where_mkl_runs_its_generic_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def rule(mkl: bool, machine: str, vendor: str | None) -> str:
+        monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
+        monkeypatch.setattr(activations.platform, "machine", lambda: machine)
+        monkeypatch.setattr(activations, "_cpu_vendor", lambda: vendor)
+        set_tanh_method("auto")
+        return get_tanh_method()
+
+    assert rule(True, "x86_64", "AuthenticAMD") == "sigmoid"
+    assert rule(True, "AMD64", "HygonGenuine") == "sigmoid"
+    assert rule(True, "x86_64", "GenuineIntel") == "torch"
+    assert rule(True, "x86_64", None) == "torch"  # unknown vendor: no guess
+    assert rule(False, "x86_64", "AuthenticAMD") == "torch"  # no MKL: torch's own tanh
+    assert rule(True, "aarch64", None) == "torch"
+
+
+def test_this_machines_vendor_is_read() -> None:
+    vendor = activations._cpu_vendor()
+    if os.path.exists("/proc/cpuinfo") and activations.platform.machine() == "x86_64":
+        assert vendor in ("GenuineIntel", "AuthenticAMD", "HygonGenuine", "CentaurHauls")
+    assert get_tanh_method() in ("torch", "sigmoid")
+
+
+@pytest.mark.parametrize("bad", ["fast", "", "TORCH "])
+def test_bad_methods_are_refused_and_change_nothing(bad: str) -> None:
+    set_tanh_method("sigmoid")
+    with pytest.raises(ValueError, match=r"the tanh method must be one of auto, torch, sigmoid"):
+        set_tanh_method(bad)
+    with pytest.raises(TypeError, match="must be a str, got int"):
+        set_tanh_method(1)  # type: ignore[arg-type]
+    assert get_tanh_method() == "sigmoid"
+
+
+def _method_in_subprocess(value: str) -> subprocess.CompletedProcess[str]:
+    code = "from marlkit.modules import get_tanh_method; print(get_tanh_method())"
+    env = {**os.environ, "MARLKIT_TANH": value}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_environment_variable_sets_the_method_of_a_new_process() -> None:
+    for value, expected in (("sigmoid", "sigmoid"), ("torch", "torch"), (" Torch", "torch")):
+        proc = _method_in_subprocess(value)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == expected
+    proc = _method_in_subprocess("auto")
+    assert proc.stdout.strip() == activations._auto_method()
+    proc = _method_in_subprocess("fastest")
+    assert proc.returncode != 0
+    assert "MARLKIT_TANH must be one of auto, torch, sigmoid; got 'fastest'" in proc.stderr

@@ -1,7 +1,8 @@
 """Neural modules for multi-agent policies, critics and mixers, as TensorDict modules: batched
-per-agent MLPs and GRUs (with a faster ``Tanh``), action distributions, probabilistic and
-Q-value actors, epsilon-greedy and Gaussian exploration, state-value and state-action-value
-critics, tanh bounds, value normalisation, and the VDN / QMIX mixers.
+per-agent MLPs and GRUs (with a ``Tanh`` that takes this machine's faster route), action
+distributions, probabilistic and Q-value actors, epsilon-greedy and Gaussian exploration,
+state-value and state-action-value critics, tanh bounds, value normalisation, and the VDN /
+QMIX mixers.
 
 Every module reads and writes group keys (``(group, "observation")`` ``[*B, n_agents, obs]``,
 ``(group, "action")``, ``(group, "state_value")`` ``[*B, n_agents, 1]``, ...); see
@@ -11,7 +12,7 @@ Every module reads and writes group keys (``(group, "observation")`` ``[*B, n_ag
 
 from __future__ import annotations
 
-from marlkit.modules.activations import Tanh, fast_tanh
+from marlkit.modules.activations import Tanh, fast_tanh, get_tanh_method, set_tanh_method
 from marlkit.modules.actors import NormalParamExtractor, ProbabilisticActor, distribution_keys
 from marlkit.modules.continuous import AdditiveGaussian, StateActionValueCritic, TanhBounds
 from marlkit.modules.critics import StateValueCritic, ValueNorm
@@ -45,6 +46,8 @@ __all__ = [
     "ValueNorm",
     "distribution_keys",
     "fast_tanh",
+    "get_tanh_method",
     "recurrent_mode",
     "set_recurrent_mode",
+    "set_tanh_method",
 ]
