@@ -39,7 +39,9 @@ Sections (``--only NAME``, repeatable; default all):
   and ``Q_tot'`` under no_grad, the mean team reward, ``y = r + gamma (1 - terminated) Q_tot'``,
   the squared-error loss, ``|Q_tot - y|`` per sample, backward, ``Adam.step`` and the Polyak
   update of every target tensor. The minibatch is fixed (no replay sampling on either side).
-  Target: marlkit <= 1.2x the plain step.
+  Target: marlkit <= 1.2x the plain step. With ``--torchrl-python PY``, a ``torchrl`` side runs
+  the same step through TorchRL's ``QMixerLoss`` in that Python, one subprocess per round
+  (``benchmarks/peers/torchrl_qmix_step.py``).
 
 Sides alternate round by round; times are medians, ratios the medians of per-round ratios.
 
@@ -83,7 +85,7 @@ from marlkit.modules import (
     set_tanh_method,
 )
 from marlkit.objectives import ClipPPOLoss, QMixerLoss, SoftUpdate
-from peers.ppo_step_spec import (
+from peers.step_spec import (
     ACT,
     CELLS,
     CLIP,
@@ -92,10 +94,21 @@ from peers.ppo_step_spec import (
     MAX_GRAD_NORM,
     N_AGENTS,
     OBS,
+    QMIX_ACTIONS,
+    QMIX_AGENTS,
+    QMIX_BATCH,
+    QMIX_EMBED,
+    QMIX_GAMMA,
+    QMIX_HIDDEN,
+    QMIX_LR,
+    QMIX_OBS,
+    QMIX_STATE,
+    QMIX_TAU,
     minibatch,
+    qmix_minibatch,
 )
 
-PEER = pathlib.Path(__file__).resolve().parent / "peers" / "torchrl_ppo_step.py"
+PEERS = pathlib.Path(__file__).resolve().parent / "peers"
 
 
 # --- section: mappo -------------------------------------------------------------------------------
@@ -201,10 +214,10 @@ def _with_tanh(method: str, step: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
-def _torchrl_round(python: str, adam: str, args: argparse.Namespace) -> Callable[[], float]:
-    """One round of the TorchRL peer (a subprocess of ``python``): its seconds per step."""
-    cmd = [python, str(PEER), "--round-seconds", str(args.round_seconds)]
-    cmd += ["--threads", str(args.threads), "--adam", adam]
+def _peer_round(python: str, script: str, options: list[str], key: str) -> Callable[[], float]:
+    """One round of a TorchRL peer (``benchmarks/peers/<script>`` run by ``python``, a
+    subprocess): the first value of its JSON's ``key``."""
+    cmd = [python, str(PEERS / script), *options]
 
     def run() -> float:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -213,7 +226,7 @@ def _torchrl_round(python: str, adam: str, args: argparse.Namespace) -> Callable
                 f"the TorchRL peer failed ({' '.join(cmd)}; --torchrl-python must be a Python "
                 f"with torchrl installed):\n{proc.stderr[-2000:]}"
             )
-        return float(json.loads(proc.stdout.strip().splitlines()[-1])["seconds_per_step"][0])
+        return float(json.loads(proc.stdout.strip().splitlines()[-1])[key][0])
 
     return run
 
@@ -236,7 +249,13 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
     }
     peers = ("torchrl", "torchrl_default_adam") if args.torchrl_python else ()
     for name, adam in zip(peers, ("fused", "default")):
-        rounds[name] = _torchrl_round(args.torchrl_python, adam, args)
+        options = ["--round-seconds", str(args.round_seconds), "--threads", str(args.threads)]
+        rounds[name] = _peer_round(
+            args.torchrl_python,
+            "torchrl_ppo_step.py",
+            [*options, "--adam", adam],
+            "seconds_per_step",
+        )
     times = alternate(rounds, args.rounds)
     set_tanh_method(auto)
     out: dict[str, Any] = {
@@ -293,34 +312,6 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- qmix
-QMIX_BATCH, QMIX_AGENTS, QMIX_OBS, QMIX_ACTIONS, QMIX_STATE = 400, 3, 10, 5, 18
-QMIX_HIDDEN, QMIX_EMBED, QMIX_GAMMA, QMIX_TAU, QMIX_LR = 256, 32, 0.99, 0.005, 5e-4
-
-
-def _qmix_minibatch(seed: int = 0) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    b, n = QMIX_BATCH, QMIX_AGENTS
-
-    def step() -> TensorDict:
-        return TensorDict(
-            {
-                "agents": TensorDict(
-                    {"observation": torch.randn(b, n, QMIX_OBS, generator=g)}, [b, n]
-                ),
-                "state": torch.randn(b, QMIX_STATE, generator=g),
-            },
-            [b],
-        )
-
-    td = step()
-    td["agents", "action"] = torch.randint(QMIX_ACTIONS, (b, n), generator=g)
-    nxt = step()
-    nxt["agents", "reward"] = torch.randn(b, n, 1, generator=g)
-    nxt["terminated"] = torch.rand(b, 1, generator=g) < 0.05
-    td["next"] = nxt
-    return td
-
-
 def _qmix_networks() -> tuple[nn.Sequential, QMixer]:
     torch.manual_seed(0)
     q_net = nn.Sequential(
@@ -400,7 +391,7 @@ def _ms_per_step(step: Callable[[], None], steps: int) -> float:
 
 
 def bench_qmix(args: argparse.Namespace) -> dict[str, Any]:
-    batch = _qmix_minibatch()
+    batch = qmix_minibatch()
     q_net, mixer = _qmix_networks()
     sides = {
         "marlkit": _qmix_marlkit(copy.deepcopy(q_net), copy.deepcopy(mixer), batch.clone()),
@@ -412,11 +403,28 @@ def bench_qmix(args: argparse.Namespace) -> dict[str, Any]:
         )
     for step in sides.values():  # warm-up (and the compilation)
         _ms_per_step(step, 5)
-    rounds = alternate(
-        {name: functools.partial(_ms_per_step, step, args.steps) for name, step in sides.items()},
-        args.rounds,
-    )
+    measure: dict[str, Callable[[], float]] = {
+        name: functools.partial(_ms_per_step, step, args.steps) for name, step in sides.items()
+    }
+    if args.torchrl_python:
+        options = ["--steps", str(args.steps), "--threads", str(args.threads)]
+        measure["torchrl"] = _peer_round(
+            args.torchrl_python, "torchrl_qmix_step.py", options, "ms_per_step"
+        )
+    rounds = alternate(measure, args.rounds)
     ratios = [a / b for a, b in zip(rounds["marlkit"], rounds["plain"])]
+    peer: dict[str, Any] = {}
+    if args.torchrl_python:
+        peer = {
+            "torchrl_does": "the same step through TorchRL's QMixerLoss (QValueModule, QMixer "
+            "over the state, delay_value, TD(0)) and SoftUpdate with Adam(fused=True), on the "
+            "same minibatch and network sizes; in --torchrl-python, one process per round "
+            "(benchmarks/peers/torchrl_qmix_step.py)",
+            "torchrl_ms_per_step": statistics.median(rounds["torchrl"]),
+            "marlkit_over_torchrl": statistics.median(
+                a / b for a, b in zip(rounds["marlkit"], rounds["torchrl"])
+            ),
+        }
     compiled: dict[str, Any] = {}
     if args.compile:
         compiled = {
@@ -448,6 +456,7 @@ def bench_qmix(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": ratios,
         "target": {"marlkit_over_plain": 1.2},
         **compiled,
+        **peer,
     }
 
 
@@ -465,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--torchrl-python",
         default=None,
-        help="a Python with TorchRL installed: also time TorchRL's step (mappo)",
+        help="a Python with TorchRL installed: also time TorchRL's steps (mappo, qmix)",
     )
     return run_sections("losses", SECTIONS, parser.parse_args(argv))
 

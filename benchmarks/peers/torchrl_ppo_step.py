@@ -24,7 +24,7 @@ import json
 import time
 
 import torch
-from ppo_step_spec import (  # this folder: the marlkit side's sizes, settings and minibatch
+from step_spec import (  # this folder: the marlkit side's sizes, settings and minibatch
     ACT,
     CELLS,
     CLIP,
