@@ -16,7 +16,7 @@ namespace py = pybind11;
 #endif
 
 // Bumped whenever a binding's signature changes; the Python loader checks it.
-static constexpr int kAbiVersion = 2;
+static constexpr int kAbiVersion = 3;
 
 // --- section: particles (bind_particles) ---------------------------------------------------
 #include "marlkit/lidar.h"
@@ -807,6 +807,7 @@ outside [0, 255], a non-positive size or half_extent.)doc");
 
 // --- section: gather (bind_gather) -------------------------------------------------------------
 #include "marlkit/gather.h"
+#include "marlkit/memory.h"
 
 namespace gather_bind {
 
@@ -888,6 +889,21 @@ row as their source. Rows are prefetched ahead of the copy (many cache misses in
 large batches are split over the kernel threads (see set_num_threads); the GIL is released.
 Raises IndexError (naming the index and its position) before copying anything when an index is
 outside [0, rows); TypeError / ValueError on wrong dtypes, shapes or counts.)doc");
+  m.def(
+      "advise_huge_pages",
+      [](const py::array& array) -> std::size_t {
+        if (!(array.flags() & py::array::c_style) || !array.writeable()) {
+          throw std::invalid_argument("advise_huge_pages: the array must be C-contiguous and "
+                                      "writeable");
+        }
+        return marlkit::advise_huge_pages(const_cast<void*>(array.data()),
+                                          static_cast<std::size_t>(array.nbytes()));
+      },
+      py::arg("array"),
+      R"doc(Advise the kernel to back the array's whole 2 MiB pages with transparent huge pages
+(Linux madvise MADV_HUGEPAGE); returns the bytes advised (0: no whole huge page in it, not
+Linux, or no THP). Pages touched before the advice keep their 4 KiB pages: advise a fresh
+allocation, then write it.)doc");
 }
 // --- end section: gather -----------------------------------------------------------------------
 

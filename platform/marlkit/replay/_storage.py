@@ -22,6 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from marlkit._utils import check_int
 from marlkit.native.gather import gather_rows
+from marlkit.native.memory import zeros
 
 __all__ = ["MemmapStorage", "Storage", "TensorStorage"]
 
@@ -204,9 +205,15 @@ class TensorStorage(Storage):
 
 
 def _zeros_like(like: TensorDictBase, capacity: int, device: torch.device) -> TensorDictBase:
+    """Zeroed slots ``[capacity]`` for the leaves of ``like``; on the CPU on huge pages where
+    Linux offers them (:mod:`marlkit.native.memory`: samples read rows at random)."""
     out = TensorDict(batch_size=[capacity], device=device)
     for key, value in like.items(True, True):
-        out.set(key, torch.zeros((capacity, *value.shape[1:]), dtype=value.dtype, device=device))
+        shape = (capacity, *value.shape[1:])
+        if device.type == "cpu":
+            out.set(key, zeros(shape, value.dtype))
+        else:
+            out.set(key, torch.zeros(shape, dtype=value.dtype, device=device))
     return out
 
 
