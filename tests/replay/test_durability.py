@@ -49,8 +49,10 @@ while True:
 
 
 def run_and_kill(tmp_path: Path, storage: str, args: list[int], dumps: int) -> int:
-    """Start a training script, SIGKILL it at a random moment after ``dumps`` completed dumps;
-    returns the item count of the last one it reported."""
+    """Start a training script, SIGKILL it at a random moment within the three iterations after
+    ``dumps`` completed dumps (an iteration: the time between the last two reports, so the kill
+    lands in the work on a fast machine too, not in the final sleep); returns the item count of
+    the last dumps it reported."""
     make = {
         "MemmapStorage": "MemmapStorage(capacity, live)",
         "TensorStorage": "TensorStorage(capacity)",
@@ -62,13 +64,15 @@ def run_and_kill(tmp_path: Path, storage: str, args: list[int], dumps: int) -> i
         [*cmd, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:
         assert proc.stdout is not None
-        last = 0
+        last, seen = 0, []
         try:
             for _ in range(dumps):
                 line = proc.stdout.readline()
                 assert line, proc.stderr.read() if proc.stderr else "no output"
                 last = json.loads(line)["dumped"]
-            time.sleep(random.uniform(0.0, 0.3))
+                seen.append(time.monotonic())
+            iteration = seen[-1] - seen[-2] if len(seen) > 1 else 0.1
+            time.sleep(random.uniform(0.0, 3 * iteration))
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
             # A dumps that completed between our last read and the kill counts too.
