@@ -148,7 +148,8 @@ def _marlkit_step(
         actor, critic, clip_epsilon=CLIP, entropy_coef=ENTROPY_COEF, critic_coef=CRITIC_COEF
     )
     run: Any = torch.compile(loss) if compiled else loss
-    optim = torch.optim.Adam(loss.parameters(), lr=3e-4, fused=True)
+    params = list(loss.parameters())  # as the training script: the list built once
+    optim = torch.optim.Adam(params, lr=3e-4, fused=True)
     data = minibatch()
 
     def step() -> None:
@@ -156,7 +157,7 @@ def _marlkit_step(
         total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
         optim.zero_grad(set_to_none=True)
         total.backward()
-        torch.nn.utils.clip_grad_norm_(loss.parameters(), MAX_GRAD_NORM)
+        torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optim.step()
 
     return step

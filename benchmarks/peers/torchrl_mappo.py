@@ -125,7 +125,9 @@ def main() -> None:
     )
     loss.make_value_estimator(ValueEstimators.GAE, gamma=0.99, lmbda=0.9)
     gae = loss.value_estimator
-    optim = torch.optim.Adam(loss.parameters(), 3e-4)
+    # The parameter list built once, as marlkit's script does (not a module walk per step).
+    params = list(loss.parameters())
+    optim = torch.optim.Adam(params, 3e-4)
     collect_s = train_s = 0.0
     reward, curve = float("nan"), []
     tick = time.perf_counter()
@@ -149,7 +151,7 @@ def main() -> None:
                 terms = loss(buffer.sample())
                 total = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
                 total.backward()
-                torch.nn.utils.clip_grad_norm_(loss.parameters(), 1.0)
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
                 optim.step()
                 optim.zero_grad()
         collector.update_policy_weights_()

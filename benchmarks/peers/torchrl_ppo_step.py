@@ -100,7 +100,8 @@ def make_step(fused: bool):  # type: ignore[no-untyped-def]
         advantage=("agents", "advantage"),
         value_target=("agents", "value_target"),
     )
-    optim = torch.optim.Adam(loss.parameters(), lr=3e-4, fused=fused or None)
+    params = list(loss.parameters())  # built once, as on marlkit's side
+    optim = torch.optim.Adam(params, lr=3e-4, fused=fused or None)
     data = minibatch()
 
     def step() -> None:
@@ -108,7 +109,7 @@ def make_step(fused: bool):  # type: ignore[no-untyped-def]
         total = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
         optim.zero_grad(set_to_none=True)
         total.backward()
-        torch.nn.utils.clip_grad_norm_(loss.parameters(), MAX_GRAD_NORM)
+        torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optim.step()
 
     return step

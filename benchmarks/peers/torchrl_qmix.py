@@ -120,7 +120,9 @@ def main() -> None:
     )
     loss.make_value_estimator(ValueEstimators.TD0, gamma=0.9)
     updater = SoftUpdate(loss, eps=1 - 0.005)
-    optim = torch.optim.Adam(loss.parameters(), 3e-4)
+    # The parameter list built once, as marlkit's script does (not a module walk per step).
+    params = list(loss.parameters())
+    optim = torch.optim.Adam(params, 3e-4)
     collect_s = train_s = 0.0
     curve = []
     tick = time.perf_counter()
@@ -141,7 +143,7 @@ def main() -> None:
             for _ in range(frames_per_batch // minibatch):
                 terms = loss(buffer.sample())
                 terms["loss"].backward()
-                torch.nn.utils.clip_grad_norm_(loss.parameters(), 10.0)
+                torch.nn.utils.clip_grad_norm_(params, 10.0)
                 optim.step()
                 optim.zero_grad()
                 updater.step()

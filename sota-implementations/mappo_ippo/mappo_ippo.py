@@ -118,13 +118,14 @@ def train_group(
     """``epochs`` passes of ``minibatches`` PPO steps over ``buffer`` (one batch, sampled
     without replacement); returns the last step's loss terms and gradient norm. ``loss``: a
     ``ClipPPOLoss``, or ``torch.compile`` of one (the same parameters)."""
+    params = list(loss.parameters())  # once: walking the modules each step costs ~0.1 ms
     for _ in range(epochs):
         for _ in range(minibatches):
             terms = loss(buffer.sample())
             total = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
             optim.zero_grad()
             total.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(loss.parameters(), max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             optim.step()
     return {**{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item()}
 
