@@ -3,6 +3,9 @@ bad input refused with the buffer unchanged, and state that restores exactly."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -340,3 +343,29 @@ def test_group_buffers_hold_each_groups_subtree_and_the_root_keys() -> None:
     with pytest.raises(TypeError, match=r"group 'prey': extend: .* has dtype torch.float64"):
         buffers.extend(bad)
     assert buffers.lengths() == before  # neither group written
+
+
+def test_memmap_storage_allocates_no_ram_and_sparse_files(tmp_path: Path) -> None:
+    # 2.56 GB of slots: allocating them must take neither RAM nor disk until items are written
+    code = f"""
+import json, resource, torch
+from tensordict import TensorDict
+from marlkit.replay import MemmapStorage, ReplayBuffer
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rb = ReplayBuffer(MemmapStorage(20_000_000, {str(tmp_path / "big")!r}))
+rb.extend(TensorDict({{"obs": torch.ones(10, 32), "n": torch.arange(10)}}, [10]))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+data = rb.storage.data
+ok = bool(data["obs"][:10].eq(1).all() and data["obs"][10:1000].eq(0).all())
+print(json.dumps({{"rss_kb": after - before, "ok": ok, "shape": list(data["obs"].shape)}}))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["ok"] and result["shape"] == [20_000_000, 32]
+    assert result["rss_kb"] < 100_000  # not the 2.56 GB of slots
+    used = sum(f.stat().st_blocks * 512 for f in (tmp_path / "big").rglob("*.memmap"))
+    assert used < 50_000_000  # sparse files: only the written pages take disk
+    reopened = ReplayBuffer(MemmapStorage.open(tmp_path / "big"))
+    assert len(reopened) == 10 and reopened[9]["n"].item() == 9

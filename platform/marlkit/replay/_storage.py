@@ -261,7 +261,14 @@ class MemmapStorage(Storage):
         return storage
 
     def _allocate(self, like: TensorDictBase) -> TensorDictBase:
-        return _zeros_like(like, self.capacity, torch.device("cpu")).memmap_(self.path / "data")
+        # Contentless memory maps: zero-stride placeholders give memmap_like the shapes and
+        # dtypes without allocating them, and the new files are sparse and read as zeros, so
+        # no RAM (and little disk) is taken before items are written.
+        shapes = TensorDict(batch_size=[self.capacity])
+        for key, value in like.items(True, True):
+            placeholder = torch.zeros((), dtype=value.dtype)
+            shapes.set(key, placeholder.expand(self.capacity, *value.shape[1:]))
+        return shapes.memmap_like(self.path / "data")
 
     def _written(self) -> None:
         meta = {"capacity": self.capacity, "len": self._len, "allocated": self._data is not None}
