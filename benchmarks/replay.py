@@ -110,7 +110,8 @@ def bench_prioritized(args: argparse.Namespace) -> dict[str, Any]:
         "batch": BATCH,
         "item": "observation [32] float32, action [4] float32, reward [1] float32",
         "work": "both: ReplayBuffer.sample(4096) (indices, importance weights, items gathered "
-        "from a TensorStorage) then update_priority(index, 4096 priorities), with the same "
+        "from a TensorStorage, its slots on transparent huge pages where Linux offers them, "
+        "alike on both sides) then update_priority(index, 4096 priorities), with the same "
         "checks (index range, finite priorities >= 0) and the same (p + eps) ** alpha into a "
         "sum and a min tree; native: the trees of marlkit._C, each step one kernel call "
         "(prioritized_sample, prioritized_update); torch: the same sampler on the trees' torch "
@@ -177,7 +178,8 @@ def bench_gather(args: argparse.Namespace) -> dict[str, Any]:
         "batch": BATCH,
         "work": "both: the rows at 4096 fresh random indices of observation [32], action [4] "
         "and reward [1] float32 into new tensors; native: one gather_rows kernel call "
-        "(prefetching); torch: index_select per key",
+        "(prefetching); torch: index_select per key; both read the same TensorStorage tensors "
+        "(on transparent huge pages where Linux offers them)",
         "native_calls_per_s": statistics.median(rounds["native"]),
         "torch_calls_per_s": statistics.median(rounds["torch"]),
         "native_over_torch": statistics.median(ratios),
