@@ -5,7 +5,8 @@ Sections (``--only NAME``, repeatable; default all):
 
 * ``mappo``: one MAPPO gradient step on a minibatch of 400, 3 agents, observation 18 and
   action 2 per agent; actor ``MultiAgentMLP`` 2x256 Tanh -> ``TanhNormal``, centralised critic
-  ``MultiAgentMLP`` 2x256 Tanh (shared parameters); Adam (``fused=True``, as the training
+  ``MultiAgentMLP`` 2x256 Tanh, both with parameters shared by the agents (as the MAPPO recipe
+  and the TorchRL peer); Adam (``fused=True``, as the training
   scripts use it), grad-norm clip 1.0.
 
   - ``marlkit``: ``ClipPPOLoss`` on a TensorDict minibatch (advantage normalisation, clipped
@@ -119,7 +120,9 @@ def _networks(
 ) -> tuple[ProbabilisticActor, StateValueCritic]:
     torch.manual_seed(0)
     net = torch.nn.Sequential(
-        MultiAgentMLP(OBS, 2 * ACT, N_AGENTS, num_cells=CELLS, activation=activation),
+        MultiAgentMLP(  # shared, as the MAPPO recipe and the TorchRL peer
+            OBS, 2 * ACT, N_AGENTS, share_params=True, num_cells=CELLS, activation=activation
+        ),
         NormalParamExtractor(),
     )
     actor = ProbabilisticActor(net, group="agents", distribution_class=TanhNormal)
@@ -283,7 +286,7 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
                 else {}
             ),
             "marlkit_in_major": "marlkit's step with the output layers' weights stored "
-            "in-major ([3, 256, 4] and [1, 256, 1] contiguous) instead of StackedLinear's "
+            "in-major ([1, 256, 4] and [1, 256, 1] contiguous) instead of StackedLinear's "
             "out-major default below 16 outputs: what the weight layout saves",
         },
         "tanh_method": auto,
