@@ -5,7 +5,10 @@ features per agent, 2 hidden layers of 256 Tanh, 4 outputs, a batch of 1024, for
 {4, 32, 256}.
 
 * ``batched``: :class:`marlkit.modules.MultiAgentMLP` (``share_params=False``): one batched
-  matmul per layer for every agent.
+  matmul per layer for each group of agents (``agents_per_group`` in the JSON: all of them
+  unless a group's widest activation would pass ``MultiAgentMLP.cpu_group_bytes``).
+* ``batched_one_call``: the same module with ``cpu_group_bytes = 0``, every agent in one
+  batched matmul per layer (``ratio_batched_one_call_over_batched``: what the groups save).
 * ``loop``: ``n_agents`` ``nn.Sequential`` MLPs of the same sizes, called one after the other on
   each agent's slice, outputs stacked: the plain-PyTorch way.
 
@@ -65,9 +68,16 @@ def bench(n_agents: int, cells: int, batch: int, rounds: int, seconds: float) ->
     nets = [mlp.agent_network(i) for i in range(n_agents)]  # the same weights
     x = torch.randn(batch, n_agents, IN)
 
+    one_call = copy.deepcopy(mlp)
+    one_call.cpu_group_bytes = 0  # every agent in one batched call, as before the groups
+
     def batched() -> None:
         mlp.zero_grad(set_to_none=True)
         mlp(x).sum().backward()
+
+    def batched_one_call() -> None:
+        one_call.zero_grad(set_to_none=True)
+        one_call(x).sum().backward()
 
     def loop() -> None:
         for net in nets:
@@ -77,12 +87,18 @@ def bench(n_agents: int, cells: int, batch: int, rounds: int, seconds: float) ->
     torch.testing.assert_close(
         mlp(x), torch.stack([n(x[:, i]) for i, n in enumerate(nets)], 1), rtol=1e-4, atol=1e-5
     )
-    times = alternate({"loop": loop, "batched": batched}, rounds, seconds)
+    sides = {"loop": loop, "batched": batched, "batched_one_call": batched_one_call}
+    times = alternate(sides, rounds, seconds)
+    one_call_ratio = summary(times, "batched_one_call", "batched")
     return {
         "n_agents": n_agents,
         "num_cells": cells,
         "batch": batch,
+        "agents_per_group": mlp.agents_per_group(batch),
         **summary(times, "loop", "batched"),
+        "ratio_batched_one_call_over_batched": one_call_ratio[
+            "ratio_batched_one_call_over_batched"
+        ],
     }
 
 
@@ -224,7 +240,11 @@ def main() -> None:
         "benchmark": "modules",
         "computes": {
             "batched": "MultiAgentMLP(16, 4, n_agents, num_cells=cells, depth=2, Tanh) forward "
-            "+ backward on [batch, n_agents, 16], independent params",
+            "+ backward on [batch, n_agents, 16], independent params; one batched matmul per "
+            "layer for each group of agents_per_group agents (all of them unless a group's "
+            "widest activation would pass MultiAgentMLP.cpu_group_bytes)",
+            "batched_one_call": "the same MultiAgentMLP with cpu_group_bytes=0: every agent "
+            "in one batched matmul per layer (what the groups save)",
             "loop": "the same maths as n_agents nn.Sequential MLPs called in a Python loop "
             "(the same marlkit Tanh, by this machine's tanh method: tanh_method)",
             "activation": "torch.nn.Tanh (torch.tanh: MKL's vsTanh on x86 builds) vs "

@@ -36,6 +36,45 @@ def test_matches_per_agent_loop(share_params: bool, centralised: bool, batch: tu
     torch.testing.assert_close(out, loop_reference(mlp, x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("centralised", [False, True])
+@pytest.mark.parametrize("batch", [(24,), (4, 6)])
+def test_groups_of_agents_give_the_same_values_and_gradients(
+    centralised: bool, batch: tuple
+) -> None:
+    torch.manual_seed(0)
+    whole = MultiAgentMLP(4, 3, 5, centralised=centralised, num_cells=[16, 2])
+    whole.cpu_group_bytes = 0
+    grouped = copy.deepcopy(whole)
+    rows = 24  # the product of the batch dims; widest layer 16 (or 20 inputs when centralised)
+    grouped.cpu_group_bytes = 2 * rows * (20 if centralised else 16) * 4  # two agents a group
+    assert whole.agents_per_group(rows) == 5 and grouped.agents_per_group(rows) == 2
+    x = torch.randn(*batch, 5, 4)
+    torch.testing.assert_close(grouped(x), whole(x), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grouped(x), loop_reference(grouped, x), rtol=1e-5, atol=1e-6)
+    target = torch.randn(*batch, 5, 3)
+    for mlp in (whole, grouped):
+        ((mlp(x) - target) ** 2).sum().backward()
+    for (name, a), b in zip(whole.named_parameters(), grouped.parameters()):
+        assert b.grad is not None and a.grad is not None, name
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_agents_per_group_rule() -> None:
+    mlp = MultiAgentMLP(16, 4, 32, num_cells=256)
+    assert mlp.cpu_group_bytes == 2 << 20
+    assert mlp.agents_per_group(32) == 32  # a rollout's batch: every agent in one call
+    assert MultiAgentMLP(16, 4, 256, num_cells=256).agents_per_group(255) == 256  # rows < width
+    assert mlp.agents_per_group(1024) == 2  # 1024 rows x 256 floats: 1 MiB an agent
+    assert mlp.agents_per_group(10**6) == 1
+    assert mlp.agents_per_group(1024, torch.device("meta")) == 32  # not CPU: one call
+    shared = MultiAgentMLP(16, 4, 32, share_params=True, num_cells=256)
+    assert shared.agents_per_group(10**6) == 1  # one stack
+    for bad in (-1, 1.5, True):
+        mlp.cpu_group_bytes = bad  # type: ignore[assignment]
+        with pytest.raises(ValueError, match="cpu_group_bytes must be an int >= 0, got"):
+            mlp(torch.zeros(1024, 32, 16))
+
+
 def test_hand_built_sequentials_match() -> None:
     # Independent reference: nn.Sequentials built here, their weights copied into the stacks.
     torch.manual_seed(1)

@@ -123,6 +123,16 @@ class MultiAgentMLP(nn.Module):
     Shapes:
         input ``[*B, n_agents, n_agent_inputs]`` -> output ``[*B, n_agents, n_agent_outputs]``.
 
+    On CPU, independent agents run in groups of agents (one batched call per layer and group)
+    sized so that a group's widest activation fits in :attr:`cpu_group_bytes`: one layer's
+    output is then still in cache when the next layer and the activation read it, and no
+    activation is so large that the C allocator hands it back to the kernel when freed (glibc
+    does that above 32 MiB, and every forward would pay the page faults again). At a rollout's
+    batch all agents run in one call (groups apply only when the rows outnumber the widest
+    layer's width, since splitting costs one copy of the weight gradients); at a training batch
+    of 1024 rows and width 256 a group holds two agents (``benchmarks/modules.py``). The groups
+    compute the same values.
+
     Raises:
         ValueError: a bad size; at call time, an input of another shape.
 
@@ -133,6 +143,11 @@ class MultiAgentMLP(nn.Module):
         >>> mlp(torch.zeros(5, 7, 3, 4)).shape
         torch.Size([5, 7, 3, 2])
     """
+
+    #: on CPU, the most bytes a group of independent agents' widest activation may take
+    #: (``0``: every agent in one call, as on other devices); a class attribute, set it on an
+    #: instance to tune one network
+    cpu_group_bytes: int = 2 << 20
 
     def __init__(
         self,
@@ -169,6 +184,47 @@ class MultiAgentMLP(nn.Module):
             StackedLinear(self.n_stacks, a, b, device=device) for a, b in itertools.pairwise(sizes)
         )
         self.activations = nn.ModuleList(activation() for _ in cells)
+        self._widest = max(sizes)
+
+    def agents_per_group(self, rows: int, device: torch.device | str = "cpu") -> int:
+        """How many agents' stacks one batched call computes for an input of ``rows`` rows
+        (the product of the batch dims) on ``device``: all of them, except for independent
+        agents on CPU whose widest activation would take more than :attr:`cpu_group_bytes`.
+
+        Raises:
+            ValueError: :attr:`cpu_group_bytes` is not an int >= 0.
+        """
+        limit = self.cpu_group_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"cpu_group_bytes must be an int >= 0, got {limit!r}")
+        if self.n_stacks == 1 or not limit or torch.device(device).type != "cpu":
+            return self.n_stacks
+        if rows < self._widest:  # an agent's activations smaller than its weights: the groups'
+            return self.n_stacks  # one copy of the weight gradients would cost more than they save
+        per_stack = rows * self._widest * cast(StackedLinear, self.layers[0]).weight.element_size()
+        return min(self.n_stacks, max(1, limit // max(per_stack, 1)))
+
+    def _layers(self, h: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i < len(self.activations):
+                h = self.activations[i](h)
+        return h
+
+    def _grouped_layers(self, h: torch.Tensor, group: int) -> torch.Tensor:
+        """:meth:`_layers` over groups of ``group`` stacks; the parameters are split (not
+        indexed) so that autograd gathers each parameter's gradient in one piece."""
+        layers = [cast(StackedLinear, layer) for layer in self.layers]
+        weights = [layer.weight.split(group) for layer in layers]
+        biases = [layer.bias.split(group) for layer in layers]
+        outs = []
+        for k, part in enumerate(h.split(group)):
+            for i in range(len(layers)):
+                part = torch.baddbmm(biases[i][k], part, weights[i][k])
+                if i < len(self.activations):
+                    part = self.activations[i](part)
+            outs.append(part)
+        return torch.cat(outs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[*B, n_agents, n_agent_inputs]`` -> ``[*B, n_agents, n_agent_outputs]``."""
@@ -182,10 +238,8 @@ class MultiAgentMLP(nn.Module):
                 h = h.expand(n, rows, h.shape[-1])
         else:
             h = to_stacks(flat, self.n_stacks)
-        for i, layer in enumerate(self.layers):
-            h = layer(h)
-            if i < len(self.activations):
-                h = self.activations[i](h)
+        group = self.agents_per_group(rows, h.device)
+        h = self._layers(h) if group >= self.n_stacks else self._grouped_layers(h, group)
         if self.centralised and self.n_stacks == 1:  # one output, the same for every agent
             out = h.reshape(rows, 1, self.n_agent_outputs).expand(rows, n, self.n_agent_outputs)
         else:
