@@ -97,7 +97,13 @@ class StackedLinear(nn.Module):
             return torch.addmm(self.bias[0], x.reshape(-1, self.in_features), self.weight[0]).view(
                 *x.shape[:-1], self.out_features
             )
-        return torch.baddbmm(self.bias, x, self.weight)
+        return self.stacked(x, self.weight, self.bias)
+
+    @staticmethod
+    def stacked(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[S, N, in]`` through ``S`` stacks of ``weight`` ``[S, in, out]`` and
+        ``bias`` ``[S, 1, out]`` (a layer's parameters, or a slice of them)."""
+        return torch.baddbmm(bias, x, weight)
 
     def extra_repr(self) -> str:
         return f"n_stacks={self.n_stacks}, in={self.in_features}, out={self.out_features}"
@@ -204,9 +210,13 @@ class MultiAgentMLP(nn.Module):
         per_stack = rows * self._widest * cast(StackedLinear, self.layers[0]).weight.element_size()
         return min(self.n_stacks, max(1, limit // max(per_stack, 1)))
 
-    def _layers(self, h: torch.Tensor) -> torch.Tensor:
+    def _layers(
+        self, h: torch.Tensor, params: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None
+    ) -> torch.Tensor:
+        """The layers and activations over ``h``; with ``params``, each layer's ``(weight,
+        bias)`` for the stacks ``h`` holds (a group's slices) instead of the layer's own."""
         for i, layer in enumerate(self.layers):
-            h = layer(h)
+            h = layer(h) if params is None else StackedLinear.stacked(h, *params[i])
             if i < len(self.activations):
                 h = self.activations[i](h)
         return h
@@ -215,16 +225,9 @@ class MultiAgentMLP(nn.Module):
         """:meth:`_layers` over groups of ``group`` stacks; the parameters are split (not
         indexed) so that autograd gathers each parameter's gradient in one piece."""
         layers = [cast(StackedLinear, layer) for layer in self.layers]
-        weights = [layer.weight.split(group) for layer in layers]
-        biases = [layer.bias.split(group) for layer in layers]
-        outs = []
-        for k, part in enumerate(h.split(group)):
-            for i in range(len(layers)):
-                part = torch.baddbmm(biases[i][k], part, weights[i][k])
-                if i < len(self.activations):
-                    part = self.activations[i](part)
-            outs.append(part)
-        return torch.cat(outs)
+        per_layer = [zip(layer.weight.split(group), layer.bias.split(group)) for layer in layers]
+        groups = zip(h.split(group), zip(*per_layer))  # each: stacks, ((w, b) per layer)
+        return torch.cat([self._layers(part, params) for part, params in groups])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[*B, n_agents, n_agent_inputs]`` -> ``[*B, n_agents, n_agent_outputs]``."""
