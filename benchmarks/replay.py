@@ -58,16 +58,16 @@ def _items(n: int, start: int = 0) -> TensorDict:
     )
 
 
-def _filled(sampler: Any) -> tuple[ReplayBuffer, dict[str, float]]:
-    """A buffer of CAPACITY items, with the extend rates of its first fill and of a refill."""
-    rb = ReplayBuffer(TensorStorage(CAPACITY), sampler)
-    chunks = [_items(CHUNK, i) for i in range(CAPACITY // CHUNK)]
+def _filled(sampler: Any, capacity: int) -> tuple[ReplayBuffer, dict[str, float]]:
+    """A buffer of ``capacity`` items, with the extend rates of its first fill and a refill."""
+    rb = ReplayBuffer(TensorStorage(capacity), sampler)
+    chunks = [_items(CHUNK, i) for i in range(capacity // CHUNK)]
     rates = {}
     for phase in ("first_fill", "refill"):
         start = time.perf_counter()
         for chunk in chunks:
             rb.extend(chunk)
-        rates[f"extend_{phase}_items_per_s"] = CAPACITY / (time.perf_counter() - start)
+        rates[f"extend_{phase}_items_per_s"] = capacity / (time.perf_counter() - start)
     return rb, rates
 
 
@@ -94,7 +94,8 @@ def bench_prioritized(args: argparse.Namespace) -> dict[str, Any]:
     sides = {}
     extend: dict[str, dict[str, float]] = {}
     for name, backend in (("native", "native"), ("torch", "torch")):
-        rb, rates = _filled(PrioritizedSampler(CAPACITY, 0.6, 0.4, backend=backend, seed=0))
+        sampler = PrioritizedSampler(args.capacity, 0.6, 0.4, backend=backend, seed=0)
+        rb, rates = _filled(sampler, args.capacity)
         sides[name] = _prioritized_step(rb)
         extend[name] = rates
     rounds = alternate(
@@ -106,7 +107,7 @@ def bench_prioritized(args: argparse.Namespace) -> dict[str, Any]:
     )
     ratios = [a / b for a, b in zip(rounds["native"], rounds["torch"])]
     return {
-        "capacity": CAPACITY,
+        "capacity": args.capacity,
         "batch": BATCH,
         "item": "observation [32] float32, action [4] float32, reward [1] float32",
         "work": "both: ReplayBuffer.sample(4096) (indices, importance weights, items gathered "
@@ -131,15 +132,20 @@ def bench_prioritized(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def bench_uniform(args: argparse.Namespace) -> dict[str, Any]:
-    rb = ReplayBuffer(TensorStorage(CAPACITY), RandomSampler(seed=0))
-    for i in range(CAPACITY // CHUNK):
+def _filled_storage(capacity: int, sampler: Any = None) -> ReplayBuffer:
+    rb = ReplayBuffer(TensorStorage(capacity), sampler or RandomSampler(seed=0))
+    for i in range(capacity // CHUNK):
         rb.extend(_items(CHUNK, i))
+    return rb
+
+
+def bench_uniform(args: argparse.Namespace) -> dict[str, Any]:
+    rb = _filled_storage(args.capacity)
     rates = [
         _iterations_per_s(lambda: rb.sample(BATCH), args.round_seconds) for _ in range(args.rounds)
     ]
     return {
-        "capacity": CAPACITY,
+        "capacity": args.capacity,
         "batch": BATCH,
         "work": "ReplayBuffer.sample(4096): uniform indices, the items gathered",
         "samples_per_s": statistics.median(rates),
@@ -149,15 +155,13 @@ def bench_uniform(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_gather(args: argparse.Namespace) -> dict[str, Any]:
-    rb = ReplayBuffer(TensorStorage(CAPACITY))
-    for i in range(CAPACITY // CHUNK):
-        rb.extend(_items(CHUNK, i))
+    rb = _filled_storage(args.capacity)
     data = rb.storage.data
     assert data is not None
     leaves = [data.get(key) for key in data.keys(True, True)]
     generator = torch.Generator().manual_seed(0)
     # Fresh indices per call (1,024 sets of 4096 cover most of the buffer): rows are not cached.
-    indices = [torch.randint(0, CAPACITY, (BATCH,), generator=generator) for _ in range(1024)]
+    indices = [torch.randint(0, args.capacity, (BATCH,), generator=generator) for _ in range(1024)]
 
     def side(gather: Callable[..., Any]) -> Callable[[], float]:
         position = iter(range(10**12))
@@ -174,7 +178,7 @@ def bench_gather(args: argparse.Namespace) -> dict[str, Any]:
     )  # fmt: skip
     ratios = [a / b for a, b in zip(rounds["native"], rounds["torch"])]
     return {
-        "rows": CAPACITY,
+        "rows": args.capacity,
         "batch": BATCH,
         "work": "both: the rows at 4096 fresh random indices of observation [32], action [4] "
         "and reward [1] float32 into new tensors; native: one gather_rows kernel call "
@@ -196,16 +200,16 @@ def bench_memory(args: argparse.Namespace) -> dict[str, Any]:
     gc.collect()
     chunk = _items(CHUNK)
     before = _rss()
-    storage = TensorStorage(CAPACITY)
+    storage = TensorStorage(args.capacity)
     rb = ReplayBuffer(storage)
-    for _ in range(CAPACITY // CHUNK):
+    for _ in range(args.capacity // CHUNK):
         rb.extend(chunk)
     gc.collect()
     added = _rss() - before
     data = storage.data
     raw = 0 if data is None else sum(v.numel() * v.element_size() for v in data.values(True, True))
     return {
-        "items": CAPACITY,
+        "items": args.capacity,
         "raw_bytes": raw,
         "rss_added_bytes": added,
         "rss_over_raw": added / raw,
@@ -227,10 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--round-seconds", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
-    # memory first: a clean RSS
-    return run_sections(
-        "replay", SECTIONS, parser.parse_args(argv), ["memory", "prioritized", "uniform", "gather"]
+    parser.add_argument(
+        "--capacity", type=int, default=CAPACITY, help=f"items stored (a multiple of {CHUNK})"
     )
+    args = parser.parse_args(argv)
+    if args.capacity < CHUNK or args.capacity % CHUNK:
+        parser.error(f"--capacity must be a positive multiple of {CHUNK}, got {args.capacity}")
+    # memory first: a clean RSS
+    return run_sections("replay", SECTIONS, args, ["memory", "prioritized", "uniform", "gather"])
 
 
 if __name__ == "__main__":
