@@ -206,6 +206,7 @@ def main(cfg: DictConfig) -> None:
         eval_steps=cfg.env.max_steps,
         eval_every=cfg.eval.every,
         video=cfg.eval.video,
+        video_envs=cfg.eval.video_envs,
         fps=cfg.eval.fps,
         checkpoint_every=cfg.checkpoint.every,
         keep=cfg.checkpoint.keep,

@@ -204,7 +204,7 @@ def test_summarise_run_writes_the_summary_curve_and_video(tmp_path):
     rows = [{"step": i, "frames": 100.0 * i, "agents/episode_reward": 0.1 * i} for i in (1, 2)]
     out = summarise_run(tmp_path, env, actor, steps=6, rows=rows, fps=10, info={"algo": "x"})
     on_disk = json.loads((tmp_path / "summary.json").read_text())
-    assert on_disk == out and out["algo"] == "x"
+    assert on_disk == out and out["algo"] == "x" and out["eval_episodes"] == 2
     assert set(out["trained"]) == set(out["random"]) == {"agents/episode_reward", "episode_length"}
     assert out["improvement"]["agents/episode_reward"] == pytest.approx(
         out["trained"]["agents/episode_reward"] - out["random"]["agents/episode_reward"]
@@ -323,3 +323,45 @@ def test_evaluate_leaves_the_global_rng_alone():
     torch.manual_seed(3)
     evaluate(env, actor, steps=4, exploration="random")
     torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_video_envs_films_the_first_envs_and_the_metrics_cover_all(tmp_path):
+    from marlkit.collectors import Collector
+    from marlkit.record import TrainingRun
+
+    def tiled(indices, folder):  # the frame shape of a video of these envs, tiled
+        path = evaluate(
+            nav(num_envs=6, max_steps=5),
+            None,
+            steps=5,
+            video=tmp_path / folder / "v.mp4",
+            env_indices=indices,
+            tile=True,
+        ).video
+        return read_video(path)[0].shape[1:]
+
+    two, six = tiled([0, 1], "two"), tiled("all", "six")
+    assert two != six
+    collector = Collector(nav(num_envs=2, max_steps=5), None, frames_per_batch=10, total_frames=10)
+    run = TrainingRun(
+        tmp_path / "run",
+        eval_env=nav(num_envs=6, max_steps=5),
+        eval_steps=5,
+        video_envs=2,
+        backends=["csv"],
+    )
+    for batch in run.batches(collector):
+        run.end_iteration(batch, {}, policy=None, state=dict, frames=collector.frames)
+    assert run._evaluated is not None and run._evaluated[1].returns["agents"].shape == (6,)
+    assert read_video(tmp_path / "run" / "videos" / "eval-0001.mp4")[0].shape[1:] == two
+    summary = run.finish(None)
+    assert read_video(summary["video"])[0].shape[1:] == two
+    # more than the env has: every env
+    out = summarise_run(tmp_path / "all", nav(num_envs=6), None, steps=5, rows=[], video_envs=9)
+    assert read_video(out["video"])[0].shape[1:] == six
+    for bad, error in ((0, ValueError), (1.5, TypeError)):
+        with pytest.raises(error, match="video_envs must be an int >= 1 or None, got"):
+            TrainingRun(tmp_path / "bad", eval_env=nav(), eval_steps=5, video_envs=bad)
+        with pytest.raises(error, match="video_envs must be an int >= 1 or None, got"):
+            summarise_run(tmp_path / "bad", nav(), None, steps=5, rows=[], video_envs=bad)
+        assert not (tmp_path / "bad").exists()

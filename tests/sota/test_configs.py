@@ -88,3 +88,35 @@ def test_the_mpe_qmix_recipe_runs(tmp_path):
     info = summary(run_dir)
     assert info["env"] == "pettingzoo/mpe2.simple_spread_v3" and info["frames"] == 400
     assert info["trained"]["episode_length"] == 25.0
+
+
+def test_the_demo_recipe_evaluates_64_envs_and_films_4(tmp_path):
+    """``make demo``'s config, on the tiny budget: the summary's evaluation covers 64 envs,
+    ``rollout.mp4`` tiles the first 4 of them."""
+    import marlkit
+    from marlkit.record import evaluate, read_video
+
+    cfg = _compose("demo")
+    assert (cfg.eval.num_envs, cfg.eval.video_envs, cfg.env.kwargs.n_agents) == (64, 4, 4)
+    run_dir = tmp_path / "run"
+    demo_eval = ("eval.every=0", "eval.num_envs=64")  # TINY's eval.num_envs=2 undone
+    out = run("mappo_ippo", run_dir, (*BUDGET, *demo_eval), config="demo").stdout
+    assert f"outputs in {run_dir}/ (metrics.csv, reward.png, rollout.mp4, summary.json)" in out
+    info = summary(run_dir)
+    assert info["algorithm"] == "demo" and info["frames"] == 800
+    assert info["trained"]["episode_length"] == 25.0 and info["eval_episodes"] == 64
+    assert (
+        read_metrics(run_dir / "metrics.csv")[-1]["eval/agents/episode_reward"]
+        == (info["trained"]["agents/episode_reward"])
+    )
+    four = evaluate(
+        marlkit.make("navigation", num_envs=4, n_agents=4, seed=0),
+        None,
+        steps=1,
+        video=tmp_path / "four.mp4",
+        env_indices="all",
+        tile=True,
+    ).video
+    frames, _ = read_video(run_dir / "rollout.mp4")
+    assert frames.shape[0] == 27  # the reset, 25 steps, the auto-reset after the last
+    assert frames.shape[1:] == read_video(four)[0].shape[1:]

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._utils import check_int
 from marlkit.data.exploration import Exploration, set_exploration
 from marlkit.envs import EnvBase, TransformedEnv
 from marlkit.record.episodes import episode_returns, reward_groups
@@ -103,6 +104,19 @@ def evaluate(
     return Evaluation(metrics, returns, path, int(rollout.shape[-1]))
 
 
+def _filmed_envs(env: EnvBase, video_envs: int | None) -> list[int] | str:
+    """The ``env_indices`` that film the first ``video_envs`` envs of ``env`` (all of them
+    when it has fewer); ``"all"`` for ``None``.
+
+    Raises:
+        ValueError: ``video_envs`` below 1.
+    """
+    count = check_int("video_envs", video_envs, low=1, allow_none=True)
+    if count is None:
+        return "all"
+    return list(range(min(count, env.batch_size.numel())))
+
+
 def summarise_run(
     run_dir: str | os.PathLike[str],
     env: EnvBase,
@@ -111,6 +125,7 @@ def summarise_run(
     steps: int,
     rows: Sequence[Mapping[str, float]],
     video: bool = True,
+    video_envs: int | None = None,
     fps: float = 30.0,
     info: Mapping[str, Any] | None = None,
     trained: Evaluation | None = None,
@@ -130,6 +145,8 @@ def summarise_run(
         rows: the metrics logged so far (``CSVLogger.rows()``), with ``"frames"`` and
             ``"<group>/episode_reward"`` columns.
         video: film the trained policy.
+        video_envs: film only the first this many envs (:func:`_filmed_envs`); the metrics
+            cover every env.
         fps: the video's frames per second.
         info: more entries for the summary (the algorithm, the env, the frames, ...).
         trained: an evaluation of ``policy`` on ``env`` already made (a run's last iteration
@@ -139,11 +156,13 @@ def summarise_run(
 
     Returns:
         the summary: ``info``, ``"trained"`` and ``"random"`` (each :attr:`Evaluation.metrics`),
-        ``"improvement"`` (trained minus random, per metric), ``"video"`` and ``"curve"``
+        ``"improvement"`` (trained minus random, per metric), ``"eval_episodes"`` (the
+        episodes each evaluation averages: one per env of ``env``), ``"video"`` and ``"curve"``
         (paths or ``None``).
     """
     from marlkit.record.plot import plot_curves
 
+    filmed = _filmed_envs(env, video_envs)  # checked before anything is written
     folder = pathlib.Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     if trained is not None and video and trained.video is not None:
@@ -155,7 +174,7 @@ def summarise_run(
             policy,
             steps=steps,
             video=folder / "rollout.mp4" if video else None,
-            env_indices="all",
+            env_indices=filmed,
             tile=True,
             fps=fps,
         )
@@ -173,6 +192,7 @@ def summarise_run(
             for k, v in trained.metrics.items()
             if k.endswith("episode_reward") and k in random.metrics
         },
+        "eval_episodes": env.batch_size.numel(),  # one per env, for each policy
         "video": None if trained.video is None else str(trained.video),
         "curve": None if curve is None else str(curve),
     }

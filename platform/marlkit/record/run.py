@@ -39,7 +39,7 @@ from marlkit._utils import check_int
 from marlkit.envs import EnvBase
 from marlkit.record.checkpoint import Checkpointer
 from marlkit.record.episodes import episode_metrics
-from marlkit.record.evaluation import Evaluation, Policy, evaluate, summarise_run
+from marlkit.record.evaluation import Evaluation, Policy, _filmed_envs, evaluate, summarise_run
 from marlkit.record.loggers import Backend, MultiLogger, make_logger
 
 __all__ = ["TrainingRun"]
@@ -55,7 +55,11 @@ class TrainingRun:
         eval_steps: evaluation rollout length (the episode length).
         eval_every: evaluate every this many iterations (0: only at the last).
         video: film each evaluation into ``videos/eval-<n>.mp4`` and the final one into
-            ``rollout.mp4``, every env of ``eval_env`` tiled.
+            ``rollout.mp4``, the envs of ``eval_env`` tiled.
+        video_envs: film only the first this many envs of ``eval_env`` (all of them when it
+            has fewer; ``None``: all, at most 64). The metrics still cover every env: a
+            greedy policy's return varies a lot from env to env, so evaluate on more envs
+            than a video can show.
         fps: the videos' frames per second.
         checkpoint_every: save a checkpoint every this many iterations (and at the last).
         keep: checkpoints kept.
@@ -64,7 +68,7 @@ class TrainingRun:
         project, config: the wandb project and the run's config (logged by wandb).
 
     Raises:
-        ValueError: ``eval_every`` or ``checkpoint_every`` negative / below 1.
+        ValueError: ``eval_every`` negative, ``checkpoint_every`` or ``video_envs`` below 1.
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class TrainingRun:
         eval_steps: int,
         eval_every: int = 0,
         video: bool = True,
+        video_envs: int | None = None,
         fps: float = 30.0,
         checkpoint_every: int = 1,
         keep: int = 2,
@@ -89,6 +94,7 @@ class TrainingRun:
         self.eval_steps = check_int("eval_steps", eval_steps, low=1)
         self.eval_every = check_int("eval_every", eval_every, low=0)
         self.video = bool(video)
+        self.video_envs = check_int("video_envs", video_envs, low=1, allow_none=True)
         self.fps = float(fps)
         self.checkpoint_every = check_int("checkpoint_every", checkpoint_every, low=1)
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", keep=keep)
@@ -203,7 +209,7 @@ class TrainingRun:
             policy,
             steps=self.eval_steps,
             video=self.run_dir / "videos" / f"{tag}.mp4" if self.video else None,
-            env_indices="all",
+            env_indices=_filmed_envs(self.eval_env, self.video_envs),
             tile=True,
             fps=self.fps,
         )
@@ -227,6 +233,7 @@ class TrainingRun:
                 steps=self.eval_steps,
                 rows=csv.rows() if csv is not None else [],
                 video=self.video,
+                video_envs=self.video_envs,
                 fps=self.fps,
                 info={**dict(info or {}), "iterations": self.iteration},
                 trained=done[1] if done is not None and done[0] == self.iteration else None,
