@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
+from marlkit.bench import set_threads
 from marlkit.collectors import make_collector
 from marlkit.data.specs import Bounded
 from marlkit.envs import EnvBase, make_episodic
@@ -150,8 +151,7 @@ def train_group(
 
 @hydra.main(config_path="../configs", config_name="maddpg_iddpg", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    set_threads(cfg.threads)  # torch's and the native kernels' threads (None: the defaults)
     torch.manual_seed(cfg.seed)
     env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)
     env = env_fn()  # for the specs; the single collector steps this one
