@@ -13,7 +13,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from types import ModuleType
 from typing import Any, Literal, overload
 
+import numpy as np
+
 __all__ = [
+    "check_bool",
     "check_int",
     "check_kwargs",
     "close_matches",
@@ -180,6 +183,17 @@ def check_int(name: str, value: object, *, low: int, allow_none: bool = False) -
     if value < low:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` when it is a bool (NumPy's too).
+
+    Raises:
+        TypeError: anything else, e.g. the string ``"false"`` (which ``bool()`` reads as True).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}: {value!r}")
+    return bool(value)
 
 
 def fsync_tree(folder: str | os.PathLike[str]) -> None:

@@ -119,6 +119,8 @@ def test_masked_categorical_actor_reads_action_mask() -> None:
         MultiAgentMLP(4, 4, 3, num_cells=8), group="agents", distribution_class=Categorical
     )
     assert cat(obs_td((2, 5)))["agents", "action_log_prob"].shape == (2, 5, 3)
+    with pytest.raises(TypeError, match="is the action mask in the actor's input"):
+        actor(obs_td((2,)))  # a masked actor on data without its action_mask
 
 
 def test_actor_rejects_non_modules() -> None:

@@ -178,3 +178,11 @@ def test_fused_adam_on_an_out_major_weight_matches_plain_adam() -> None:
             optim.step()
     for a, b in zip(fused_mlp.parameters(), plain_mlp.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def test_an_input_of_another_dtype_is_named() -> None:
+    for share in (False, True):
+        mlp = MultiAgentMLP(4, 2, 3, share_params=share, num_cells=8)
+        with pytest.raises(TypeError, match=r"expected torch\.float32 .*, got torch\.float64"):
+            mlp(torch.randn(5, 3, 4, dtype=torch.float64))
+        assert mlp.double()(torch.randn(5, 3, 4, dtype=torch.float64)).dtype == torch.float64

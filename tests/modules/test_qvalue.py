@@ -153,3 +153,22 @@ def test_egreedy_lands_exactly_on_eps_end_and_keeps_its_count():
     other.step(6000)
     assert int(other.steps_done) == 12_000
     assert float(other.eps) == pytest.approx(0.3 - 0.3 * 12_000 / 60_000)
+
+
+def test_a_mask_row_with_no_allowed_action_is_refused_when_acting() -> None:
+    from marlkit.modules import EGreedy, QValueActor
+
+    actor = QValueActor(torch.nn.Linear(3, 3), n_actions=3)
+    td = TensorDict({"agents": TensorDict({"observation": torch.randn(2, 2, 3)}, [2, 2])}, [2])
+    mask = torch.ones(2, 2, 3, dtype=torch.bool)
+    mask[1, 0] = False
+    td["agents", "action_mask"] = mask
+    with pytest.raises(ValueError, match=r"a row of \('agents', 'action_mask'\) allows no action"):
+        actor(td.clone())
+    with pytest.raises(ValueError, match=r"must be a bool tensor, got torch\.float32"):
+        actor(td.clone().set(("agents", "action_mask"), mask.float()))
+    greedy = EGreedy(actor, eps_init=1.0, annealing_num_steps=10)
+    for bad, error in ((-5, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match=r"EGreedy\.step frames must be an int >= 0"):
+            greedy.step(bad)  # type: ignore[arg-type]
+    assert greedy.steps_done == 0

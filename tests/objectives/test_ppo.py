@@ -217,3 +217,15 @@ def test_loss_on_group_a_never_touches_group_b() -> None:
     assert not any(grads(actor_b)) and not any(grads(critic_b))
     assert any(grads(actor_a)) and any(grads(critic_a))
     assert (td["b"] == before).all()
+
+
+def test_an_action_that_would_broadcast_is_refused() -> None:
+    loss = ClipPPOLoss(*make())
+    td = batch()
+    td["agents", "action"] = td["agents", "action"][..., :1]  # [6, 3, 1] against act_dim 2
+    with pytest.raises(ValueError, match=r"'action'\) must have shape \(6, 3, 2\) \(the actor's"):
+        loss(td)
+    td = batch()
+    td["agents", "mask"] = torch.ones(6, N)
+    with pytest.raises(ValueError, match=r"'mask'\) must be a bool tensor, got torch.float32"):
+        loss(td)

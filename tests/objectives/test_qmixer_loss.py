@@ -168,7 +168,10 @@ def test_errors_name_keys_and_shapes() -> None:
         _vdn_loss()(td.exclude(("next", "agents", "reward")))
     bad = td.clone()
     bad["next", "reward"] = torch.zeros(1, 2)
-    with pytest.raises(ValueError, match=r"\('next', 'reward'\) must have shape \[\*B, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"\('next', 'reward'\) \(the team reward\) must have shape \(1, 1\) \(\[\*B, 1\]\)",
+    ):
         _vdn_loss()(bad)
     bad = td.clone()
     bad["agents", "action"] = torch.zeros(1, 2, 2, dtype=torch.int64)

@@ -225,7 +225,7 @@ def test_slices_never_cross_a_trajectory_end() -> None:
         frames_per_batch=30,
         max_frames_per_traj=7,
     )
-    no_ids = ReplayBuffer(TensorStorage(200), SliceSampler(5, traj_key="none", seed=0))
+    no_ids = ReplayBuffer(TensorStorage(200), SliceSampler(5, traj_key=None, seed=0))
     for _ in range(2):
         no_ids.extend(one.next().reshape(-1))
     steps = no_ids.sample(40)["next", "collector", "step_count"][..., 0]

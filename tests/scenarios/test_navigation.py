@@ -162,6 +162,13 @@ def test_bad_construction(kwargs: dict, match: str) -> None:
         NavigationEnv(**{"num_envs": 2, "n_agents": 2, **kwargs})
 
 
+@pytest.mark.parametrize("flag", ["continuous_actions", "shared_reward"])
+def test_flags_must_be_bools(flag: str) -> None:
+    # bool("false") is True: a string from a config file must not flip the meaning
+    with pytest.raises(TypeError, match=rf"{flag} must be a bool, got str: 'false'"):
+        NavigationEnv(num_envs=2, n_agents=2, **{flag: "false"})
+
+
 def test_bad_actions_rejected_with_state_untouched() -> None:
     env = NavigationEnv(num_envs=2, n_agents=2, seed=0)
     td = env.reset()

@@ -14,6 +14,9 @@ from marlkit.data.specs import Categorical, OneHot, TensorSpec
 __all__ = [
     "ActionSpace",
     "action_space_of",
+    "check_bool",
+    "check_some_allowed",
+    "check_trailing",
     "chosen_value",
     "encode_action",
     "get_tensor",
@@ -58,17 +61,37 @@ def get_tensor(td: TensorDictBase, key: NestedKey, owner: str, expected: str) ->
 
 
 def check_trailing(
-    tensor: torch.Tensor, key: Any, trailing: Sequence[int], owner: str, expected: str
+    tensor: torch.Tensor,
+    key: Any,
+    trailing: Sequence[int],
+    owner: str,
+    expected: str,
+    *,
+    boolean: bool = False,
 ) -> None:
-    """Raise a ``ValueError`` naming ``key`` unless ``tensor``'s last dims are ``trailing``.
+    """Raise a ``ValueError`` naming ``key`` unless ``tensor``'s last dims are ``trailing``
+    (and, with ``boolean``, its dtype is ``torch.bool``: masks and done flags).
 
     Raises:
-        ValueError: other trailing dims (the message gives the expected and the actual shape).
+        ValueError: other trailing dims (the message gives the expected and the actual shape),
+            or another dtype where a bool tensor is expected.
     """
     k = len(trailing)
     if tensor.dim() < k or tuple(tensor.shape[tensor.dim() - k :]) != tuple(trailing):
         raise ValueError(
             f"{owner}: {key_name(key)!r} must have shape {expected}, got {tuple(tensor.shape)}"
+        )
+    if boolean:
+        check_bool(tensor, key, owner)
+
+
+def check_bool(tensor: torch.Tensor, key: Any, owner: str) -> None:
+    """Raise a ``ValueError`` naming ``key`` unless ``tensor`` is a bool tensor (a mask or a
+    done flag: other dtypes would be silently reinterpreted, or fail deep inside torch)."""
+    if tensor.dtype != torch.bool:
+        raise ValueError(
+            f"{owner}: {key_name(key)!r} must be a bool tensor, got {tensor.dtype} "
+            f"(convert it with .bool())"
         )
 
 
@@ -112,12 +135,25 @@ def masked_greedy(
 
     Returns:
         ``(index [*B, n] int64, value [*B, n, 1])``. A row with no allowed action gets
-        action 0 and value ``-inf``.
+        action 0 and value ``-inf`` (losses mask such agents out; actors that must act call
+        :func:`check_some_allowed` first).
     """
     if action_mask is not None:
         action_value = action_value.masked_fill(~action_mask, -torch.inf)
     value, index = action_value.max(-1, keepdim=True)
     return index.squeeze(-1), value
+
+
+def check_some_allowed(action_mask: torch.Tensor, key: Any, owner: str) -> None:
+    """Raise a ``ValueError`` naming ``key`` when a row of ``action_mask`` ``[*B, n, A]``
+    allows no action (an actor would have to choose a forbidden one)."""
+    empty = ~action_mask.any(-1)
+    if bool(empty.any()):
+        where = empty.nonzero()[0].tolist()
+        raise ValueError(
+            f"{owner}: a row of {key_name(key)!r} allows no action (at index {where}); "
+            "every acting agent needs at least one allowed action"
+        )
 
 
 def encode_action(
@@ -169,5 +205,12 @@ def chosen_value(
         raise ValueError(
             f"{owner}: the categorical {key_name(key)!r} must hold integer indices, got "
             f"{action.dtype}"
+        )
+    n_actions = action_value.shape[-1]
+    if action.numel() and bool(((action < 0) | (action >= n_actions)).any()):
+        bad = action[(action < 0) | (action >= n_actions)]
+        raise ValueError(
+            f"{owner}: the categorical {key_name(key)!r} must hold indices in [0, {n_actions}) "
+            f"(n_actions={n_actions}), got {bad.unique()[:8].tolist()}"
         )
     return action_value.gather(-1, action.long())

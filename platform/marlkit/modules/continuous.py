@@ -20,6 +20,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
+from marlkit._utils import check_int
 from marlkit.data.exploration import exploration_mode
 from marlkit.data.keys import (
     ACTION,
@@ -187,8 +188,12 @@ class AdditiveGaussian(TensorDictModuleBase):
         self.register_buffer("steps_done", torch.tensor(0, dtype=torch.int64))
 
     def step(self, frames: int = 1) -> None:
-        """Anneal ``sigma`` by ``frames`` steps."""
-        self.steps_done += int(frames)
+        """Anneal ``sigma`` by ``frames`` steps.
+
+        Raises:
+            TypeError, ValueError: ``frames`` that is not an int ``>= 0``.
+        """
+        self.steps_done += check_int(f"{type(self).__name__}.step frames", frames, low=0)
         done = min(int(self.steps_done) / self.annealing_num_steps, 1.0)
         self.sigma.fill_(self.sigma_init + (self.sigma_end - self.sigma_init) * done)
 

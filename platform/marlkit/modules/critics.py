@@ -160,13 +160,24 @@ class ValueNorm(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Fold the targets ``x`` ``[*B, shape]`` into the statistics (only the rows where
-        ``mask`` ``[*B]`` is True, if given)."""
+        ``mask`` ``[*B]`` is True, if given).
+
+        Raises:
+            ValueError: NaN or infinite targets among the rows folded in (the statistics are
+                left as they were: one NaN would make every later value NaN).
+        """
         self._check(x)
         flat = x.reshape(-1, self.shape).to(self.running_mean.dtype)
         if mask is not None:
             flat = flat[mask.reshape(-1).to(torch.bool)]
         if flat.shape[0] == 0:
             return
+        if not bool(torch.isfinite(flat).all()):
+            bad = int((~torch.isfinite(flat)).any(-1).sum())
+            raise ValueError(
+                f"ValueNorm.update: {bad} of {flat.shape[0]} target rows are NaN or infinite; "
+                "the statistics were not updated"
+            )
         b = self.beta
         self.running_mean.mul_(b).add_(flat.mean(0) * (1 - b))
         self.running_mean_sq.mul_(b).add_((flat**2).mean(0) * (1 - b))

@@ -139,6 +139,12 @@ class MaskedCategorical(Categorical):
         mask: torch.Tensor,
         validate_args: bool | None = None,
     ):
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(
+                "MaskedCategorical: mask must be a bool tensor [*B, n_agents, n_actions] (the "
+                f"env's (group, 'action_mask')), got {type(mask).__name__}; is the action mask "
+                "in the actor's input?"
+            )
         if mask.dtype != torch.bool:
             raise ValueError(f"MaskedCategorical: mask must be bool, got {mask.dtype}")
         try:

@@ -232,6 +232,12 @@ class MultiAgentMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[*B, n_agents, n_agent_inputs]`` -> ``[*B, n_agents, n_agent_outputs]``."""
         batch = check_agent_input(x, self.n_agents, self.n_agent_inputs, "MultiAgentMLP input")
+        dtype = self.layers[0].weight.dtype
+        if x.dtype != dtype:
+            raise TypeError(
+                f"MultiAgentMLP input: expected {dtype} (the parameters' dtype), got {x.dtype}; "
+                f"convert the input (x.to({dtype})) or the module (.to({dtype}))"
+            )
         n = self.n_agents
         flat = x.reshape(-1, n, self.n_agent_inputs)
         rows = flat.shape[0]

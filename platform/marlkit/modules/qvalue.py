@@ -11,6 +11,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
+from marlkit._utils import check_int
 from marlkit.data.exploration import exploration_mode
 from marlkit.data.keys import (
     ACTION,
@@ -26,6 +27,7 @@ from marlkit.data.specs import TensorSpec
 from marlkit.modules._checks import (
     ActionSpace,
     action_space_of,
+    check_some_allowed,
     check_trailing,
     encode_action,
     get_tensor,
@@ -133,8 +135,14 @@ class QValueActor(TensorDictModuleBase):
             mask = tensordict.get(self.action_mask_key, None)
             if mask is not None:
                 check_trailing(
-                    mask, self.action_mask_key, (n,), "QValueActor", f"[*B, n, {n}] bool"
+                    mask,
+                    self.action_mask_key,
+                    (n,),
+                    "QValueActor",
+                    f"[*B, n, {n}] bool",
+                    boolean=True,
                 )
+                check_some_allowed(mask, self.action_mask_key, "QValueActor")
         index, value = masked_greedy(values, mask)
         tensordict.set(
             self.action_key, encode_action(index, n, self.action_space, self.action_dtype)
@@ -216,8 +224,12 @@ class EGreedy(TensorDictModuleBase):
     def step(self, frames: int = 1) -> None:
         """Anneal epsilon by ``frames`` steps (linearly, exactly ``eps_end`` once
         ``annealing_num_steps`` are done). Epsilon is computed from the step count, not
-        accumulated, so it lands on ``eps_end`` without float drift."""
-        self.steps_done += int(frames)
+        accumulated, so it lands on ``eps_end`` without float drift.
+
+        Raises:
+            TypeError, ValueError: ``frames`` that is not an int ``>= 0``.
+        """
+        self.steps_done += check_int(f"{type(self).__name__}.step frames", frames, low=0)
         done = min(int(self.steps_done) / self.annealing_num_steps, 1.0)
         self.eps.fill_(self.eps_init + (self.eps_end - self.eps_init) * done)
 
@@ -234,7 +246,10 @@ class EGreedy(TensorDictModuleBase):
             mask = tensordict.get(self.action_mask_key, None)
         scores = torch.rand((*lead, n), device=action.device)
         if mask is not None:
-            check_trailing(mask, self.action_mask_key, (n,), "EGreedy", f"[*B, n, {n}] bool")
+            check_trailing(
+                mask, self.action_mask_key, (n,), "EGreedy", f"[*B, n, {n}] bool", boolean=True
+            )
+            check_some_allowed(mask, self.action_mask_key, "EGreedy")
             scores = scores.masked_fill(~mask, -1.0)  # uniform among the allowed actions
         random_action = encode_action(
             scores.argmax(-1), n, self.action_space, self.action_dtype or action.dtype

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
@@ -27,9 +27,17 @@ from marlkit.data.keys import (
     unravel_key,
 )
 from marlkit.modules import QValueActor
-from marlkit.modules._checks import check_trailing, get_tensor, masked_greedy
+from marlkit.modules._checks import check_trailing, get_tensor, key_name, masked_greedy
 
-__all__ = ["DiscreteKeys", "LossFunction", "ValueKeys", "ValueLoss", "distance", "weighted_mean"]
+__all__ = [
+    "DiscreteKeys",
+    "LossFunction",
+    "ValueKeys",
+    "ValueLoss",
+    "distance",
+    "sample_weights",
+    "weighted_mean",
+]
 
 LossFunction = Literal["l2", "smooth_l1", "l1"]
 _LOSS_FUNCTIONS = ("l2", "smooth_l1", "l1")
@@ -51,6 +59,24 @@ def weighted_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Te
         return values.mean()
     weight = weight.to(values.dtype)
     return (values * weight).sum() / weight.sum().clamp_min(1e-12)
+
+
+def sample_weights(
+    td: TensorDictBase, key: NestedKey | None, shape: Sequence[int], owner: str
+) -> torch.Tensor | None:
+    """The importance weights ``td[key]`` of a prioritized sample, checked to be one per sample
+    (``shape``, the ``[*B]`` of the loss's values); ``None`` when the sample has none.
+
+    Raises:
+        ValueError: weights of another shape (``[*B, 1]`` would broadcast over the samples).
+    """
+    weight = td.get(key, None) if key is not None else None
+    if weight is not None and tuple(weight.shape) != tuple(shape):
+        raise ValueError(
+            f"{owner}: {key_name(key)!r} (importance weights) must have shape {tuple(shape)} "
+            f"([*B], one per sample), got {tuple(weight.shape)}"
+        )
+    return weight
 
 
 def _runs(network: nn.Module) -> nn.Module:
@@ -252,7 +278,7 @@ class ValueLoss(nn.Module):
         mask = td.get(key, None) if key is not None else None
         if mask is None:
             return None
-        check_trailing(mask, key, (n,), type(self).__name__, f"[*B, {n}] bool")
+        check_trailing(mask, key, (n,), type(self).__name__, f"[*B, {n}] bool", boolean=True)
         return mask.unsqueeze(-1)
 
     def _action_values(self, td: TensorDictBase, network: nn.Module) -> torch.Tensor:
@@ -276,6 +302,7 @@ class ValueLoss(nn.Module):
                 (n_actions,),
                 type(self).__name__,
                 f"[*B, n_agents, {n_actions}] bool",
+                boolean=True,
             )
         return mask
 

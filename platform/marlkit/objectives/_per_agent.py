@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 
 from marlkit.data.keys import NEXT, REWARD, TERMINATED, NestedKey
 from marlkit.modules._checks import check_trailing
-from marlkit.objectives._common import ValueKeys, ValueLoss, distance
+from marlkit.objectives._common import ValueKeys, ValueLoss, distance, sample_weights
 
 __all__ = ["AgentTDKeys", "AgentTDLoss"]
 
@@ -47,9 +47,13 @@ class AgentTDLoss(ValueLoss):
             root = self._read(
                 nxt, keys.root_terminated, f"[*B, 1] bool (or {keys.terminated!r} [*B, n, 1])"
             )
-            check_trailing(root, (NEXT, keys.root_terminated), (1,), name, "[*B, 1] bool")
+            check_trailing(
+                root, (NEXT, keys.root_terminated), (1,), name, "[*B, 1] bool", boolean=True
+            )
             return root.unsqueeze(-2).expand(*root.shape[:-1], n, 1)
-        check_trailing(terminated, (NEXT, keys.terminated), (n, 1), name, f"[*B, {n}, 1]")
+        check_trailing(
+            terminated, (NEXT, keys.terminated), (n, 1), name, f"[*B, {n}, 1] bool", boolean=True
+        )
         return terminated
 
     @torch.no_grad()
@@ -109,7 +113,9 @@ class AgentTDLoss(ValueLoss):
         present = self._present(tensordict, pred.shape[-2])
         mask = torch.ones_like(pred) if present is None else present.to(pred.dtype)
         weight = mask
-        sample_weight = tensordict.get(keys.priority_weight, None) if keys.priority_weight else None
+        sample_weight = sample_weights(
+            tensordict, keys.priority_weight, pred.shape[:-2], type(self).__name__
+        )
         if sample_weight is not None:
             weight = weight * sample_weight.to(pred.dtype)[..., None, None]
         dist = distance(pred, target, self.loss_function)

@@ -22,6 +22,7 @@ from marlkit.data.keys import (
     VALUE_TARGET,
     NestedKey,
 )
+from marlkit.modules._checks import check_bool
 from marlkit.modules.critics import ValueNorm
 from marlkit.objectives._keys import replace_keys
 
@@ -202,9 +203,11 @@ class ClipPPOLoss(TensorDictModuleBase):
         mask = td.get(k.mask, None)
         if mask is not None:
             self._check_shape(mask, k.mask, shape[:-1])
+            check_bool(mask, k.mask, "ClipPPOLoss")
             w = mask.unsqueeze(-1)
         steps = td.get(k.collector_mask, None)
         if steps is not None:
+            check_bool(steps, k.collector_mask, "ClipPPOLoss")
             if tuple(steps.shape) != shape[:-2]:
                 raise ValueError(
                     f"ClipPPOLoss: {k.collector_mask!r} must have shape {list(shape[:-2])} "
@@ -279,6 +282,12 @@ class ClipPPOLoss(TensorDictModuleBase):
         w = self._weights(tensordict, shape)
 
         dist = self.actor_network.get_dist(tensordict.copy())
+        expected = (*dist.batch_shape, *dist.event_shape)
+        if tuple(action.shape) != expected:  # log_prob would broadcast [*B, n, 1] silently
+            raise ValueError(
+                f"ClipPPOLoss: {k.action!r} must have shape {expected} (the actor's actions), "
+                f"got {tuple(action.shape)}"
+            )
         log_prob = dist.log_prob(action)
         self._check_shape(log_prob, f"log_prob of {k.action!r}", shape[:-1])
         log_ratio = (log_prob - old_lp).unsqueeze(-1)

@@ -17,12 +17,13 @@ from marlkit.data.keys import (
     TERMINATED,
     NestedKey,
 )
-from marlkit.modules._checks import check_trailing, chosen_value
+from marlkit.modules._checks import check_bool, check_trailing, chosen_value
 from marlkit.objectives._common import (
     DiscreteKeys,
     LossFunction,
     ValueLoss,
     distance,
+    sample_weights,
     weighted_mean,
 )
 
@@ -158,7 +159,11 @@ class QMixerLoss(ValueLoss):
         keys = self.tensor_keys
         reward = nxt.get(keys.reward, None)
         if reward is not None:
-            check_trailing(reward, (NEXT, keys.reward), (1,), "QMixerLoss", "[*B, 1]")
+            if tuple(reward.shape) != (*nxt.batch_size, 1):
+                raise ValueError(
+                    f"QMixerLoss: {(NEXT, keys.reward)!r} (the team reward) must have shape "
+                    f"{(*nxt.batch_size, 1)} ([*B, 1]), got {tuple(reward.shape)}"
+                )
             return reward
         rewards = self._read(nxt, keys.group_reward, "[*B, n_agents, 1] (or a root reward)")
         check_trailing(rewards, (NEXT, keys.group_reward), (1,), "QMixerLoss", "[*B, n, 1]")
@@ -177,8 +182,11 @@ class QMixerLoss(ValueLoss):
             agents = self._read(
                 nxt, keys.group_terminated, "[*B, n_agents, 1] bool (or a root terminated)"
             )
+            check_bool(agents, (NEXT, keys.group_terminated), "QMixerLoss")
             return agents.all(-2)
-        check_trailing(terminated, (NEXT, keys.terminated), (1,), "QMixerLoss", "[*B, 1] bool")
+        check_trailing(
+            terminated, (NEXT, keys.terminated), (1,), "QMixerLoss", "[*B, 1] bool", boolean=True
+        )
         return terminated
 
     def _next_present(
@@ -191,7 +199,9 @@ class QMixerLoss(ValueLoss):
         terminated = nxt.get(key, None)
         if terminated is None:
             return present
-        check_trailing(terminated, (NEXT, key), (n, 1), type(self).__name__, f"[*B, {n}, 1] bool")
+        check_trailing(
+            terminated, (NEXT, key), (n, 1), type(self).__name__, f"[*B, {n}, 1] bool", boolean=True
+        )
         alive = ~terminated
         return alive if present is None else present & alive
 
@@ -235,7 +245,7 @@ class QMixerLoss(ValueLoss):
             not_terminated = (~self._team_terminated(nxt)).to(q_tot.dtype)
             target = reward + self.gamma * not_terminated * next_q_tot
 
-        weight = tensordict.get(keys.priority_weight, None) if keys.priority_weight else None
+        weight = sample_weights(tensordict, keys.priority_weight, q_tot.shape[:-1], "QMixerLoss")
         loss = weighted_mean(distance(q_tot, target, self.loss_function).squeeze(-1), weight)
         td_error = (q_tot.detach() - target).abs().squeeze(-1)
         tensordict.set(keys.priority, td_error)

@@ -24,6 +24,7 @@ from torch import nn
 
 from marlkit.data.keys import (
     ADVANTAGE,
+    COLLECTOR_MASK,
     DEFAULT_GROUP,
     DONE,
     MASK,
@@ -31,6 +32,7 @@ from marlkit.data.keys import (
     REWARD,
     STATE_VALUE,
     TERMINATED,
+    TRAJ_IDS,
     VALUE_TARGET,
     NestedKey,
 )
@@ -59,6 +61,12 @@ def _prepare(
     time_dim: int,
 ) -> tuple[Any, ...]:
     """Broadcast everything to one shape, time first: ``[T, ...]``."""
+    for name, flag in (("done", done), ("terminated", terminated), ("mask", mask)):
+        if flag is not None and flag.dtype != torch.bool:
+            raise ValueError(
+                f"value estimator: {name} must be a bool tensor, got {flag.dtype} (convert it "
+                "with .bool())"
+            )
     shapes = [t.shape for t in (state_value, next_state_value, reward, done, terminated)]
     if mask is not None:
         shapes.append(mask.shape)
@@ -117,7 +125,7 @@ def gae(
         ``(advantage, value_target)``, each of the broadcast shape.
 
     Raises:
-        ValueError: tensors that do not broadcast together.
+        ValueError: tensors that do not broadcast together; flags that are not bool tensors.
     """
     v, nv, r, d, term, present = _prepare(
         state_value, next_state_value, reward, done, terminated, mask, time_dim
@@ -274,6 +282,8 @@ class ValueEstimator(TensorDictModuleBase):
         self.gamma, self.group = float(gamma), group
         self.value_network = value_network
         self.value_norm = value_norm
+        if time_dim is not None and (isinstance(time_dim, bool) or not isinstance(time_dim, int)):
+            raise TypeError(f"time_dim must be an int or None, got {time_dim!r}")
         self.time_dim = time_dim
         self.tensor_keys = EstimatorKeys.for_group(group)
         self._refresh_keys()
@@ -351,12 +361,45 @@ class ValueEstimator(TensorDictModuleBase):
         mask = tensordict.get(k.mask, None)
         if mask is not None:
             mask = mask.unsqueeze(-1)
-        t = tensordict.batch_dims - 1 if self.time_dim is None else self.time_dim
-        time_dim = t - tensordict.batch_dims - 2 if t >= 0 else t - 2
+        dims = tensordict.batch_dims
+        t = dims - 1 if self.time_dim is None else self.time_dim
+        if not -dims <= t < dims:
+            raise ValueError(
+                f"value estimator: time_dim={t} is not a batch dim of the batch "
+                f"{list(tensordict.batch_size)} (time_dim must be in [{-dims}, {dims - 1}])"
+            )
+        self._check_one_trajectory_per_row(tensordict, done, t % dims)
+        time_dim = t - dims - 2 if t >= 0 else t - 2
         adv, target = self._estimate(value, next_value, reward, done, terminated, mask, time_dim)
         tensordict.set(k.advantage, adv)
         tensordict.set(k.value_target, target)
         return tensordict
+
+    @staticmethod
+    def _check_one_trajectory_per_row(td: TensorDictBase, done: torch.Tensor, t: int) -> None:
+        """Where the collector's trajectory ids are in the batch: each row along the time dim
+        ``t`` goes from one trajectory to the next only after a done step. A batch flattened or
+        shuffled before the estimator would otherwise run the recursion across unrelated
+        steps without a word."""
+        ids = td.get(TRAJ_IDS, None)
+        if ids is None or tuple(ids.shape) != tuple(td.batch_size) or ids.shape[t] < 2:
+            return
+        ids = ids.movedim(t, -1)
+        ended = done.flatten(td.batch_dims).any(-1).movedim(t, -1)[..., :-1]
+        crossed = (ids[..., 1:] != ids[..., :-1]) & ~ended
+        valid = td.get(COLLECTOR_MASK, None)  # split_trajs padding is not a trajectory
+        if valid is not None and tuple(valid.shape) == tuple(td.batch_size):
+            valid = valid.movedim(t, -1)
+            crossed &= valid[..., 1:] & valid[..., :-1]
+        if bool(crossed.any()):
+            step = crossed.nonzero()[0].tolist()
+            raise ValueError(
+                f"value estimator: along the time dim ({t}) of the batch "
+                f"{list(td.batch_size)}, {TRAJ_IDS!r} changes without a done step (at index "
+                f"{step}, time moved last): the rows are not trajectories in time order (a "
+                "flattened or shuffled batch?). Estimate on the collector's [*B, T] batch "
+                "before reshaping it."
+            )
 
     def _estimate(
         self,

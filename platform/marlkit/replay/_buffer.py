@@ -174,12 +174,38 @@ class ReplayBuffer:
             "storage": self.storage.state_dict(),
             "writer": self.writer.state_dict(),
             "sampler": self.sampler.state_dict(),
+            "types": self._types(),
+        }
+
+    def _types(self) -> dict[str, str]:
+        return {
+            "storage": type(self.storage).__name__,
+            "writer": type(self.writer).__name__,
+            "sampler": type(self.sampler).__name__,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        Raises:
+            KeyError: a part missing.
+            TypeError: a state saved from a buffer with another kind of storage, writer or
+                sampler (checked before anything is loaded; states saved before the kinds were
+                recorded are not checked).
+        """
         for part in ("storage", "writer", "sampler"):
             if part not in state:
                 raise KeyError(f"the replay buffer state has no {part!r}; keys: {sorted(state)}")
+        saved, mine = state.get("types"), self._types()
+        if saved is not None and saved != mine:
+            differ = {k: (saved.get(k), v) for k, v in mine.items() if saved.get(k) != v}
+            raise TypeError(
+                "the replay buffer state was saved from a buffer with another "
+                + ", ".join(
+                    f"{k} ({was}, this buffer has {now})" for k, (was, now) in differ.items()
+                )
+                + "; build the buffer as it was saved"
+            )
         self.storage.load_state_dict(state["storage"])
         self.writer.load_state_dict(state["writer"])
         self.sampler.load_state_dict(state["sampler"])

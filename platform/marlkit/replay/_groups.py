@@ -43,6 +43,8 @@ class GroupReplayBuffers:
     """
 
     def __init__(self, groups: Iterable[str], make_buffer: Callable[[str], ReplayBuffer]):
+        if isinstance(groups, str):  # list("agents") would make six one-letter groups
+            raise TypeError(f"groups must be a list of group names, got the str {groups!r}")
         self.groups = list(groups)
         if not self.groups:
             raise ValueError("GroupReplayBuffers needs at least one group")

@@ -21,7 +21,7 @@ import torch
 from tensordict import TensorDictBase
 
 from marlkit._utils import check_int
-from marlkit.data.keys import COLLECTOR_MASK, DONE, NEXT, TRAJ_IDS, NestedKey
+from marlkit.data.keys import COLLECTOR_MASK, DONE, NEXT, TRAJ_IDS, NestedKey, unravel_key
 from marlkit.native.segment_tree import (
     MinSegmentTree,
     SegmentTreeBackend,
@@ -29,7 +29,7 @@ from marlkit.native.segment_tree import (
     prioritized_sample,
     prioritized_update,
 )
-from marlkit.replay._storage import Storage
+from marlkit.replay._storage import Storage, as_index
 
 __all__ = [
     "PrioritizedSampler",
@@ -240,7 +240,7 @@ class PrioritizedSampler(Sampler):
 
     def extend(self, index: torch.Tensor) -> None:
         if index.numel():
-            index = torch.as_tensor(index, dtype=torch.int64).reshape(-1).contiguous()
+            index = as_index(index).reshape(-1).contiguous()
             priority = torch.full(index.shape, self._max_priority, dtype=self.dtype)
             prioritized_update(
                 self._sum,
@@ -265,7 +265,7 @@ class PrioritizedSampler(Sampler):
             ValueError: a negative, NaN or infinite priority, or shapes that do not match.
             Nothing is updated when any of these is raised.
         """
-        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        index = as_index(index).reshape(-1)
         priority = torch.as_tensor(priority, dtype=self.dtype)
         if priority.numel() == 1:
             priority = priority.reshape(1).expand(index.numel())
@@ -282,7 +282,7 @@ class PrioritizedSampler(Sampler):
 
     def priorities(self, index: torch.Tensor) -> torch.Tensor:
         """The trees' values ``(priority + eps)^alpha`` at ``index``."""
-        return self._sum[torch.as_tensor(index, dtype=torch.int64)]
+        return self._sum[as_index(index)]
 
     def empty(self) -> None:
         self._new_trees()
@@ -331,8 +331,11 @@ class SliceSampler(Sampler):
 
     Args:
         slice_len: steps per sequence; the batch size must be a multiple of it.
-        traj_key: the trajectory ids, when stored.
-        end_key: the done flag ``[N, 1]`` that ends a trajectory (used without ``traj_key``).
+        traj_key: the trajectory ids. The default, the collectors' ``("collector",
+            "traj_ids")``, is used when the items have it (else ``end_key``); another key must
+            be in the items (a ``KeyError`` at sampling otherwise: a typo does not fall back
+            silently); ``None``: ``end_key`` only.
+        end_key: the done flag ``[N, 1]`` that ends a trajectory (used without trajectory ids).
         pad: sample trajectories shorter than ``slice_len`` too, padded.
         mask_key: where the mask of real steps goes.
         seed: the sampler's generator seed.
@@ -342,7 +345,7 @@ class SliceSampler(Sampler):
         self,
         slice_len: int,
         *,
-        traj_key: NestedKey = TRAJ_IDS,
+        traj_key: NestedKey | None = TRAJ_IDS,
         end_key: NestedKey = (NEXT, DONE),
         pad: bool = False,
         mask_key: NestedKey = COLLECTOR_MASK,
@@ -350,6 +353,8 @@ class SliceSampler(Sampler):
     ):
         super().__init__(seed)
         self.slice_len = check_int("slice_len", slice_len, low=1)
+        #: A key of the caller's own: the items must have it (no fallback to the flags).
+        self._traj_key_given = traj_key is not None and unravel_key(traj_key) != TRAJ_IDS
         self.traj_key, self.end_key, self.mask_key = traj_key, end_key, mask_key
         self.pad = bool(pad)
         self._cursor = 0
@@ -370,7 +375,12 @@ class SliceSampler(Sampler):
         if data is None:
             raise ValueError("the storage is empty")
         ends = torch.zeros(n, dtype=torch.bool)
-        ids = data.get(self.traj_key, None)
+        ids = data.get(self.traj_key, None) if self.traj_key is not None else None
+        if ids is None and self._traj_key_given:
+            raise KeyError(
+                f"SliceSampler: the items have no {self.traj_key!r} (traj_key); stored: "
+                f"{sorted(map(str, data.keys(True, True)))}"
+            )
         if ids is not None:
             ids = ids[:n].reshape(n, -1)[:, 0].cpu()
             ends[:-1] = ids[1:] != ids[:-1]

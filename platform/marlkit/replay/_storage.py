@@ -30,6 +30,22 @@ __all__ = ["MemmapStorage", "Storage", "TensorStorage"]
 _META = "storage.json"
 
 
+def as_index(index: Any, what: str = "index") -> torch.Tensor:
+    """``index`` (ints, a list or an integer tensor) as an int64 tensor.
+
+    Raises:
+        TypeError: bool or floating-point indices: a bool mask would be read as the positions 0
+            and 1, a float truncated (``torch.nonzero(mask)`` gives a mask's positions).
+    """
+    tensor = torch.as_tensor(index)
+    if tensor.dtype == torch.bool or tensor.dtype.is_floating_point or tensor.is_complex():
+        raise TypeError(
+            f"{what} must hold integer positions, got {tensor.dtype} (for a bool mask pass "
+            "mask.nonzero().squeeze(-1))"
+        )
+    return tensor.to(torch.int64)
+
+
 def _layout(td: TensorDictBase) -> dict[Any, tuple[tuple[int, ...], torch.dtype]]:
     """Each leaf's per-item shape and dtype (the dims after the first batch dim)."""
     return {k: (tuple(v.shape[1:]), v.dtype) for k, v in td.items(True, True)}
@@ -87,7 +103,7 @@ class Storage(abc.ABC):
         data = self._data
         if data is None or self._len == 0:
             raise IndexError("the storage is empty")
-        index = torch.as_tensor(index, dtype=torch.int64)
+        index = as_index(index)
         if index.numel():
             low, high = (int(v) for v in torch.aminmax(index))
             if low < 0 or high >= self._len:

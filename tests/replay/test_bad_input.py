@@ -1,0 +1,64 @@
+"""Replay inputs that used to be reinterpreted silently: bool and float indices, a trajectory
+key that is not in the items, a checkpoint of another kind of buffer, a group list given as
+one string."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from marlkit.replay import (
+    GroupReplayBuffers,
+    PrioritizedSampler,
+    RandomSampler,
+    ReplayBuffer,
+    SliceSampler,
+    TensorStorage,
+)
+
+
+def _items(n: int) -> TensorDict:
+    return TensorDict({"o": torch.arange(n, dtype=torch.float32)[:, None]}, [n])
+
+
+@pytest.mark.parametrize("index", [torch.tensor([True, False, True]), torch.tensor([0.0, 2.0])])
+def test_bool_and_float_indices_are_refused(index: torch.Tensor) -> None:
+    rb = ReplayBuffer(TensorStorage(10), PrioritizedSampler(10, 0.6, 0.4))
+    rb.extend(_items(3))
+    before = rb.sampler.priorities(torch.arange(3)).clone()
+    with pytest.raises(TypeError, match=rf"index must hold integer positions, got {index.dtype}"):
+        rb[index]
+    with pytest.raises(TypeError, match=r"mask\.nonzero"):
+        rb.update_priority(index, 9.0)
+    torch.testing.assert_close(rb.sampler.priorities(torch.arange(3)), before)
+
+
+def test_a_trajectory_key_the_items_lack_is_a_key_error() -> None:
+    data = _items(8)
+    data["collector", "traj_ids"] = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    data["next", "done"] = torch.zeros(8, 1, dtype=torch.bool)
+    typo = ReplayBuffer(TensorStorage(8), SliceSampler(2, traj_key=("collector", "traj_id")))
+    typo.extend(data)
+    with pytest.raises(KeyError, match=r"have no .*traj_id.* \(traj_key\)"):
+        typo.sample(4)
+    flags = ReplayBuffer(TensorStorage(8), SliceSampler(4, traj_key=None, seed=0))
+    flags.extend(data)  # no done: one trajectory of 8 by the flags, two of 4 by the ids
+    starts = {int(s["o"][0, 0]) for s in (flags.sample(4) for _ in range(30))}
+    assert starts - {0.0, 4.0}  # slices that cross the ids' boundary: the ids were not read
+
+
+def test_a_checkpoint_of_another_kind_of_buffer_is_refused_before_loading(tmp_path) -> None:
+    saved = ReplayBuffer(TensorStorage(4), RandomSampler())
+    saved.extend(_items(3))
+    saved.dumps(tmp_path)
+    other = ReplayBuffer(TensorStorage(4), PrioritizedSampler(4, 0.6, 0.4))
+    other.extend(_items(2))
+    with pytest.raises(TypeError, match=r"another sampler \(RandomSampler, this buffer has "):
+        other.loads(tmp_path)
+    assert len(other) == 2  # untouched
+
+
+def test_groups_given_as_one_string_are_refused() -> None:
+    with pytest.raises(TypeError, match="groups must be a list of group names, got the str"):
+        GroupReplayBuffers("agents", lambda g: ReplayBuffer(TensorStorage(4)))
