@@ -71,3 +71,12 @@ def test_state_action_value_critic(centralised):
     bad = group_td(act=3, b=4)
     with pytest.raises(ValueError, match=r"expected actions \[\*B, n, 2\]"):
         critic(bad)
+
+
+def test_env_batched_bounds_are_refused() -> None:
+    from marlkit.modules import TanhBounds
+
+    low, high = -torch.ones(4, 3, 2), torch.ones(4, 3, 2)  # a batch of 4 envs' spec bounds
+    with pytest.raises(ValueError, match=r"broadcast to one env's \[n_agents, act_dim\]"):
+        TanhBounds(low, high)
+    TanhBounds(low[0], high[0])

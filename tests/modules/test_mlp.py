@@ -186,3 +186,9 @@ def test_an_input_of_another_dtype_is_named() -> None:
         with pytest.raises(TypeError, match=r"expected torch\.float32 .*, got torch\.float64"):
             mlp(torch.randn(5, 3, 4, dtype=torch.float64))
         assert mlp.double()(torch.randn(5, 3, 4, dtype=torch.float64)).dtype == torch.float64
+
+
+@pytest.mark.parametrize("cells", [8.0, [8.5, 4], "8", [True, 4]])
+def test_num_cells_must_be_ints(cells: object) -> None:
+    with pytest.raises(ValueError, match="num_cells must be"):
+        MultiAgentMLP(4, 2, 3, depth=2, num_cells=cells)  # type: ignore[arg-type]

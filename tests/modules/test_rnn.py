@@ -195,3 +195,34 @@ def test_slice_sampled_sequences_replay_the_rollout_outputs() -> None:
     with set_recurrent_mode(True):
         gru(replay)
     torch.testing.assert_close(replay["agents", "rnn_output"], sequences["agents", "rnn_output"])
+
+
+def test_bad_sizes_and_a_shuffled_sequence_are_refused() -> None:
+    from marlkit.modules import MultiAgentGRU, set_recurrent_mode
+
+    for kwargs, match in (
+        ({"hidden_size": 0}, "hidden_size must be an int >= 1, got 0"),
+        ({"input_size": -1}, "input_size must be an int >= 1, got -1"),
+        ({"n_agents": 0}, "n_agents must be an int >= 1, got 0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            MultiAgentGRU(**{"input_size": 3, "hidden_size": 4, "n_agents": 2, **kwargs})
+    gru = MultiAgentGRU(3, 4, 2)
+    ids = torch.tensor([0, 0, 1, 1, 0, 1])  # two trajectories, shuffled together
+    starts = torch.tensor([True, False, True, False, False, False])[:, None]
+    td = TensorDict(
+        {
+            "agents": TensorDict({"observation": torch.randn(6, 2, 3)}, [6, 2]),
+            "is_init": starts,
+            "collector": TensorDict({"traj_ids": ids}, [6]),
+        },
+        [6],
+    )
+    with set_recurrent_mode(True):
+        with pytest.raises(ValueError, match=r"changes without an episode start \('is_init'\)"):
+            gru(td.clone())
+        gru(td[:4].clone())  # in order: fine
+        with pytest.raises(
+            ValueError, match=r"'is_init' must be a bool tensor, got torch\.float32"
+        ):
+            gru(td[:4].clone().set("is_init", starts[:4].float()))

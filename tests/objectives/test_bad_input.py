@@ -103,3 +103,20 @@ def test_value_norm_refuses_nan_and_keeps_its_statistics() -> None:
         norm.update(torch.tensor([[float("nan")], [2.0]]))
     for a, b in zip(before, norm.mean_var()):
         torch.testing.assert_close(a, b)
+
+
+def test_constructor_values_are_checked_up_front() -> None:
+    from marlkit.modules import QValueActor
+    from marlkit.objectives import ClipPPOLoss
+
+    from .test_ppo import make
+    from .test_sac_loss import _loss as sac_loss
+
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"entropy_samples must be an int >= 1, got {bad}"):
+            ClipPPOLoss(*make(), entropy_samples=bad)
+        with pytest.raises(ValueError, match=f"n_actions must be an int >= 1, got {bad}"):
+            QValueActor(torch.nn.Linear(3, 3), n_actions=bad)
+    for bad in ("Auto", None, float("nan")):
+        with pytest.raises(ValueError, match="target_entropy must be 'auto' or finite"):
+            sac_loss(target_entropy=bad)

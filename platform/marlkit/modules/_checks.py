@@ -118,6 +118,10 @@ def action_space_of(
         if action_space is not None and action_space != space:
             raise ValueError(f"{owner}: action_space={action_space!r} but the spec is {space!r}")
         return n, space  # type: ignore[return-value]
+    if n_actions is not None and (
+        isinstance(n_actions, bool) or not isinstance(n_actions, int) or n_actions < 1
+    ):
+        raise ValueError(f"{owner}: n_actions must be an int >= 1, got {n_actions!r}")
     space = action_space if action_space is not None else "categorical"
     if space not in ("categorical", "one_hot"):
         raise ValueError(f"{owner}: action_space must be 'categorical' or 'one_hot', got {space!r}")

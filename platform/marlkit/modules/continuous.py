@@ -39,6 +39,12 @@ __all__ = ["AdditiveGaussian", "StateActionValueCritic", "TanhBounds"]
 def _bounds(low: torch.Tensor | float, high: torch.Tensor | float) -> tuple[torch.Tensor, ...]:
     lo = torch.as_tensor(low, dtype=torch.float32).clone()
     hi = torch.as_tensor(high, dtype=torch.float32).clone()
+    if lo.dim() > 2 or hi.dim() > 2:  # an env-batched spec's bounds: [num_envs, n, act_dim]
+        raise ValueError(
+            "the action bounds must broadcast to one env's [n_agents, act_dim], got shapes "
+            f"{list(lo.shape)} and {list(hi.shape)}: pass one env's bounds (spec.low[0], "
+            "spec.high[0] for a batch of envs)"
+        )
     if not (torch.isfinite(lo).all() and torch.isfinite(hi).all()):
         raise ValueError("the action bounds must be finite")
     if (lo >= hi).any():

@@ -178,8 +178,16 @@ class MultiAgentMLP(nn.Module):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ValueError(f"depth must be an int >= 0, got {depth!r}")
-        cells = [num_cells] * depth if isinstance(num_cells, int) else list(num_cells)
-        if len(cells) != depth or any(c < 1 for c in cells):
+        if isinstance(num_cells, int) and not isinstance(num_cells, bool):
+            cells = [num_cells] * depth
+        elif isinstance(num_cells, (list, tuple)):
+            cells = list(num_cells)
+        else:
+            raise ValueError(
+                f"num_cells must be an int or {depth} positive ints (depth), got {num_cells!r}"
+            )
+        bad = [c for c in cells if isinstance(c, bool) or not isinstance(c, int) or c < 1]
+        if len(cells) != depth or bad:
             raise ValueError(f"num_cells must be {depth} positive ints (depth), got {num_cells!r}")
         self.n_agent_inputs, self.n_agent_outputs = n_agent_inputs, n_agent_outputs
         self.n_agents, self.centralised, self.share_params = n_agents, centralised, share_params

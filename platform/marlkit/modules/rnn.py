@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
+from marlkit._utils import check_int
 from marlkit.data.keys import (
     DEFAULT_GROUP,
     IS_INIT,
@@ -37,6 +38,7 @@ from marlkit.data.keys import (
     NestedKey,
     join_key,
 )
+from marlkit.data.trajectories import check_time_order
 from marlkit.modules.mlp import StackedLinear, check_agent_input, from_stacks, to_stacks
 
 __all__ = ["MultiAgentGRU", "MultiAgentLSTM", "recurrent_mode", "set_recurrent_mode"]
@@ -104,7 +106,9 @@ class _MultiAgentRNN(TensorDictModuleBase):
         device: torch.device | str | None = None,
     ):
         super().__init__()
-        self.input_size, self.hidden_size, self.n_agents = input_size, hidden_size, n_agents
+        self.input_size = check_int("input_size", input_size, low=1)
+        self.hidden_size = check_int("hidden_size", hidden_size, low=1)
+        self.n_agents = check_int("n_agents", n_agents, low=1)
         self.group, self.init_key = group, init_key
         self.n_stacks = 1 if share_params else n_agents
         self.in_key = in_key if in_key is not None else (group, OBSERVATION)
@@ -140,7 +144,12 @@ class _MultiAgentRNN(TensorDictModuleBase):
                     "marlkit.envs.InitTracker to the env)"
                 )
             flag = root.unsqueeze(-2)
-        return flag.to(torch.bool).expand(*shape, self.n_agents, 1)
+        if flag.dtype != torch.bool:
+            raise ValueError(
+                f"{type(self).__name__}: the episode-start flag {self.init_key!r} must be a bool "
+                f"tensor, got {flag.dtype}"
+            )
+        return flag.expand(*shape, self.n_agents, 1)
 
     def _state(self, td: TensorDictBase, key: NestedKey, batch: tuple[int, ...], x: torch.Tensor):
         h = td.get(key, None)
@@ -183,6 +192,15 @@ class _MultiAgentRNN(TensorDictModuleBase):
         *lead, steps = batch
         n, hid = self.n_agents, self.state_size
         reset = self._reset_flag(tensordict, batch)  # [*B, T, n, 1]
+        starts = reset.any(-2).squeeze(-1)  # [*B, T]: a step that starts an episode
+        check_time_order(
+            tensordict,
+            torch.cat([starts[..., 1:], torch.ones_like(starts[..., :1])], -1),
+            len(batch) - 1,
+            f"{type(self).__name__} in recurrent mode",
+            f"an episode start ({self.init_key!r})",
+            "Sample whole sequences (SliceSampler), or leave recurrent mode for single steps.",
+        )
         first = tensordict.get(self.state_in_key, None)
         h = first[..., 0, :, :] if first is not None else x.new_zeros(*lead, n, hid)
         check_agent_input(h, n, hid, f"{type(self).__name__} state {self.state_in_key!r}")

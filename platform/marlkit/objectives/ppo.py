@@ -11,6 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase
 from torch import nn
 
+from marlkit._utils import check_int
 from marlkit.data.keys import (
     ACTION,
     ACTION_LOG_PROB,
@@ -157,7 +158,7 @@ class ClipPPOLoss(TensorDictModuleBase):
         self.normalize_advantage_per_agent = normalize_advantage_per_agent
         self.loss_critic_type = loss_critic_type
         self.value_norm = value_norm
-        self.entropy_samples = int(entropy_samples)
+        self.entropy_samples = check_int("entropy_samples", entropy_samples, low=1)
         self.tensor_keys = PPOKeys.for_group(group)
         self._refresh_keys()
 

@@ -125,7 +125,11 @@ class SACLoss(AgentTDLoss):
             raise ValueError(f"SACLoss: num_qvalue_nets must be >= 1, got {num_qvalue_nets!r}")
         if not (math.isfinite(alpha_init) and alpha_init > 0):
             raise ValueError(f"SACLoss: alpha_init must be a finite number > 0, got {alpha_init!r}")
-        if target_entropy != "auto" and not math.isfinite(float(target_entropy)):
+        if target_entropy != "auto" and (
+            isinstance(target_entropy, (str, bool))
+            or not isinstance(target_entropy, (int, float))
+            or not math.isfinite(target_entropy)
+        ):
             raise ValueError(
                 f"SACLoss: target_entropy must be 'auto' or finite, got {target_entropy!r}"
             )

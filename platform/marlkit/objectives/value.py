@@ -24,7 +24,6 @@ from torch import nn
 
 from marlkit.data.keys import (
     ADVANTAGE,
-    COLLECTOR_MASK,
     DEFAULT_GROUP,
     DONE,
     MASK,
@@ -32,10 +31,10 @@ from marlkit.data.keys import (
     REWARD,
     STATE_VALUE,
     TERMINATED,
-    TRAJ_IDS,
     VALUE_TARGET,
     NestedKey,
 )
+from marlkit.data.trajectories import check_time_order
 from marlkit.modules.critics import ValueNorm
 from marlkit.objectives._keys import replace_keys
 
@@ -368,38 +367,19 @@ class ValueEstimator(TensorDictModuleBase):
                 f"value estimator: time_dim={t} is not a batch dim of the batch "
                 f"{list(tensordict.batch_size)} (time_dim must be in [{-dims}, {dims - 1}])"
             )
-        self._check_one_trajectory_per_row(tensordict, done, t % dims)
+        check_time_order(
+            tensordict,
+            done.flatten(dims).any(-1),
+            t % dims,
+            "value estimator",
+            "a done step",
+            "Estimate on the collector's [*B, T] batch before reshaping it.",
+        )
         time_dim = t - dims - 2 if t >= 0 else t - 2
         adv, target = self._estimate(value, next_value, reward, done, terminated, mask, time_dim)
         tensordict.set(k.advantage, adv)
         tensordict.set(k.value_target, target)
         return tensordict
-
-    @staticmethod
-    def _check_one_trajectory_per_row(td: TensorDictBase, done: torch.Tensor, t: int) -> None:
-        """Where the collector's trajectory ids are in the batch: each row along the time dim
-        ``t`` goes from one trajectory to the next only after a done step. A batch flattened or
-        shuffled before the estimator would otherwise run the recursion across unrelated
-        steps without a word."""
-        ids = td.get(TRAJ_IDS, None)
-        if ids is None or tuple(ids.shape) != tuple(td.batch_size) or ids.shape[t] < 2:
-            return
-        ids = ids.movedim(t, -1)
-        ended = done.flatten(td.batch_dims).any(-1).movedim(t, -1)[..., :-1]
-        crossed = (ids[..., 1:] != ids[..., :-1]) & ~ended
-        valid = td.get(COLLECTOR_MASK, None)  # split_trajs padding is not a trajectory
-        if valid is not None and tuple(valid.shape) == tuple(td.batch_size):
-            valid = valid.movedim(t, -1)
-            crossed &= valid[..., 1:] & valid[..., :-1]
-        if bool(crossed.any()):
-            step = crossed.nonzero()[0].tolist()
-            raise ValueError(
-                f"value estimator: along the time dim ({t}) of the batch "
-                f"{list(td.batch_size)}, {TRAJ_IDS!r} changes without a done step (at index "
-                f"{step}, time moved last): the rows are not trajectories in time order (a "
-                "flattened or shuffled batch?). Estimate on the collector's [*B, T] batch "
-                "before reshaping it."
-            )
 
     def _estimate(
         self,
