@@ -229,3 +229,31 @@ def test_an_action_that_would_broadcast_is_refused() -> None:
     td["agents", "mask"] = torch.ones(6, N)
     with pytest.raises(ValueError, match=r"'mask'\) must be a bool tensor, got torch.float32"):
         loss(td)
+
+
+def test_an_action_its_mask_forbids_is_named() -> None:
+    from marlkit.modules import MaskedCategorical
+
+    net = MultiAgentMLP(OBS, 5, N, num_cells=8)
+    actor = ProbabilisticActor(net, distribution_class=MaskedCategorical)
+    loss = ClipPPOLoss(actor, StateValueCritic(N, OBS, num_cells=8))
+    mask = torch.ones(6, N, 5, dtype=torch.bool)
+    mask[..., 0] = False
+    sub = TensorDict(
+        {
+            "observation": torch.randn(6, N, OBS),
+            "action": torch.ones(6, N, dtype=torch.long),
+            "action_mask": mask,
+            "action_log_prob": torch.randn(6, N) - 2,
+            "advantage": torch.randn(6, N, 1),
+            "value_target": torch.randn(6, N, 1),
+        },
+        [6, N],
+    )
+    loss(TensorDict({"agents": sub.clone()}, [6]))  # allowed actions: fine
+    sub["action"][0, 0] = 0  # one forbidden action
+    with pytest.raises(ValueError, match=r"probability 0 at 1 present agent steps"):
+        loss(TensorDict({"agents": sub.clone()}, [6]))
+    sub["mask"] = torch.ones(6, N, dtype=torch.bool)
+    sub["mask"][0, 0] = False  # ... of an absent agent: left out
+    loss(TensorDict({"agents": sub}, [6]))

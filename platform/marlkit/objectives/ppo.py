@@ -291,6 +291,17 @@ class ClipPPOLoss(TensorDictModuleBase):
             )
         log_prob = dist.log_prob(action)
         self._check_shape(log_prob, f"log_prob of {k.action!r}", shape[:-1])
+        if not torch.compiler.is_compiling():  # a data-dependent check: eager only
+            impossible = torch.isneginf(log_prob)
+            if w is not None:
+                impossible &= w.squeeze(-1) != 0
+            if bool(impossible.any()):
+                raise ValueError(
+                    f"ClipPPOLoss: the actor gives {k.action!r} probability 0 at "
+                    f"{int(impossible.sum())} present agent steps (an action the action mask "
+                    "forbids, or outside the distribution's support): were these actions taken "
+                    "by this actor, with the same masks?"
+                )
         log_ratio = (log_prob - old_lp).unsqueeze(-1)
         if w is not None:  # absent agents: any action, ratio 1 (they are weighted out anyway)
             log_ratio = log_ratio.masked_fill(w == 0, 0.0)
