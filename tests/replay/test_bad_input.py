@@ -62,3 +62,14 @@ def test_a_checkpoint_of_another_kind_of_buffer_is_refused_before_loading(tmp_pa
 def test_groups_given_as_one_string_are_refused() -> None:
     with pytest.raises(TypeError, match="groups must be a list of group names, got the str"):
         GroupReplayBuffers("agents", lambda g: ReplayBuffer(TensorStorage(4)))
+
+
+def test_non_tensor_data_is_refused_not_dropped() -> None:
+    rb = ReplayBuffer(TensorStorage(8))
+    items = _items(2)
+    items["info"] = "hello"
+    for stored in (0, 2):  # the first write, then a later one
+        with pytest.raises(TypeError, match=r"'info' is non-tensor data .* drop it first"):
+            rb.extend(items)
+        assert len(rb) == stored
+        rb.extend(items.exclude("info"))

@@ -124,6 +124,11 @@ class Storage(abc.ABC):
             raise TypeError(f"a storage holds TensorDicts, got {type(data).__name__}")
         if data.batch_dims < 1:
             raise ValueError("items go along the first batch dim; got a TensorDict of batch []")
+        for key, value in data.non_tensor_items(include_nested=True):  # not kept by a storage
+            raise TypeError(
+                f"{key!r} is non-tensor data ({type(value).__name__}), not a tensor: a storage "
+                f"keeps tensors only; drop it first (data.exclude({key!r}))"
+            )
         if self._data is not None:
             check_layout(self._data, data, "extend")
         else:
