@@ -226,3 +226,5 @@ def test_bad_sizes_and_a_shuffled_sequence_are_refused() -> None:
             ValueError, match=r"'is_init' must be a bool tensor, got torch\.float32"
         ):
             gru(td[:4].clone().set("is_init", starts[:4].float()))
+    with pytest.raises(ValueError, match=r"'is_init' must be \[\*B, 1\] \[4, 1\], got \[4\]"):
+        gru(td[:4].clone().set("is_init", starts[:4, 0]))

@@ -133,22 +133,33 @@ class _MultiAgentRNN(TensorDictModuleBase):
         raise NotImplementedError
 
     def _reset_flag(self, td: TensorDictBase, shape: tuple[int, ...]) -> torch.Tensor:
-        """The episode-start flag broadcast to ``[*shape, n_agents, 1]``."""
-        flag = td.get(join_key(self.group, self.init_key), None)
+        """The episode-start flag broadcast to ``[*shape, n_agents, 1]``: the group's
+        ``[*B, n_agents, 1]``, else the root's ``[*B, 1]``."""
+        key: NestedKey = join_key(self.group, self.init_key)
+        flag = td.get(key, None)
+        expected = f"[*B, {self.n_agents}, 1]"
         if flag is None:
-            root = td.get(self.init_key, None)
-            if root is None:
+            key, expected = self.init_key, "[*B, 1]"
+            flag = td.get(key, None)
+            if flag is None:
                 flags = f"{(self.group, self.init_key)!r} or {self.init_key!r}"
                 raise KeyError(
                     f"{type(self).__name__} needs the episode-start flag {flags} (add "
                     "marlkit.envs.InitTracker to the env)"
                 )
-            flag = root.unsqueeze(-2)
         if flag.dtype != torch.bool:
             raise ValueError(
-                f"{type(self).__name__}: the episode-start flag {self.init_key!r} must be a bool "
-                f"tensor, got {flag.dtype}"
+                f"{type(self).__name__}: the episode-start flag {key!r} must be a bool tensor, "
+                f"got {flag.dtype}"
             )
+        wanted = (*shape, self.n_agents, 1) if expected != "[*B, 1]" else (*shape, 1)
+        if tuple(flag.shape) != wanted:
+            raise ValueError(
+                f"{type(self).__name__}: the episode-start flag {key!r} must be {expected} "
+                f"{list(wanted)}, got {list(flag.shape)}"
+            )
+        if expected == "[*B, 1]":
+            flag = flag.unsqueeze(-2)
         return flag.expand(*shape, self.n_agents, 1)
 
     def _state(self, td: TensorDictBase, key: NestedKey, batch: tuple[int, ...], x: torch.Tensor):
