@@ -15,7 +15,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_bool, check_int
+from marlkit._utils import check_flag, check_int
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
@@ -107,7 +107,7 @@ class HomogeneousScenario(EnvBase):
         super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
         self.num_envs, self.n_agents = num_envs, n_agents
         self.k = min(k_nearest, n_agents - 1)
-        self.continuous_actions = check_bool("continuous_actions", continuous_actions)
+        self.continuous_actions = check_flag("continuous_actions", continuous_actions)
         self.max_force = float(max_force)
         self.backend = resolve_backend(backend, self.device)
         self.render_size = int(render_size)

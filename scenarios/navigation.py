@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_bool
+from marlkit._utils import check_flag
 from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, group_color, lighten, render_frame
@@ -152,7 +152,7 @@ class NavigationEnv(HomogeneousScenario):
         self.shaping_factor = float(shaping_factor)
         self.collision_penalty = float(collision_penalty)
         self.final_reward = float(final_reward)
-        self.shared_reward = check_bool("shared_reward", shared_reward)
+        self.shared_reward = check_flag("shared_reward", shared_reward)
 
         self._build_specs(self.observation_dim, 6 * n_agents)
         self._goal = torch.zeros_like(self._pos)

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int
+from marlkit._utils import check_flag, check_int
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, agent_type, make_group_map
@@ -251,11 +251,7 @@ class PredatorPreyEnv(EnvBase):
         max_steps = check_int("max_steps", max_steps, low=1, allow_none=True)
         super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
         self.num_envs = num_envs
-        if not isinstance(continuous_actions, bool):
-            raise TypeError(
-                f"continuous_actions must be a bool, got {type(continuous_actions).__name__}"
-            )
-        self.continuous_actions = continuous_actions
+        self.continuous_actions = check_flag("continuous_actions", continuous_actions)
         self.max_steps = max_steps
         p, q, m = self.n_predators, self.n_prey, self.n_landmarks
         self.k_prey = min(k_nearest_prey, q)

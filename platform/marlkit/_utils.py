@@ -16,7 +16,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 __all__ = [
-    "check_bool",
+    "check_flag",
     "check_int",
     "check_kwargs",
     "close_matches",
@@ -185,7 +185,7 @@ def check_int(name: str, value: object, *, low: int, allow_none: bool = False) -
     return int(value)
 
 
-def check_bool(name: str, value: object) -> bool:
+def check_flag(name: str, value: object) -> bool:
     """``value`` when it is a bool (NumPy's too).
 
     Raises:

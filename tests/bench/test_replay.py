@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import pathlib
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 Run = Callable[..., dict[str, Any]]
 
@@ -31,12 +26,7 @@ def test_every_section_prints_json(run_benchmark: Run) -> None:
     assert data["memory"]["items"] == 20000 and data["memory"]["raw_bytes"] == 20000 * 37 * 4
 
 
-def test_a_capacity_that_is_not_whole_chunks_is_refused() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "replay.py"), "--capacity", "15000"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_a_capacity_that_is_not_whole_chunks_is_refused(run_script: Callable[..., Any]) -> None:
+    out = run_script("replay.py", "--capacity", "15000", timeout=60)
     assert out.returncode == 2
     assert "--capacity must be a positive multiple of 10000, got 15000" in out.stderr

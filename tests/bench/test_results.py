@@ -6,6 +6,8 @@ import json
 import pathlib
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = (
@@ -54,15 +56,8 @@ def test_an_experiment_with_its_own_config_prints_json(tmp_path: pathlib.Path) -
     assert [s["seed"] for s in rerun] == [0] and rerun[0]["curve"] == seeds[0]["curve"]
 
 
-def test_mpe_reference_levels_print_json() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "mpe_reference.py"), "--episodes", "3"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+def test_mpe_reference_levels_print_json(run_benchmark: Callable[..., dict[str, Any]]) -> None:
+    out = run_benchmark("mpe_reference.py", "--episodes", "3", timeout=120)
     assert out["episodes"] == 3
     # the rule heads for the landmarks and beats random actions (seeded: the same episodes)
     assert out["own_landmark_rule"]["mean"] > out["random"]["mean"]

@@ -249,7 +249,9 @@ class EGreedy(TensorDictModuleBase):
             check_trailing(
                 mask, self.action_mask_key, (n,), "EGreedy", f"[*B, n, {n}] bool", boolean=True
             )
-            check_some_allowed(mask, self.action_mask_key, "EGreedy")
+            checked = getattr(self.module, "action_mask_key", None) == self.action_mask_key
+            if not (isinstance(self.module, QValueActor) and checked):  # else it checked already
+                check_some_allowed(mask, self.action_mask_key, "EGreedy")
             scores = scores.masked_fill(~mask, -1.0)  # uniform among the allowed actions
         random_action = encode_action(
             scores.argmax(-1), n, self.action_space, self.action_dtype or action.dtype
