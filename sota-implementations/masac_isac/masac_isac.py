@@ -263,7 +263,7 @@ def main(cfg: DictConfig) -> None:
     collector.shutdown()
     run.eval_env.close()
     print(json.dumps(summary["trained"]), "random:", json.dumps(summary["random"]))
-    print(f"outputs in {cfg.run_dir}/ (metrics.csv, reward.png, rollout.mp4, summary.json)")
+    print(f"outputs in {cfg.run_dir}/ ({', '.join(summary['files'])})")
 
 
 if __name__ == "__main__":

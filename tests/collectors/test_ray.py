@@ -1,7 +1,7 @@
 """RayCollector on a real local Ray (2 CPUs) and the native navigation scenario: batch shapes
 and unique ids (sync and async), weights broadcast, seeds, state, split trajectories, and
 failures (a killed actor, a raising policy or factory, an actor Ray cannot place, bad
-arguments)."""
+arguments), and batches written into a replay buffer."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from torch import nn
 import marlkit
 from marlkit.collectors import RayCollector
 from marlkit.envs.batched import WorkerError
+from marlkit.replay import ReplayBuffer, TensorStorage
 
 ray = pytest.importorskip("ray")
 
@@ -126,6 +127,20 @@ def test_sync_stacks_one_batch_per_worker_with_ids_unique_across_workers(shared)
 def test_total_frames_ends_the_iteration() -> None:
     with RayCollector([nav], None, frames_per_batch=8, total_frames=20, timeout=60) as collector:
         assert [tuple(b.batch_size) for b in collector] == [(1, 2, 4)] * 3
+    wait_for_cpus()
+
+
+def test_batches_are_written_into_a_replay_buffer_in_this_process() -> None:
+    rb = ReplayBuffer(TensorStorage(100))
+    with RayCollector(
+        [nav, nav], None, frames_per_batch=16, total_frames=48, replay_buffer=rb, timeout=60
+    ) as collector:
+        batches = [batch.clone() for batch in collector]
+    assert len(rb) == 48  # [W, *B, T] batches, stored worker after worker, env after env
+    stored, expected = rb[:], torch.cat([b.reshape(-1) for b in batches])
+    for key, value in expected.items(True, True):
+        assert torch.equal(stored[key], value), key
+    assert set(stored[WORKER].unique().tolist()) == {0, 1}
     wait_for_cpus()
 
 

@@ -194,12 +194,21 @@ def _method_in_subprocess(value: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_environment_variable_sets_the_method_of_a_new_process() -> None:
-    for value, expected in (("sigmoid", "sigmoid"), ("torch", "torch"), (" Torch", "torch")):
+    for value in ("sigmoid", "torch"):  # both, so one of them differs from this machine's auto
         proc = _method_in_subprocess(value)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.strip() == expected
-    proc = _method_in_subprocess("auto")
-    assert proc.stdout.strip() == activations._auto_method()
-    proc = _method_in_subprocess("fastest")
-    assert proc.returncode != 0
-    assert "MARLKIT_TANH must be one of auto, torch, sigmoid; got 'fastest'" in proc.stderr
+        assert proc.stdout.strip() == value
+
+
+def test_environment_variable_is_read_on_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values a new process may find (the subprocess test above shows it reads them)."""
+    for value, expected in ((" Torch", "torch"), ("SIGMOID", "sigmoid"), ("auto", None)):
+        monkeypatch.setenv("MARLKIT_TANH", value)
+        monkeypatch.setattr(activations, "_method", None)  # a process that has not used it yet
+        assert get_tanh_method() == (expected or activations._auto_method())
+    monkeypatch.setenv("MARLKIT_TANH", "fastest")
+    monkeypatch.setattr(activations, "_method", None)
+    with pytest.raises(
+        ValueError, match="MARLKIT_TANH must be one of auto, torch, sigmoid; got 'fastest'"
+    ):
+        get_tanh_method()

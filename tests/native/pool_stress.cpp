@@ -1,6 +1,7 @@
 // Stress test of the kernels' thread pool (csrc/include/marlkit/common.h), built and run by
 // tests/native/test_pool.py, under ThreadSanitizer where the compiler has it. Exits 0 and prints
-// "ok" when every check holds; otherwise prints what failed and exits 1.
+// "ok" when every check holds; otherwise prints what failed and exits 1. An optional argument
+// divides the number of jobs (ThreadSanitizer runs them about 10x slower).
 //
 // What it checks, for 2 and 3 threads, over many short jobs of random sizes (most of them much
 // shorter than a pooled thread takes to wake on a VM, so workers often arrive after the caller
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -65,8 +67,8 @@ void run_jobs(int jobs, std::uint32_t seed, const char* who) {
   }
 }
 
-void exceptions() {
-  for (int j = 0; j < 2000; ++j) {
+void exceptions(int jobs) {
+  for (int j = 0; j < jobs; ++j) {
     const std::int64_t total = 2 + j % 97;
     std::vector<std::atomic<int>> hits(static_cast<std::size_t>(total));
     bool thrown = false;
@@ -90,8 +92,8 @@ void exceptions() {
   }
 }
 
-void nested() {
-  for (int j = 0; j < 500; ++j) {
+void nested(int jobs) {
+  for (int j = 0; j < jobs; ++j) {
     std::atomic<std::int64_t> count{0};
     marlkit::parallel_for(16, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) {
@@ -104,16 +106,21 @@ void nested() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const int divide = argc > 1 ? std::atoi(argv[1]) : 1;
+  if (divide < 1) {
+    std::printf("the argument divides the jobs: a positive integer, got %s\n", argv[1]);
+    return 2;
+  }
   for (int threads : {2, 3}) {
     marlkit::set_num_threads(threads);
     const std::string name = std::to_string(threads) + " threads";
-    run_jobs(20000, 7u + static_cast<std::uint32_t>(threads), name.c_str());
-    exceptions();
-    nested();
+    run_jobs(20000 / divide, 7u + static_cast<std::uint32_t>(threads), name.c_str());
+    exceptions(2000 / divide);
+    nested(500 / divide);
     // Two callers at once: one holds the pool, the other runs inline.
-    std::thread other([&] { run_jobs(3000, 99u, "second caller"); });
-    run_jobs(3000, 5u, "first caller");
+    std::thread other([&] { run_jobs(3000 / divide, 99u, "second caller"); });
+    run_jobs(3000 / divide, 5u, "first caller");
     other.join();
   }
   marlkit::set_num_threads(1);

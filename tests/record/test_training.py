@@ -213,6 +213,8 @@ def test_summarise_run_writes_the_summary_curve_and_video(tmp_path):
     assert read_video(tmp_path / "rollout.mp4")[0].shape[0] == 8
     quiet = summarise_run(tmp_path / "q", env, actor, steps=6, rows=[], video=False)
     assert quiet["video"] is None and quiet["curve"] is None
+    assert out["files"] == ["reward.png", "rollout.mp4", "summary.json"]  # no logger wrote here
+    assert quiet["files"] == ["summary.json"]  # what the scripts' last line names
 
 
 # ---------------------------------------------------------------------------- TrainingRun
@@ -297,6 +299,7 @@ def test_the_summary_reuses_the_last_iterations_evaluation(tmp_path):
     rollout, _ = read_video(tmp_path / "rollout.mp4")
     np.testing.assert_array_equal(rollout, read_video(tmp_path / "videos" / "eval-0002.mp4")[0])
     assert summary["video"] == str(tmp_path / "rollout.mp4")
+    assert summary["files"] == ["metrics.csv", "reward.png", "rollout.mp4", "summary.json"]
 
 
 def test_training_run_refuses_bad_settings(tmp_path):

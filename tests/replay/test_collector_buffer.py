@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import marlkit
-from marlkit.collectors import Collector, MultiSyncCollector
+from marlkit.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from marlkit.envs import WorkerError
 from marlkit.replay import MemmapStorage, ReplayBuffer, SliceSampler, TensorStorage
 
@@ -59,6 +59,27 @@ def test_a_multisync_collector_fills_a_memmap_buffer(tmp_path: Path) -> None:
             pass
     assert len(rb) == 192
     assert set(rb[:]["collector", "worker"].unique().tolist()) == {0, 1}
+
+
+def test_a_multiasync_collector_stores_every_batch_it_yields_from_either_worker() -> None:
+    """Async batches come whole, one worker's at a time, of each worker's own env batch; the
+    buffer holds exactly the transitions yielded, in the order they were yielded."""
+    rb = ReplayBuffer(TensorStorage(1000))
+    with MultiAsyncCollector(
+        [nav(2), nav(4)],
+        None,
+        frames_per_batch=16,
+        total_frames=96,
+        replay_buffer=rb,
+        timeout=20.0,
+    ) as collector:
+        batches = [batch.clone() for batch in collector]
+    assert len(batches) == 6 and len(rb) == 96
+    assert {tuple(b.batch_size) for b in batches} <= {(2, 8), (4, 4)}
+    expected = torch.cat([b.reshape(-1) for b in batches])
+    stored = rb[:]
+    for key, value in expected.items(True, True):
+        assert torch.equal(stored[key], value), key
 
 
 def test_bad_buffers_and_batches_that_do_not_fit_are_named() -> None:

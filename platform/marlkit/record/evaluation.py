@@ -109,6 +109,7 @@ def _filmed_envs(env: EnvBase, video_envs: int | None) -> list[int] | str:
     when it has fewer); ``"all"`` for ``None``.
 
     Raises:
+        TypeError: ``video_envs`` that is not an int (nor ``None``).
         ValueError: ``video_envs`` below 1.
     """
     count = check_int("video_envs", video_envs, low=1, allow_none=True)
@@ -158,7 +159,8 @@ def summarise_run(
         the summary: ``info``, ``"trained"`` and ``"random"`` (each :attr:`Evaluation.metrics`),
         ``"improvement"`` (trained minus random, per metric), ``"eval_episodes"`` (the
         episodes each evaluation averages: one per env of ``env``), ``"video"`` and ``"curve"``
-        (paths or ``None``).
+        (paths or ``None``), ``"files"`` (the names of those of ``metrics.csv``,
+        ``reward.png``, ``rollout.mp4`` and ``summary.json`` that ``run_dir`` holds now).
     """
     from marlkit.record.plot import plot_curves
 
@@ -196,6 +198,8 @@ def summarise_run(
         "video": None if trained.video is None else str(trained.video),
         "curve": None if curve is None else str(curve),
     }
+    outputs = ("metrics.csv", "reward.png", "rollout.mp4")
+    summary["files"] = [*(n for n in outputs if (folder / n).exists()), "summary.json"]
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

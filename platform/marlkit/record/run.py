@@ -68,7 +68,10 @@ class TrainingRun:
         project, config: the wandb project and the run's config (logged by wandb).
 
     Raises:
-        ValueError: ``eval_every`` negative, ``checkpoint_every`` or ``video_envs`` below 1.
+        TypeError: ``eval_steps``, ``eval_every``, ``checkpoint_every`` or ``video_envs`` that
+            is not an int.
+        ValueError: ``eval_every`` negative; ``eval_steps``, ``checkpoint_every`` or
+            ``video_envs`` below 1.
     """
 
     def __init__(
