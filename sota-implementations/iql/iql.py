@@ -50,7 +50,8 @@ OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 
 def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
     """A picklable factory of the configured env (``make_episodic``: episodes cut at
-    ``env.max_steps``, rewards summed); the evaluation env adds ``env.eval_kwargs``."""
+    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked); the
+    evaluation env adds ``env.eval_kwargs``."""
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     if evaluation:
         kwargs.update(OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True))
@@ -61,6 +62,7 @@ def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = Fa
         max_steps=cfg.env.max_steps,
         seed=seed,
         imports=list(cfg.env.imports),
+        actions=cfg.env.actions,
         **kwargs,
     )
 
@@ -75,8 +77,9 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> QValueActor:
     if not isinstance(spec, (Categorical, OneHot)):
         raise ValueError(
             f"IQL needs discrete actions, but group {group!r} has a {type(spec).__name__} "
-            "action spec; set env.kwargs.continuous_actions=false (native scenarios, VMAS and "
-            "MPE accept it)"
+            "action spec; envs with a continuous_actions option (native scenarios, VMAS, MPE) take "
+            "++env.kwargs.continuous_actions=false, others need an algorithm for continuous "
+            "actions (mappo_ippo, maddpg_iddpg, masac_isac)"
         )
     mlp = MultiAgentMLP(
         env.observation_spec[group, "observation"].shape[-1],

@@ -52,7 +52,8 @@ OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 
 def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
     """A picklable factory of the configured env (``make_episodic``: episodes cut at
-    ``env.max_steps``, rewards summed); the evaluation env adds ``env.eval_kwargs``."""
+    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked); the
+    evaluation env adds ``env.eval_kwargs``."""
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     if evaluation:
         kwargs.update(OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True))
@@ -63,6 +64,7 @@ def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = Fa
         max_steps=cfg.env.max_steps,
         seed=seed,
         imports=list(cfg.env.imports),
+        actions=cfg.env.actions,
         **kwargs,
     )
 

@@ -54,7 +54,8 @@ OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 
 def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
     """A picklable factory of the configured env (``make_episodic``: episodes cut at
-    ``env.max_steps``, rewards summed); the evaluation env adds ``env.eval_kwargs``."""
+    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked); the
+    evaluation env adds ``env.eval_kwargs``."""
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     if evaluation:
         kwargs.update(OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True))
@@ -65,6 +66,7 @@ def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = Fa
         max_steps=cfg.env.max_steps,
         seed=seed,
         imports=list(cfg.env.imports),
+        actions=cfg.env.actions,
         **kwargs,
     )
 
@@ -80,8 +82,9 @@ def action_bounds(env: EnvBase, group: str, algorithm: str) -> tuple[torch.Tenso
         raise ValueError(
             f"{algorithm} needs continuous actions (a Bounded action spec), but group "
             f"{group!r} of this env has {type(spec).__name__} actions; pick an env with "
-            "continuous actions (navigation, vmas/balance, mujoco/ant_2x4, predator_prey) or, "
-            "for discrete actions, an algorithm for them (mappo_ippo)"
+            "continuous actions (navigation, vmas/balance, mujoco/ant_2x4, predator_prey; MPE "
+            "with ++env.kwargs.continuous_actions=true) or, for discrete actions, an algorithm "
+            "for them (mappo_ippo)"
         )
     batch = (0,) * len(env.batch_size)
     return spec.low[batch], spec.high[batch]

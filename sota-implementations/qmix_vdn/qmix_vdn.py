@@ -64,7 +64,8 @@ def check_config(cfg: DictConfig) -> None:
 
 def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
     """A picklable factory of the configured env (``make_episodic``: episodes cut at
-    ``env.max_steps``, rewards summed); the evaluation env adds ``env.eval_kwargs``."""
+    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked); the
+    evaluation env adds ``env.eval_kwargs``."""
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     if evaluation:
         kwargs.update(OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True))
@@ -75,6 +76,7 @@ def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = Fa
         max_steps=cfg.env.max_steps,
         seed=seed,
         imports=list(cfg.env.imports),
+        actions=cfg.env.actions,
         **kwargs,
     )
 
@@ -89,8 +91,9 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> QValueActor:
     if not isinstance(spec, (Categorical, OneHot)):
         raise ValueError(
             f"QMIX/VDN need discrete actions, but group {group!r} has a {type(spec).__name__} "
-            "action spec; set env.kwargs.continuous_actions=false (native scenarios, VMAS and "
-            "MPE accept it)"
+            "action spec; envs with a continuous_actions option (native scenarios, VMAS, MPE) take "
+            "++env.kwargs.continuous_actions=false, others need an algorithm for continuous "
+            "actions (mappo_ippo, maddpg_iddpg, masac_isac)"
         )
     mlp = MultiAgentMLP(
         env.observation_spec[group, "observation"].shape[-1],

@@ -55,3 +55,34 @@ def test_bad_arguments():
         make_episodic("navigation", num_envs=1, max_steps=3, imports=["no_such_module_here"])
     with pytest.raises(ValueError, match="max_steps must be"):
         make_episodic("navigation", num_envs=1, max_steps=0)
+
+
+def test_actions_are_asked_of_envs_with_the_option_and_checked_on_all():
+    def kind(env):
+        return type(env.action_spec["agents", "action"]).__name__
+
+    nav = make_episodic("navigation", num_envs=1, max_steps=3, n_agents=2, actions="discrete")
+    assert kind(nav) == "Categorical"
+    mpe = make_episodic(
+        "pettingzoo/mpe2.simple_spread_v3", num_envs=1, max_steps=3, actions="continuous"
+    )
+    assert kind(mpe) == "Bounded"  # MPE's default is discrete
+    # the caller's own setting wins, and a mismatch names it
+    own = make_episodic("navigation", num_envs=1, max_steps=3, continuous_actions=False)
+    assert kind(own) == "Categorical"
+    with pytest.raises(ValueError, match=r"\(continuous_actions=True in its keyword arguments\)"):
+        make_episodic(
+            "navigation", num_envs=1, max_steps=3, continuous_actions=True, actions="discrete"
+        )
+    # an env without the option is built as it is, and refused when its actions do not fit
+    message = (
+        r"discrete actions are needed, but group 'agents' of env 'mujoco/ant_2x4' has Bounded "
+        r"actions, and the env has no continuous_actions option: train it with an algorithm for "
+        r"continuous actions"
+    )
+    with pytest.raises(ValueError, match=message):
+        make_episodic("mujoco/ant_2x4", num_envs=1, max_steps=3, actions="discrete")
+    ant = make_episodic("mujoco/ant_2x4", num_envs=1, max_steps=3, actions="continuous")
+    assert kind(ant) == "Bounded"
+    with pytest.raises(ValueError, match="actions must be 'discrete', 'continuous' or None"):
+        make_episodic("navigation", num_envs=1, max_steps=3, actions="Discrete")

@@ -112,6 +112,8 @@ def test_killed_run_resumes_with_its_replay_buffer_and_epsilon(tmp_path):
 
 
 def test_continuous_actions_are_refused(tmp_path):
-    message = r"IQL needs discrete actions.*set env.kwargs.continuous_actions=false"
+    message = (
+        r"discrete actions are needed.*Bounded actions \(continuous_actions=True in its keyword"
+    )
     with pytest.raises(AssertionError, match=message):
-        run("iql", tmp_path / "run", (*BUDGET, "env.kwargs.continuous_actions=true"))
+        run("iql", tmp_path / "run", (*BUDGET, "+env.kwargs.continuous_actions=true"))

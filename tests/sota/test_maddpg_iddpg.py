@@ -126,5 +126,8 @@ def test_a_finished_run_resumes_to_its_summary(tmp_path):
 
 def test_discrete_actions_are_refused(tmp_path):
     overrides = (*BUDGET, "+env.kwargs.continuous_actions=false")
-    with pytest.raises(AssertionError, match=r"MADDPG needs continuous actions"):
+    with pytest.raises(
+        AssertionError,
+        match=r"continuous actions are needed.* has Categorical actions \(continuous_actions=False",
+    ):
         run("maddpg_iddpg", tmp_path / "run", overrides)

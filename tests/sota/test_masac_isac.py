@@ -119,5 +119,8 @@ def test_killed_run_resumes_with_its_replay_buffer(tmp_path):
 
 def test_discrete_actions_are_refused(tmp_path):
     overrides = (*BUDGET, "+env.kwargs.continuous_actions=false")
-    with pytest.raises(AssertionError, match=r"MASAC needs continuous actions"):
+    with pytest.raises(
+        AssertionError,
+        match=r"continuous actions are needed.* has Categorical actions \(continuous_actions=False",
+    ):
         run("masac_isac", tmp_path / "run", overrides)

@@ -131,8 +131,8 @@ def test_killed_run_resumes_with_its_replay_buffer_and_epsilon(tmp_path):
         ("loss.mixer=foo", r"loss.mixer must be one of \['qmix', 'vdn'\], got 'foo'"),
         ("loss.mixer_state=global", r"loss.mixer_state must be one of \['observation', 'state'\]"),
         (
-            "env.kwargs.continuous_actions=true",
-            r"QMIX/VDN need discrete actions.*set env.kwargs.continuous_actions=false",
+            "+env.kwargs.continuous_actions=true",
+            r"discrete actions are needed.*Bounded actions \(continuous_actions=True in its",
         ),
         (
             "env=vmas/navigation loss.mixer_state=state",
