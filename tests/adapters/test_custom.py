@@ -7,6 +7,7 @@ leave the game, are masked; one can be told to misbehave (a wrong shape, a missi
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -449,3 +450,46 @@ def _batched_with(num_envs: int) -> BatchedEnv:
         observation_spaces={"particles": Unbounded((1,))},
         action_spaces={"particles": Unbounded((1,))},
     )
+
+
+class DrawnParticles(Particles):
+    """Particles with a frame per world: a 3-pixel-high strip, each particle lit at its place
+    (``dtype``: the frame's dtype, to test a bad one)."""
+
+    dtype = np.uint8
+
+    def render(self, env_index: int) -> np.ndarray:
+        frame = np.zeros((3 * self.n, 21, 3), self.dtype)
+        for i, x in enumerate(self.x[env_index, :, 0]):
+            frame[3 * i : 3 * i + 3, int(np.clip((x + 1) * 10, 0, 20))] = 255
+        return frame
+
+
+def test_from_batched_renders_each_world_and_films_it(tmp_path: Path) -> None:
+    from marlkit.record import evaluate, read_video
+
+    def make(sim: Particles, **kwargs: Any) -> BatchedEnv:
+        return from_batched(
+            sim,
+            num_envs=3,
+            group_map={"particles": 2},
+            observation_spaces={"particles": Unbounded((1,))},
+            action_spaces={"particles": Bounded(-1.0, 1.0, (1,))},
+            seed=0,
+            **kwargs,
+        )
+
+    with pytest.raises(NotImplementedError, match=r"does not render \(render_modes=\(\)\)"):
+        make(DrawnParticles(3)).render()  # rendering is declared, not guessed
+    env = make(DrawnParticles(3), render=True)
+    assert env.render_modes == ("rgb_array",)
+    env.reset()
+    frames = [env.render(i) for i in range(3)]
+    assert all(f.shape == (6, 21, 3) and f.dtype == np.uint8 for f in frames)
+    assert not np.array_equal(frames[0], frames[1])  # each world's own frame
+    evaluate(env, None, steps=4, video=tmp_path / "p.mp4", env_indices="all", tile=True)
+    assert read_video(tmp_path / "p.mp4")[0].shape[0] == 5  # the reset and 4 steps
+    bad = DrawnParticles(3)
+    bad.dtype = np.float32
+    with pytest.raises(ValueError, match=r"_render returned float32 \[6, 21, 3\], expected uint8"):
+        make(bad, render=True).render()

@@ -309,6 +309,14 @@ def test_training_run_refuses_bad_settings(tmp_path):
         TrainingRun(tmp_path, eval_env=nav(), eval_steps=5, checkpoint_every=0)
     with pytest.raises(ValueError, match="eval_steps must be"):
         TrainingRun(tmp_path / "b", eval_env=nav(), eval_steps=0)
+    # an eval env that cannot film is refused at once, not at the first evaluation (which
+    # comes before that iteration's checkpoint), and nothing is written
+    blind = marlkit.make("pettingzoo/mpe2.simple_spread_v3", num_envs=2, N=2)
+    assert "rgb_array" not in blind.render_modes  # PettingZoo renders only when asked
+    with pytest.raises(ValueError, match=r"does not render 'rgb_array' frames.*video=False"):
+        TrainingRun(tmp_path / "c", eval_env=blind, eval_steps=5)
+    assert not (tmp_path / "c").exists()
+    TrainingRun(tmp_path / "d", eval_env=blind, eval_steps=5, video=False).close()
 
 
 def test_evaluate_leaves_the_global_rng_alone():

@@ -165,7 +165,8 @@ class VideoRecorder(Transform):
                 f"VideoRecorder needs an env that renders 'rgb_array' frames; "
                 f"{type(inner).__name__} declares "
                 f"render_modes={tuple(env.render_modes)} (some adapters need "
-                "render_mode='rgb_array' when the env is made)"
+                "render_mode='rgb_array' when the env is made, marlkit.adapters.custom ones "
+                "render=True)"
             )
         n = env.batch_size.numel()
         if isinstance(self.env_indices, str):  # "all"

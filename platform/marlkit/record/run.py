@@ -71,7 +71,8 @@ class TrainingRun:
         TypeError: ``eval_steps``, ``eval_every``, ``checkpoint_every`` or ``video_envs`` that
             is not an int.
         ValueError: ``eval_every`` negative; ``eval_steps``, ``checkpoint_every`` or
-            ``video_envs`` below 1.
+            ``video_envs`` below 1; ``video`` with an ``eval_env`` that does not render
+            ``rgb_array`` frames (raised here, not at the first evaluation).
     """
 
     def __init__(
@@ -97,6 +98,14 @@ class TrainingRun:
         self.eval_steps = check_int("eval_steps", eval_steps, low=1)
         self.eval_every = check_int("eval_every", eval_every, low=0)
         self.video = bool(video)
+        if self.video and "rgb_array" not in eval_env.render_modes:  # before anything is written
+            raise ValueError(
+                "video=True films every evaluation, but the evaluation env does not render "
+                f"'rgb_array' frames (render_modes={tuple(eval_env.render_modes)}): pass "
+                "video=False (the scripts: eval.video=false), or make the evaluation env "
+                "render (render_mode='rgb_array' for PettingZoo and Gymnasium, render=True "
+                "for marlkit.adapters.custom; the scripts: env.eval_kwargs)"
+            )
         self.video_envs = check_int("video_envs", video_envs, low=1, allow_none=True)
         self.fps = float(fps)
         self.checkpoint_every = check_int("checkpoint_every", checkpoint_every, low=1)
