@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from marlkit._utils import check_int
-from marlkit.data import Bounded, Categorical, MultiCategorical, OneHot
+from marlkit.data import Binary, Bounded, Categorical, MultiCategorical, OneHot
 from marlkit.envs.common import EnvBase
 from marlkit.envs.registry import accepted_kwargs, make
 from marlkit.envs.transforms import Compose, RewardSum, StepCounter, TransformedEnv
@@ -47,8 +47,8 @@ def make_episodic(
         actions: the kind of actions the caller needs (``"discrete"`` or ``"continuous"``;
             ``None``: either). An env with a ``continuous_actions`` option (native scenarios,
             VMAS, MPE) is asked for that kind unless ``kwargs`` set the option; every group's
-            action spec is then checked (discrete: ``Categorical``, ``OneHot`` or
-            ``MultiCategorical``; continuous: ``Bounded``).
+            action spec is then checked (discrete: ``Categorical``, ``OneHot``,
+            ``MultiCategorical`` or ``Binary``; continuous: ``Bounded``, actions with bounds).
         **kwargs: the env's own keyword arguments.
 
     Raises:
@@ -82,7 +82,9 @@ def make_episodic(
 def _check_actions(env: EnvBase, name: str, actions: ActionKind, option: bool | None) -> None:
     """Raise unless every group of ``env`` has ``actions`` (``option``: the env's
     ``continuous_actions`` setting, ``None`` when it has no such option)."""
-    kinds = (Bounded,) if actions == "continuous" else (Categorical, OneHot, MultiCategorical)
+    kinds = (
+        (Bounded,) if actions == "continuous" else (Categorical, OneHot, MultiCategorical, Binary)
+    )
     for group in env.groups:
         spec = env.action_spec[group, "action"]
         if isinstance(spec, kinds):
