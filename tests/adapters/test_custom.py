@@ -365,9 +365,9 @@ class Particles:
         return self.x.reshape(self.e, -1)
 
 
-def _batched(bad: str | None = None, **kwargs: Any) -> BatchedEnv:
+def _batched(bad: str | None = None, sim: Particles | None = None, **kwargs: Any) -> BatchedEnv:
     return from_batched(
-        Particles(3, bad=bad),
+        Particles(3, bad=bad) if sim is None else sim,
         num_envs=3,
         group_map={"particles": 2},
         observation_spaces={"particles": Unbounded((1,))},
@@ -468,20 +468,9 @@ class DrawnParticles(Particles):
 def test_from_batched_renders_each_world_and_films_it(tmp_path: Path) -> None:
     from marlkit.record import evaluate, read_video
 
-    def make(sim: Particles, **kwargs: Any) -> BatchedEnv:
-        return from_batched(
-            sim,
-            num_envs=3,
-            group_map={"particles": 2},
-            observation_spaces={"particles": Unbounded((1,))},
-            action_spaces={"particles": Bounded(-1.0, 1.0, (1,))},
-            seed=0,
-            **kwargs,
-        )
-
     with pytest.raises(NotImplementedError, match=r"does not render \(render_modes=\(\)\)"):
-        make(DrawnParticles(3)).render()  # rendering is declared, not guessed
-    env = make(DrawnParticles(3), render=True)
+        _batched(sim=DrawnParticles(3), seed=0).render()  # rendering is declared, not guessed
+    env = _batched(sim=DrawnParticles(3), seed=0, render=True)
     assert env.render_modes == ("rgb_array",)
     env.reset()
     frames = [env.render(i) for i in range(3)]
@@ -492,4 +481,4 @@ def test_from_batched_renders_each_world_and_films_it(tmp_path: Path) -> None:
     bad = DrawnParticles(3)
     bad.dtype = np.float32
     with pytest.raises(ValueError, match=r"_render returned float32 \[6, 21, 3\], expected uint8"):
-        make(bad, render=True).render()
+        _batched(sim=bad, seed=0, render=True).render()

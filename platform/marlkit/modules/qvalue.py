@@ -213,6 +213,10 @@ class EGreedy(TensorDictModuleBase):
         actor_mask = getattr(module, "action_mask_key", join_key(DEFAULT_GROUP, ACTION_MASK))
         self.action_key = action_key or actor_key or join_key(DEFAULT_GROUP, ACTION)
         self.action_mask_key = actor_mask if action_mask_key == () else action_mask_key
+        # A QValueActor reading the same mask refuses rows with no allowed action already.
+        self._mask_checked = (
+            isinstance(module, QValueActor) and module.action_mask_key == self.action_mask_key
+        )
         self.eps_init, self.eps_end = float(eps_init), float(eps_end)
         self.annealing_num_steps = int(annealing_num_steps)
         self.register_buffer("eps", torch.tensor(self.eps_init))
@@ -249,8 +253,7 @@ class EGreedy(TensorDictModuleBase):
             check_trailing(
                 mask, self.action_mask_key, (n,), "EGreedy", f"[*B, n, {n}] bool", boolean=True
             )
-            checked = getattr(self.module, "action_mask_key", None) == self.action_mask_key
-            if not (isinstance(self.module, QValueActor) and checked):  # else it checked already
+            if not self._mask_checked:
                 check_some_allowed(mask, self.action_mask_key, "EGreedy")
             scores = scores.masked_fill(~mask, -1.0)  # uniform among the allowed actions
         random_action = encode_action(

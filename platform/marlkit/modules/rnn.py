@@ -136,9 +136,10 @@ class _MultiAgentRNN(TensorDictModuleBase):
         """The episode-start flag broadcast to ``[*shape, n_agents, 1]``: the group's
         ``[*B, n_agents, 1]``, else the root's ``[*B, 1]``."""
         key: NestedKey = join_key(self.group, self.init_key)
-        flag, wanted = td.get(key, None), (*shape, self.n_agents, 1)
-        if flag is None:
-            key, wanted = self.init_key, (*shape, 1)
+        flag = td.get(key, None)
+        root = flag is None  # no group flag: the root's, one for every agent
+        if root:
+            key = self.init_key
             flag = td.get(key, None)
             if flag is None:
                 flags = f"{(self.group, self.init_key)!r} or {self.init_key!r}"
@@ -151,13 +152,14 @@ class _MultiAgentRNN(TensorDictModuleBase):
                 f"{type(self).__name__}: the episode-start flag {key!r} must be a bool tensor, "
                 f"got {flag.dtype}"
             )
+        wanted = (*shape, 1) if root else (*shape, self.n_agents, 1)
         if tuple(flag.shape) != wanted:
-            expected = "[*B, 1]" if len(wanted) == len(shape) + 1 else f"[*B, {self.n_agents}, 1]"
+            expected = "[*B, 1]" if root else f"[*B, {self.n_agents}, 1]"
             raise ValueError(
                 f"{type(self).__name__}: the episode-start flag {key!r} must be {expected} "
                 f"{list(wanted)}, got {list(flag.shape)}"
             )
-        if len(wanted) == len(shape) + 1:  # the root's: one flag for every agent
+        if root:
             flag = flag.unsqueeze(-2)
         return flag.expand(*shape, self.n_agents, 1)
 
