@@ -215,6 +215,11 @@ def test_summarise_run_writes_the_summary_curve_and_video(tmp_path):
     assert quiet["video"] is None and quiet["curve"] is None
     assert out["files"] == ["reward.png", "rollout.mp4", "summary.json"]  # no logger wrote here
     assert quiet["files"] == ["summary.json"]  # what the scripts' last line names
+    # the same folder summarised again without filming nor curve (a run resumed with
+    # video=false): the earlier rollout.mp4 and reward.png stay on disk but are not this run's
+    again = summarise_run(tmp_path, env, actor, steps=6, rows=[], video=False)
+    assert (tmp_path / "rollout.mp4").exists() and (tmp_path / "reward.png").exists()
+    assert again["files"] == ["summary.json"] and again["video"] is None
 
 
 # ---------------------------------------------------------------------------- TrainingRun

@@ -160,7 +160,8 @@ def summarise_run(
         ``"improvement"`` (trained minus random, per metric), ``"eval_episodes"`` (the
         episodes each evaluation averages: one per env of ``env``), ``"video"`` and ``"curve"``
         (paths or ``None``), ``"files"`` (the names of those of ``metrics.csv``,
-        ``reward.png``, ``rollout.mp4`` and ``summary.json`` that ``run_dir`` holds now).
+        ``reward.png``, ``rollout.mp4`` and ``summary.json`` that describe this run: a video
+        or curve an earlier run left in ``run_dir`` is not listed unless this call wrote it).
     """
     from marlkit.record.plot import plot_curves
 
@@ -198,8 +199,14 @@ def summarise_run(
         "video": None if trained.video is None else str(trained.video),
         "curve": None if curve is None else str(curve),
     }
-    outputs = ("metrics.csv", "reward.png", "rollout.mp4")
-    summary["files"] = [*(n for n in outputs if (folder / n).exists()), "summary.json"]
+    # what this summary describes: a rollout.mp4 or reward.png left in the folder by an
+    # earlier run (resumed here without filming) is not this run's, so it is not listed
+    current = {
+        "metrics.csv": (folder / "metrics.csv").exists(),
+        "reward.png": curve is not None,
+        "rollout.mp4": trained.video is not None,
+    }
+    summary["files"] = [*(n for n, written in current.items() if written), "summary.json"]
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
