@@ -231,13 +231,16 @@ def test_an_action_that_would_broadcast_is_refused() -> None:
         loss(td)
 
 
-def test_an_action_its_mask_forbids_is_named() -> None:
+def _masked_loss(n_actions: int, cells: int, depth: int = 2) -> tuple[ClipPPOLoss, TensorDict]:
+    """A PPO loss over a MaskedCategorical actor and a group minibatch [6, N] whose stored
+    actions (1) are all allowed; action 0 is forbidden everywhere."""
     from marlkit.modules import MaskedCategorical
 
-    net = MultiAgentMLP(OBS, 5, N, num_cells=8)
+    torch.manual_seed(0)
+    net = MultiAgentMLP(OBS, n_actions, N, num_cells=cells, depth=depth)
     actor = ProbabilisticActor(net, distribution_class=MaskedCategorical)
-    loss = ClipPPOLoss(actor, StateValueCritic(N, OBS, num_cells=8))
-    mask = torch.ones(6, N, 5, dtype=torch.bool)
+    loss = ClipPPOLoss(actor, StateValueCritic(N, OBS, num_cells=cells, depth=depth))
+    mask = torch.ones(6, N, n_actions, dtype=torch.bool)
     mask[..., 0] = False
     sub = TensorDict(
         {
@@ -250,6 +253,11 @@ def test_an_action_its_mask_forbids_is_named() -> None:
         },
         [6, N],
     )
+    return loss, sub
+
+
+def test_an_action_its_mask_forbids_is_named() -> None:
+    loss, sub = _masked_loss(5, 8)
     loss(TensorDict({"agents": sub.clone()}, [6]))  # allowed actions: fine
     sub["action"][0, 0] = 0  # one forbidden action
     with pytest.raises(ValueError, match=r"probability 0 at 1 present agent steps"):
@@ -257,3 +265,18 @@ def test_an_action_its_mask_forbids_is_named() -> None:
     sub["mask"] = torch.ones(6, N, dtype=torch.bool)
     sub["mask"][0, 0] = False  # ... of an absent agent: left out
     loss(TensorDict({"agents": sub}, [6]))
+
+
+# dynamo and inductor warn about their own internals (TorchScript's deprecation, .grad of
+# non-leaf tensors while tracing tensordict): shown, not raised, as in a training script
+@pytest.mark.filterwarnings("default::DeprecationWarning", "default::UserWarning")
+def test_a_compiled_loss_names_a_forbidden_action_too() -> None:
+    """Compiled, the check runs inside the graph (no graph break): a RuntimeError with the
+    same words when the compiled forward runs, where it used to return kl_approx=inf."""
+    eager, sub = _masked_loss(3, 4, depth=1)
+    loss = torch.compile(eager)
+    out = loss(TensorDict({"agents": sub.clone()}, [6]))
+    assert torch.isfinite(out["kl_approx"])
+    sub["action"][0, 0] = 0  # forbidden: the same graph, now failing its assert
+    with pytest.raises(RuntimeError, match=r"gives \('agents', 'action'\) probability 0 \("):
+        loss(TensorDict({"agents": sub}, [6]))

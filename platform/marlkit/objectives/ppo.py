@@ -73,6 +73,14 @@ def _masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
     return (x * w).sum() / w.sum().clamp(min=1.0)
 
 
+#: A stored action the actor gives probability 0 (the log-ratio would be inf).
+_IMPOSSIBLE = (
+    "ClipPPOLoss: the actor gives {key!r} probability 0{where} (an action the action mask "
+    "forbids, or outside the distribution's support): were these actions taken by this actor, "
+    "with the same masks?"
+)
+
+
 class ClipPPOLoss(TensorDictModuleBase):
     """Clipped PPO (Schulman et al. 2017) for one group: MAPPO with a centralised critic,
     IPPO with a local one.
@@ -291,17 +299,16 @@ class ClipPPOLoss(TensorDictModuleBase):
             )
         log_prob = dist.log_prob(action)
         self._check_shape(log_prob, f"log_prob of {k.action!r}", shape[:-1])
-        if not torch.compiler.is_compiling():  # a data-dependent check: eager only
-            impossible = torch.isneginf(log_prob)
-            if w is not None:
-                impossible &= w.squeeze(-1) != 0
-            if bool(impossible.any()):
-                raise ValueError(
-                    f"ClipPPOLoss: the actor gives {k.action!r} probability 0 at "
-                    f"{int(impossible.sum())} present agent steps (an action the action mask "
-                    "forbids, or outside the distribution's support): were these actions taken "
-                    "by this actor, with the same masks?"
-                )
+        impossible = torch.isneginf(log_prob)
+        if w is not None:
+            impossible &= w.squeeze(-1) != 0
+        if torch.compiler.is_compiling():
+            # reading the data here would break the graph: the assert runs inside it instead
+            # (RuntimeError when the compiled forward runs, with this fixed message)
+            torch._assert_async(~impossible.any(), _IMPOSSIBLE.format(key=k.action, where=""))
+        elif bool(impossible.any()):
+            where = f" at {int(impossible.sum())} present agent steps"
+            raise ValueError(_IMPOSSIBLE.format(key=k.action, where=where))
         log_ratio = (log_prob - old_lp).unsqueeze(-1)
         if w is not None:  # absent agents: any action, ratio 1 (they are weighted out anyway)
             log_ratio = log_ratio.masked_fill(w == 0, 0.0)
