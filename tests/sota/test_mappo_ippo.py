@@ -59,6 +59,17 @@ def test_ippo_on_vmas(tmp_path):
     assert "agents/episode_reward" in info["trained"]
 
 
+def test_a_registered_env_without_a_config_file_runs_from_the_command_line(tmp_path):
+    """As docs/training.md says: replace the default env's keyword arguments, do not merge
+    into them (Gymnasium's single-agent Pendulum, one group "agents" of one agent)."""
+    run_dir = tmp_path / "run"
+    env = ("env.name=gymnasium/Pendulum-v1", "~env.kwargs", "+env.kwargs={g: 9.81}")
+    run("mappo_ippo", run_dir, (*BUDGET, *env, "eval.video=false"))
+    info = summary(run_dir)
+    assert info["env"] == "gymnasium/Pendulum-v1"
+    assert info["random"]["agents/episode_reward"] < 0  # Pendulum's cost: always negative
+
+
 def test_heterogeneous_groups_get_a_loss_each(tmp_path):
     run_dir = tmp_path / "run"
     run("mappo_ippo", run_dir, (*BUDGET, "env=predator_prey", "eval.video=false"))
