@@ -220,6 +220,10 @@ def test_summarise_run_writes_the_summary_curve_and_video(tmp_path):
     again = summarise_run(tmp_path, env, actor, steps=6, rows=[], video=False)
     assert (tmp_path / "rollout.mp4").exists() and (tmp_path / "reward.png").exists()
     assert again["files"] == ["summary.json"] and again["video"] is None
+    # an evaluation filmed elsewhere, summarised without filming: its video is not rollout.mp4
+    filmed = evaluate(env, actor, steps=6, video=tmp_path / "elsewhere.mp4")
+    other = summarise_run(tmp_path / "o", env, actor, steps=6, rows=[], video=False, trained=filmed)
+    assert other["files"] == ["summary.json"] and other["video"] == str(tmp_path / "elsewhere.mp4")
 
 
 # ---------------------------------------------------------------------------- TrainingRun

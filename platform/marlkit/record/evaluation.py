@@ -204,7 +204,8 @@ def summarise_run(
     current = {
         "metrics.csv": (folder / "metrics.csv").exists(),
         "reward.png": curve is not None,
-        "rollout.mp4": trained.video is not None,
+        "rollout.mp4": trained.video is not None
+        and pathlib.Path(trained.video) == folder / "rollout.mp4",
     }
     summary["files"] = [*(n for n, written in current.items() if written), "summary.json"]
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
