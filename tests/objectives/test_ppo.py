@@ -267,9 +267,9 @@ def test_an_action_its_mask_forbids_is_named() -> None:
     loss(TensorDict({"agents": sub}, [6]))
 
 
-# dynamo and inductor warn about their own internals (TorchScript's deprecation, .grad of
-# non-leaf tensors while tracing tensordict): shown, not raised, as in a training script
-@pytest.mark.filterwarnings("default::DeprecationWarning", "default::UserWarning")
+# dynamo warns about its own tracing of tensordict (.grad of non-leaf tensors): shown, not
+# raised, as in a training script
+@pytest.mark.filterwarnings("default::UserWarning")
 def test_a_compiled_loss_names_a_forbidden_action_too() -> None:
     """Compiled, the check runs inside the graph (no graph break): a RuntimeError with the
     same words when the compiled forward runs, where it used to return kl_approx=inf."""

@@ -168,15 +168,16 @@ def summarise_run(
     filmed = _filmed_envs(env, video_envs)  # checked before anything is written
     folder = pathlib.Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    rollout = folder / "rollout.mp4"
     if trained is not None and video and trained.video is not None:
-        shutil.copyfile(trained.video, folder / "rollout.mp4")
-        trained = dataclasses.replace(trained, video=folder / "rollout.mp4")
+        shutil.copyfile(trained.video, rollout)
+        trained = dataclasses.replace(trained, video=rollout)
     elif trained is None or video:
         trained = evaluate(
             env,
             policy,
             steps=steps,
-            video=folder / "rollout.mp4" if video else None,
+            video=rollout if video else None,
             env_indices=filmed,
             tile=True,
             fps=fps,
@@ -204,8 +205,7 @@ def summarise_run(
     current = {
         "metrics.csv": (folder / "metrics.csv").exists(),
         "reward.png": curve is not None,
-        "rollout.mp4": trained.video is not None
-        and pathlib.Path(trained.video) == folder / "rollout.mp4",
+        "rollout.mp4": trained.video == rollout,
     }
     summary["files"] = [*(n for n, written in current.items() if written), "summary.json"]
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
