@@ -16,7 +16,7 @@ namespace py = pybind11;
 #endif
 
 // Bumped whenever a binding's signature changes; the Python loader checks it.
-static constexpr int kAbiVersion = 3;
+static constexpr int kAbiVersion = 4;
 
 // --- section: particles (bind_particles) ---------------------------------------------------
 #include "marlkit/lidar.h"
@@ -904,6 +904,42 @@ outside [0, rows); TypeError / ValueError on wrong dtypes, shapes or counts.)doc
 (Linux madvise MADV_HUGEPAGE); returns the bytes advised (0: no whole huge page in it, not
 Linux, or no THP). Pages touched before the advice keep their 4 KiB pages: advise a fresh
 allocation, then write it.)doc");
+  m.def(
+      "huge_zeros",
+      [](std::size_t nbytes) -> py::array {
+        if (nbytes == 0) {
+          throw std::invalid_argument("huge_zeros: nbytes must be > 0");
+        }
+        marlkit::MappedRegion region{};
+        {
+          py::gil_scoped_release release;
+          region = marlkit::map_huge_zeros(nbytes);
+        }
+        // The array owns the mapping: unmapped when its last view (a torch tensor made by
+        // torch.from_numpy included) is released, or here when an owner cannot be made.
+        marlkit::MappedRegion* owned = nullptr;
+        py::capsule owner;
+        try {
+          owned = new marlkit::MappedRegion(region);
+          owner = py::capsule(owned, [](void* p) {
+            auto* r = static_cast<marlkit::MappedRegion*>(p);
+            marlkit::unmap_region(*r);
+            delete r;
+          });
+        } catch (...) {
+          marlkit::unmap_region(region);
+          delete owned;
+          throw;
+        }
+        return py::array_t<std::uint8_t>({static_cast<py::ssize_t>(nbytes)}, {1},
+                                         static_cast<std::uint8_t*>(region.data), owner);
+      },
+      py::arg("nbytes"),
+      R"doc(nbytes zeroed bytes (uint8 [nbytes]) in a fresh anonymous mapping of their own, 2 MiB
+aligned, advised for transparent huge pages before any page is touched, then faulted in; the
+mapping is released when the array (and every view of it) is. Linux only (RuntimeError
+elsewhere); ValueError for nbytes == 0, MemoryError when the kernel cannot map it. The GIL is
+released while the pages fault in.)doc");
 }
 // --- end section: gather -----------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ gets an error that says how to rebuild."""
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import shutil
 import subprocess
@@ -41,6 +42,18 @@ def test_extension_loads_and_matches_sources() -> None:
     assert module.ABI_VERSION == _loader.ABI_VERSION
     csrc = _loader._checkout_csrc()
     assert csrc is not None and _loader.source_hash(csrc) == module.SOURCE_HASH
+
+
+def test_the_stub_names_every_binding_of_the_extension() -> None:
+    stub = ast.parse((pathlib.Path(marlkit.__file__).parent / "_C.pyi").read_text())
+    declared = set()
+    for node in stub.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            declared.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            declared.add(node.target.id)  # ABI_VERSION, SOURCE_HASH
+    bound = {name for name in dir(_loader.load_extension()) if not name.startswith("_")}
+    assert declared == bound, (sorted(bound - declared), sorted(declared - bound))
 
 
 @pytest.fixture

@@ -122,3 +122,27 @@ class MinSegmentTreeFp64:
     def get(self, indices: NDArray[np.int64]) -> NDArray[np.float64]: ...
     def query(self, start: int, end: int) -> float: ...
     def min(self) -> float: ...
+
+# prioritized replay (one call per step on a sum/min pair of one dtype; GIL released)
+def prioritized_update(
+    total: SumSegmentTreeFp32 | SumSegmentTreeFp64,
+    lowest: MinSegmentTreeFp32 | MinSegmentTreeFp64,
+    indices: NDArray[np.int64],
+    priorities: NDArray[np.float32] | NDArray[np.float64],
+    length: int,
+    eps: float,
+    alpha: float,
+) -> float: ...  # the batch's largest priority
+def prioritized_sample(
+    total: SumSegmentTreeFp32 | SumSegmentTreeFp64,
+    lowest: MinSegmentTreeFp32 | MinSegmentTreeFp64,
+    uniforms: NDArray[np.float32] | NDArray[np.float64],
+    beta: float,
+) -> tuple[NDArray[np.int64], NDArray[np.float32]]: ...  # indices [B], weights [B]
+
+# rows and memory (csrc/include/marlkit/gather.h, memory.h)
+def gather_rows(
+    sources: list[np.ndarray], index: NDArray[np.int64], outputs: list[np.ndarray]
+) -> None: ...  # outputs[k][i] = sources[k][index[i]], rows as bytes
+def advise_huge_pages(array: np.ndarray) -> int: ...  # bytes advised (MADV_HUGEPAGE)
+def huge_zeros(nbytes: int) -> NDArray[np.uint8]: ...  # its own 2 MiB-aligned mapping (Linux)

@@ -4,8 +4,12 @@ kernel's own accounting (``/proc/self/smaps``), and ``TensorStorage`` slots allo
 from __future__ import annotations
 
 import contextlib
+import gc
+import mmap
 import pathlib
+import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +17,7 @@ import torch
 from tensordict import TensorDict
 
 from marlkit.native import extension_available
-from marlkit.native.memory import HUGE_PAGES_FROM, advise_huge_pages, zeros
+from marlkit.native.memory import HUGE_PAGES_FROM, advise_huge_pages, huge_pages_possible, zeros
 from marlkit.replay import TensorStorage
 
 THP = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -119,24 +123,97 @@ def test_zeros_is_torch_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> Non
 def test_large_tensors_are_backed_by_huge_pages() -> None:
     with thp_faults() as faults:
         out = zeros((16 << 20,), torch.float32)  # 64 MiB
+    assert out.data_ptr() % (2 << 20) == 0  # a mapping of its own, aligned: 32 whole pages
     assert is_advised(out)
-    assert_faulted_on_huge_pages(out, faults, pages=31)  # 32, less the ends' 4 KiB pages
+    assert_faulted_on_huge_pages(out, faults, pages=32)
     small = zeros((1000,), torch.float32)
     assert advise_huge_pages(small) == 0  # no whole huge page in 4 KB
     assert not is_advised(small)
 
 
 @needs_thp
+def test_zeros_maps_fresh_pages_even_where_the_heap_has_room(tmp_path: pathlib.Path) -> None:
+    """glibc serves a block from a free chunk of its heap when one fits, pages long touched:
+    a long test run handed a 64 MiB ``torch.empty`` such a chunk (no huge page). Here the heap
+    is made to hold one (``mallopt``, in a child process so this one keeps glibc's settings)."""
+    child = tmp_path / "child.py"
+    child.write_text(
+        textwrap.dedent(
+            f"""
+            import ctypes, pathlib, sys
+            import torch
+            sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+            from test_memory import _thp_fault_counters
+            from marlkit.native.memory import zeros
+
+            libc = ctypes.CDLL("libc.so.6")
+            assert libc.mallopt(-3, 1 << 30) == 1  # M_MMAP_THRESHOLD: large blocks on the heap
+            assert libc.mallopt(-1, 1 << 30) == 1  # M_TRIM_THRESHOLD: freed ones stay there
+            heap = torch.ones(32 << 20)  # 128 MiB on the heap, touched, then freed
+            address = heap.data_ptr()
+            del heap
+            before = _thp_fault_counters()
+            out = zeros((16 << 20,), torch.float32)  # 64 MiB: the free chunk would fit it
+            after = _thp_fault_counters()
+            probe = torch.empty(16 << 20)  # where glibc puts the same size: the free chunk
+            faults = (b - a for a, b in zip(before, after))
+            print(out.data_ptr() == address, probe.data_ptr() == address, *faults)
+            """
+        )
+    )
+    proc = subprocess.run([sys.executable, str(child)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    zeros_took_it, probe_took_it, granted, refused = proc.stdout.split()
+    assert zeros_took_it == "False", "zeros took the heap's free chunk, touched pages"
+    assert probe_took_it == "True", "the set-up failed: glibc did not keep the chunk for reuse"
+    assert int(granted) + int(refused) >= 32, proc.stdout
+
+
+@needs_thp
 def test_advise_reports_the_whole_huge_pages_inside() -> None:
-    # 40 MiB: above glibc's largest mmap threshold (32 MiB), so fresh pages never touched before
-    # (smaller blocks may reuse heap memory whose pages exist already and stay 4 KiB ones)
-    fresh = torch.empty(40 << 20, dtype=torch.uint8)
+    # a mapping of Python's own: fresh pages, never touched (a large torch.empty may reuse heap
+    # memory whose pages exist already and stay 4 KiB ones)
+    region = mmap.mmap(-1, 40 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    fresh = torch.frombuffer(region, dtype=torch.uint8)
     advised = advise_huge_pages(fresh)
     assert advised % (2 << 20) == 0 and (38 << 20) <= advised <= (40 << 20)
     assert is_advised(fresh)
     with thp_faults() as faults:
         fresh.fill_(1)
     assert_faulted_on_huge_pages(fresh, faults, pages=advised >> 21)
+    del fresh  # the tensor holds the buffer: release it before the map closes
+    region.close()
+
+
+def test_a_large_zeros_owns_its_mapping_and_returns_it_when_freed() -> None:
+    out = zeros((2 << 20,), torch.float64)  # 16 MiB
+    if not huge_pages_possible():
+        assert out.data_ptr() % 64 == 0 and torch.equal(
+            out, torch.zeros(2 << 20, dtype=torch.float64)
+        )
+        return
+    start = out.data_ptr()
+    view = out[1::2]  # a view keeps the mapping alive
+    del out
+    gc.collect()
+    assert _mapping_starts_at(start) and view.eq(0).all()
+    del view
+    gc.collect()
+    assert not _mapping_starts_at(start)
+
+
+def _mapping_starts_at(address: int) -> bool:
+    return any(
+        int(line.split("-", 1)[0], 16) == address
+        for line in pathlib.Path("/proc/self/maps").read_text().splitlines()
+    )
+
+
+def test_a_tensor_the_kernel_cannot_map_is_named() -> None:
+    if not huge_pages_possible():
+        pytest.skip("zeros maps its own memory only on Linux with THP and marlkit._C")
+    with pytest.raises(MemoryError, match=r"cannot map \d+ bytes for a torch.float32 tensor"):
+        zeros((1 << 50,), torch.float32)  # 4 PiB
 
 
 @needs_thp
@@ -147,12 +224,12 @@ def test_tensor_storage_slots_are_on_huge_pages() -> None:
     )
     with thp_faults() as faults:
         storage.set(torch.arange(10), items, length=10)
-    obs = storage.data["obs"]  # 38.4 MB: advised, and fresh pages (past glibc's mmap threshold)
+    obs = storage.data["obs"]  # 38.4 MB, mapped by zeros: advised, fresh pages
     assert obs.numel() * obs.element_size() >= HUGE_PAGES_FROM
     assert is_advised(obs)
     assert torch.equal(storage.get(torch.arange(10)).get("obs"), torch.ones(10, 32))
     assert storage.data["obs"][10:].eq(0).all()
-    whole_pages = obs.numel() * obs.element_size() // (2 << 20) - 1  # the ends may be 4 KiB
+    whole_pages = obs.numel() * obs.element_size() // (2 << 20)  # the tail: 4 KiB pages
     assert_faulted_on_huge_pages(obs, faults, pages=whole_pages)
 
 

@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 #: The binding signatures this Python code expects; csrc/bindings.cpp carries the same number.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 _REBUILD = (
     "Rebuild it from the repository root with `pip install -e .` (or `make install`); "
