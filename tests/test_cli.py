@@ -1,4 +1,4 @@
-"""The `marlkit` command, run as a real subprocess."""
+"""The `marlkit` command, run as a user runs it, in a process of its own (tests/_forked.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
+import _forked
 from marlkit.cli import main, run_random
 
 
 def marlkit_cmd(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
     exe = pathlib.Path(sys.executable).parent / "marlkit"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "marlkit.cli"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    cmd = [sys.executable, str(exe)] if exe.exists() else [sys.executable, "-m", "marlkit.cli"]
+    return _forked.run([*cmd, *args], cwd=cwd, timeout=300)
 
 
 def test_list_shows_navigation() -> None:

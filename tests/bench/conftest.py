@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
+import _forked
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _script(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return _forked.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *args],
-        capture_output=True,
-        text=True,
         timeout=timeout,
     )
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
+
+import _forked
 
 Run = Callable[..., dict[str, Any]]
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
@@ -34,10 +35,8 @@ def test_mappo_section_prints_json_with_the_activation_side(run_benchmark: Run) 
 def test_torchrl_side_without_torchrl_fails_naming_the_option() -> None:
     # marlkit's venv has no TorchRL: the peer's subprocess fails, and the error says so
     args = ("--only", "mappo", "--rounds", "1", "--round-seconds", "0.02")
-    out = subprocess.run(
+    out = _forked.run(
         [sys.executable, str(BENCHMARKS / "losses.py"), *args, "--torchrl-python", sys.executable],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert out.returncode != 0

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
+
+import _forked
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = (
@@ -34,7 +35,7 @@ def test_an_experiment_with_its_own_config_prints_json(tmp_path: pathlib.Path) -
         str(tmp_path / "img"),
         *(f"--override={o}" for o in TINY),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = _forked.run(cmd, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["experiment"] == "mappo-native-fast" and out["measure"] == "train"
@@ -48,9 +49,7 @@ def test_an_experiment_with_its_own_config_prints_json(tmp_path: pathlib.Path) -
     assert lo <= mean <= hi
     assert (tmp_path / "img" / "results-mappo-native-fast.png").stat().st_size > 0
     # run again into the same folders: the earlier seeds' runs are replaced, not resumed
-    again = subprocess.run(
-        [*cmd[:4], "0", *cmd[5:]], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
+    again = _forked.run([*cmd[:4], "0", *cmd[5:]], timeout=300, cwd=ROOT)
     assert again.returncode == 0, again.stderr[-3000:]
     rerun = json.loads(again.stdout.strip().splitlines()[-1])["marlkit"]["per_seed"]
     assert [s["seed"] for s in rerun] == [0] and rerun[0]["curve"] == seeds[0]["curve"]

@@ -16,6 +16,7 @@ import sys
 import imageio.v3 as iio
 import pytest
 
+import _forked
 from marlkit.bench import (
     CellResult,
     CellSpec,
@@ -69,8 +70,8 @@ TOP_KEYS = {
 
 def marlkit_cmd(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     exe = pathlib.Path(sys.executable).parent / "marlkit"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "marlkit.cli"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout)
+    cmd = [sys.executable, str(exe)] if exe.exists() else [sys.executable, "-m", "marlkit.cli"]
+    return _forked.run([*cmd, *args], timeout=timeout)
 
 
 def check_schema(data: dict, *, backends: list[str], agents: list[int]) -> None:
@@ -327,10 +328,8 @@ def test_bad_arguments_exit_2_from_the_real_command() -> None:
 def test_benchmark_script_prints_one_json_object(tmp_path: pathlib.Path) -> None:
     script = ROOT / "benchmarks" / "scaling.py"
     args = ["--agents", "2", "--total-agents", "8", "--backends", "native", "--min-seconds", "0"]
-    out = subprocess.run(
+    out = _forked.run(
         [sys.executable, str(script), *args, "--no-plot", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert out.returncode == 0, out.stderr
@@ -343,10 +342,8 @@ def test_benchmark_script_prints_one_json_object(tmp_path: pathlib.Path) -> None
 def _env_step(*args: str) -> dict:
     script = ROOT / "benchmarks" / "env_step.py"
     timing = ["--rounds", "2", "--round-seconds", "0", "--min-steps", "2", "--warmup", "1"]
-    out = subprocess.run(
+    out = _forked.run(
         [sys.executable, str(script), *timing, "--threads", "1", *args],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert out.returncode == 0, out.stderr
@@ -386,9 +383,7 @@ def test_env_step_benchmark_compares_like_for_like_with_vmas() -> None:
 def test_adapters_benchmark_prints_every_section() -> None:
     script = ROOT / "benchmarks" / "adapters.py"
     args = ["--min-seconds", "0", "--min-steps", "2", "--warmup", "1", "--mujoco-rounds", "2"]
-    out = subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=300
-    )
+    out = _forked.run([sys.executable, str(script), *args], timeout=300)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["vmas"]["step"]["ratio"] > 0 and data["vmas"]["rollout"]["ratio"] > 0
@@ -403,9 +398,7 @@ def test_render_benchmark_prints_both_backends() -> None:
     script = ROOT / "benchmarks" / "render.py"
     args = ["--size", "32", "--agents", "4", "--envs", "2", "--batch-size", "16"]
     args += ["--rounds", "1", "--min-seconds", "0", "--min-steps", "1"]
-    out = subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=300
-    )
+    out = _forked.run([sys.executable, str(script), *args], timeout=300)
     assert out.returncode == 0, out.stderr
     cells = json.loads(out.stdout)["cells"]
     for cell in ("frame", "batch"):

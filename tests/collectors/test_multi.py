@@ -42,8 +42,8 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module", autouse=True)
 def _preloaded_forkserver() -> None:
-    multiprocessing.set_forkserver_preload(["torch", "tensordict", "marlkit.collectors"])
-    # Started now, so that the tests counting this process's children see it from the start.
+    # What it preloads is set for the session (tests/conftest.py). Started now, so that the
+    # tests counting this process's children see it from the start.
     multiprocessing.get_context("forkserver")
     from multiprocessing import forkserver
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 from pathlib import Path
@@ -45,7 +44,6 @@ def test_a_collector_fills_a_buffer_with_its_transitions() -> None:
 
 
 def test_a_multisync_collector_fills_a_memmap_buffer(tmp_path: Path) -> None:
-    multiprocessing.set_forkserver_preload(["torch", "tensordict", "marlkit.collectors"])
     rb = ReplayBuffer(MemmapStorage(256, tmp_path / "rb"))
     with MultiSyncCollector(
         [nav(), nav()],

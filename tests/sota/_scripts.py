@@ -1,15 +1,16 @@
-"""Running a training script of ``sota-implementations/`` in a subprocess, as a user would."""
+"""Running a training script of ``sota-implementations/`` as a user would, ``python SCRIPT
+ARGS...`` in a process of its own (forked with the heavy imports done: ``tests/_forked.py``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
+
+import _forked
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "sota-implementations"
@@ -53,14 +54,8 @@ def run(
     config: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the script to the end; raise with its output when it fails."""
-    proc = subprocess.run(
-        command(name, run_dir, overrides, config),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env(),
-        timeout=timeout,
-    )
+    argv = command(name, run_dir, overrides, config)
+    proc = _forked.run(argv, cwd=ROOT, env=env(), timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(
             f"{name} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
@@ -71,30 +66,11 @@ def run(
 def kill_after(
     name: str, run_dir: pathlib.Path, overrides: Sequence[str], line: str, timeout: float = 300
 ) -> str:
-    """Start the script, SIGKILL it as soon as its output shows ``line``; returns the output."""
-    proc = subprocess.Popen(
-        command(name, run_dir, overrides),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-        env=env(),
-        start_new_session=True,  # kill its worker processes too
+    """Start the script, SIGKILL it (and its workers) as soon as its output shows ``line``;
+    returns the output."""
+    out = _forked.run_until(
+        command(name, run_dir, overrides), line, cwd=ROOT, env=env(), timeout=timeout
     )
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    try:
-        assert proc.stdout is not None
-        for text in proc.stdout:
-            seen.append(text)
-            if line in text or time.monotonic() > deadline:
-                break
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-        if proc.stdout is not None:
-            proc.stdout.close()
-    out = "".join(seen)
     if line not in out:
         raise AssertionError(f"{name} never printed {line!r}:\n{out[-4000:]}")
     return out
