@@ -209,6 +209,11 @@ def _mapping_starts_at(address: int) -> bool:
     )
 
 
+def test_a_bad_shape_is_named_before_anything_is_mapped() -> None:
+    with pytest.raises(RuntimeError, match="must be non-negative"):
+        zeros((-4096, -4096), torch.float32)  # its product would be 64 MiB
+
+
 def test_a_tensor_the_kernel_cannot_map_is_named() -> None:
     if not huge_pages_possible():
         pytest.skip("zeros maps its own memory only on Linux with THP and marlkit._C")

@@ -97,8 +97,8 @@ def zeros(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     shape = tuple(shape)
     probe = torch.empty(0, dtype=dtype)  # checks the dtype, and gives its element size
     nbytes = math.prod(shape) * probe.element_size()
-    if nbytes < HUGE_PAGES_FROM or not huge_pages_possible():
-        return torch.zeros(shape, dtype=dtype)
+    if nbytes < HUGE_PAGES_FROM or min(shape) < 0 or not huge_pages_possible():
+        return torch.zeros(shape, dtype=dtype)  # which names a bad shape
     try:
         mapped = load_extension().huge_zeros(nbytes)  # uint8 [nbytes], owns its mapping
     except MemoryError as err:
