@@ -388,7 +388,7 @@ def test_inside_parallel_env_with_partial_resets() -> None:
     from marlkit.testing import check_adapter
 
     kwargs = {"name": "pettingzoo/mpe2.simple_spread_v3", "N": 3, "num_envs": 2, "max_cycles": 4}
-    env = ParallelEnv(2, marlkit.make, kwargs)
+    env = ParallelEnv(2, marlkit.make, kwargs, start_method="forkserver")  # imports done
     try:
         assert env.batch_size == (2, 2)
         check_adapter(env)

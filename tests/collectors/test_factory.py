@@ -24,7 +24,9 @@ def test_single_collects_and_is_seeded():
 
 @pytest.mark.slow
 def test_multisync_splits_the_frames_over_workers():
-    with make_collector("multisync", make_nav, None, 40, 40, num_workers=2, seed=0) as c:
+    with make_collector(
+        "multisync", make_nav, None, 40, 40, num_workers=2, seed=0, start_method="forkserver"
+    ) as c:
         assert isinstance(c, MultiSyncCollector)
         assert next(iter(c)).batch_size == (2, 2, 10)
 

@@ -53,6 +53,18 @@ def _not_an_env() -> object:
     return object()
 
 
+def _parallel(*args, **kwargs) -> ParallelEnv:  # type: ignore[no-untyped-def]
+    """A ``ParallelEnv`` whose workers fork from the session's forkserver, which imported torch
+    and marlkit once (``conftest.py``): for the tests that are not about how workers start,
+    where each spawned worker would spend seconds importing them. The default (``"spawn"``)
+    starts the ``parallel`` fixture's workers, the lambdas' and those of a factory defined in
+    ``__main__``."""
+    return ParallelEnv(*args, start_method="forkserver", **kwargs)
+
+
+PARALLEL = pytest.param(_parallel, id="ParallelEnv")
+
+
 @pytest.fixture(scope="module")
 def parallel():
     env = ParallelEnv(2, marlkit.make, NAV)
@@ -130,7 +142,7 @@ def test_worker_exception_is_reported_with_its_worker() -> None:
 
 
 def test_killed_worker_is_detected_and_nothing_hangs() -> None:
-    env = ParallelEnv(2, marlkit.make, NAV, timeout=30)
+    env = _parallel(2, marlkit.make, NAV, timeout=30)
     td = env.reset()
     victim = env._pool.pids[1]
     os.kill(victim, signal.SIGKILL)
@@ -163,8 +175,9 @@ def test_lambdas_and_closures_are_factories() -> None:
     def closure() -> EnvBase:
         return marlkit.make("navigation", num_envs=2, n_agents=n_agents)
 
-    for factory in (lambda: marlkit.make("navigation", num_envs=2, n_agents=n_agents), closure):
-        env = ParallelEnv(2, factory)
+    lam = lambda: marlkit.make("navigation", num_envs=2, n_agents=n_agents)  # noqa: E731
+    for factory, start_method in ((lam, "spawn"), (closure, "forkserver")):
+        env = ParallelEnv(2, factory, start_method=start_method)
         try:
             assert env.batch_size == (2, 2) and env.group_map["agents"][-1] == "agent_2"
             assert env.rollout(3)["next", "agents", "reward"].shape == (2, 2, 3, 3, 1)
@@ -207,9 +220,9 @@ def _importing_factory() -> EnvBase:
 
 def test_a_worker_that_fails_to_start_reports_its_exception_and_traceback() -> None:
     with pytest.raises(WorkerError, match=r"worker 0 failed during start: ValueError: no such "):
-        ParallelEnv(1, _raising_factory)
+        _parallel(1, _raising_factory)
     try:
-        ParallelEnv(2, [marlkit.make, _raising_factory], [NAV, {}])
+        _parallel(2, [marlkit.make, _raising_factory], [NAV, {}])
     except WorkerError as err:
         assert err.worker == 1 and isinstance(err.__cause__, ValueError)
         assert "_raising_factory" in (err.remote_traceback or "")
@@ -218,7 +231,7 @@ def test_a_worker_that_fails_to_start_reports_its_exception_and_traceback() -> N
     else:
         raise AssertionError("the failing worker went unnoticed")
     with pytest.raises(WorkerError, match="ModuleNotFoundError: No module named 'marlkit_nonex"):
-        ParallelEnv(1, _importing_factory)
+        _parallel(1, _importing_factory)
 
 
 def _dying_factory() -> EnvBase:
@@ -227,7 +240,7 @@ def _dying_factory() -> EnvBase:
 
 def test_a_worker_that_dies_while_starting_is_reported_with_its_exit_code() -> None:
     with pytest.raises(WorkerError, match=r"worker 0 \(pid \d+\) .*exit(ed with)? code 3"):
-        ParallelEnv(1, _dying_factory)
+        _parallel(1, _dying_factory)
 
 
 def test_a_factory_the_worker_cannot_load_is_reported(tmp_path: pathlib.Path) -> None:
@@ -242,7 +255,7 @@ def test_a_factory_the_worker_cannot_load_is_reported(tmp_path: pathlib.Path) ->
 
         (tmp_path / "vanishing_sim.py").unlink()
         with pytest.raises(WorkerError, match=r"start: ModuleNotFoundError.*vanishing_sim") as err:
-            ParallelEnv(1, vanishing_sim.make)
+            _parallel(1, vanishing_sim.make)
         assert isinstance(err.value.__cause__, ModuleNotFoundError)
     finally:
         sys.path.remove(str(tmp_path))
@@ -274,7 +287,7 @@ class _CountingNavigation(NavigationEnv):
         return super()._reset(tensordict, env_mask)
 
 
-@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+@pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
 def test_partial_resets_reach_only_the_selected_workers(cls: type, tmp_path: pathlib.Path) -> None:
     logs = [str(tmp_path / f"worker{w}.log") for w in range(3)]
     env = cls(3, _CountingNavigation, [{"log": log, "num_envs": 2} for log in logs])
@@ -304,12 +317,12 @@ class _LeavesOutState(NavigationEnv):
         return super()._step(tensordict).exclude("state")
 
 
-@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+@pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
 def test_a_missing_output_key_names_the_key_and_the_worker(cls: type) -> None:
     env = cls(2, [marlkit.make, _LeavesOutState], [NAV, {"num_envs": 3, "n_agents": 2}])
     try:
         td = env.rand_action(env.reset())
-        error = WorkerError if cls is ParallelEnv else KeyError
+        error = KeyError if cls is SerialEnv else WorkerError
         with pytest.raises(error, match=r"worker 1's env returned no 'state' from step\(\)"):
             env.step(td)
     finally:
@@ -317,7 +330,7 @@ def test_a_missing_output_key_names_the_key_and_the_worker(cls: type) -> None:
 
 
 # ---------------------------------------------------------------------- masks through the batch
-@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+@pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
 def test_the_workers_masking_policy_is_honoured_in_the_parent(cls: type) -> None:
     # The regression: illegal_actions="mask" replaced illegal moves in a bare env but outer
     # layers refused them with their own rule.
@@ -344,7 +357,7 @@ def test_the_workers_masking_policy_is_honoured_in_the_parent(cls: type) -> None
         strict.close()
 
 
-@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+@pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
 def test_validate_actions_is_settable_on_batched_envs(cls: type) -> None:
     env = cls(2, marlkit.make, NAV, validate_actions=False)
     try:

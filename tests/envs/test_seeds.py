@@ -4,6 +4,7 @@ rollout bit for bit."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -77,7 +78,12 @@ def test_workers_built_with_the_same_seed_are_reseeded_in_a_chain(
     assert torch.equal(distinct.reset()[OBS].reshape(4, 4), _cartpole_starts(range(4)))
 
 
-@pytest.mark.parametrize("outer", [SerialEnv, ParallelEnv])
+#: A ``ParallelEnv`` whose workers fork from the session's forkserver (imports done, conftest.py)
+#: rather than spawn and import torch: the seeds reach them by message either way.
+_parallel = functools.partial(ParallelEnv, start_method="forkserver")
+
+
+@pytest.mark.parametrize("outer", [SerialEnv, pytest.param(_parallel, id="ParallelEnv")])
 def test_every_instance_of_a_nesting_gets_its_own_seed(outer: type) -> None:
     env = outer(2, _nested_cartpoles)
     try:
@@ -90,7 +96,7 @@ def test_every_instance_of_a_nesting_gets_its_own_seed(outer: type) -> None:
 
 def test_the_same_top_level_seed_replays_the_same_rollout() -> None:
     runs = []
-    for cls in (SerialEnv, ParallelEnv, SerialEnv):
+    for cls in (SerialEnv, _parallel, SerialEnv):
         env = cls(2, _nested_cartpoles)
         env.set_seed(3)
         runs.append(env.rollout(20, break_when_any_done=False))
