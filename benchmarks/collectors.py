@@ -233,8 +233,8 @@ class _RawCeiling:
     moment; ``2 * rate(lockstep) / rate(one)`` what it gives any design that waits for both
     workers at every step, before any data moves."""
 
-    def __init__(self, num_envs: int, steps: int):
-        ctx = multiprocessing.get_context("spawn")
+    def __init__(self, num_envs: int, steps: int, start_method: str = "spawn"):
+        ctx = multiprocessing.get_context(start_method)
         self.steps = steps
         self.conns: list[multiprocessing.connection.Connection] = []
         self.procs = []
@@ -308,8 +308,8 @@ def _ceiling_report(rates: dict[str, list[float]], ratio_rounds: list[float]) ->
 def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
     kwargs = {"name": "pettingzoo/mpe2.simple_spread_v3", "N": 3, "num_envs": args.mpe_envs}
     serial = SerialEnv(2, marlkit.make, kwargs)
-    parallel = ParallelEnv(2, marlkit.make, kwargs)
-    raw = _RawCeiling(args.mpe_envs, args.mpe_steps)
+    parallel = ParallelEnv(2, marlkit.make, kwargs, start_method=args.start_method)
+    raw = _RawCeiling(args.mpe_envs, args.mpe_steps, args.start_method)
     for env in (serial, parallel):
         env.set_seed(0)
         env.validate_actions = False
@@ -346,6 +346,7 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
         "parallel_over_serial": ratio["median"],
         "rounds": ratio["rounds"],
         "target": 1.6,
+        "start_method": args.start_method,
         **_ceiling_report(rates, ratio["rounds"]),
     }
 
@@ -365,9 +366,13 @@ def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
     frames = 2 * per_worker * steps
     single = Collector(_mpe(2 * per_worker), None, frames_per_batch=frames)
     multi = MultiSyncCollector(
-        [_mpe(per_worker), _mpe(per_worker)], None, frames_per_batch=frames, torch_threads=1
+        [_mpe(per_worker), _mpe(per_worker)],
+        None,
+        frames_per_batch=frames,
+        torch_threads=1,
+        start_method=args.start_method,
     )
-    raw = _RawCeiling(per_worker, steps)
+    raw = _RawCeiling(per_worker, steps, args.start_method)
     sides = {
         "collector": single.next,
         "multisync": multi.next,
@@ -391,6 +396,7 @@ def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
         "multisync_over_collector": ratio["median"],
         "rounds": ratio["rounds"],
         "target": 1.6,
+        "start_method": args.start_method,
         **_ceiling_report(rates, ratio["rounds"]),
     }
 
@@ -404,10 +410,9 @@ def bench_buffer(args: argparse.Namespace) -> dict[str, Any]:
     frames = 2 * envs * steps
     make = _navigation_factory(envs, agents)
     rb = ReplayBuffer(TensorStorage(20 * frames))
-    plain = MultiSyncCollector([make, make], None, frames_per_batch=frames, torch_threads=1)
-    storing = MultiSyncCollector(
-        [make, make], None, frames_per_batch=frames, torch_threads=1, replay_buffer=rb
-    )
+    common = {"frames_per_batch": frames, "torch_threads": 1, "start_method": args.start_method}
+    plain = MultiSyncCollector([make, make], None, **common)
+    storing = MultiSyncCollector([make, make], None, replay_buffer=rb, **common)
     try:
         batch = plain.next().clone()  # a batch as the collector yields it, for extend alone
     except BaseException:
@@ -425,6 +430,7 @@ def bench_buffer(args: argparse.Namespace) -> dict[str, Any]:
         "env": "navigation",
         "workers": 2,
         "envs_x_agents_per_worker": f"{envs} x {agents}",
+        "start_method": args.start_method,
         "frames_per_batch": frames,
         "batch_bytes": int(sum(v.numel() * v.element_size() for v in batch.values(True, True))),
         "work": {
@@ -459,6 +465,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mpe-envs", type=int, default=4, help="envs per worker (parallel_env)")
     parser.add_argument("--mpe-steps", type=int, default=50, help="steps per round unit")
     parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
+    parser.add_argument(
+        "--start-method",
+        choices=["spawn", "forkserver", "fork"],
+        default="spawn",
+        help="how the worker processes start (spawn: the library's default); the rates are "
+        "timed after the start",
+    )
     return run_sections("collectors", SECTIONS, parser.parse_args(argv))
 
 

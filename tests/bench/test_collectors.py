@@ -22,8 +22,11 @@ def test_section_reports_ratio_and_ceilings(
     ratio_key: str,
     ceilings: tuple[str, ...],
 ) -> None:
+    # Workers fork from the benchmark's process, which imported torch and marlkit already (the
+    # default, spawn, spends seconds importing them again in each worker)
     args = ("--only", section, "--rounds", "1", "--round-seconds", "0.01", "--mpe-steps", "2")
-    data = run_benchmark("collectors.py", *args)[section]
+    data = run_benchmark("collectors.py", *args, "--start-method", "fork")[section]
+    assert data["start_method"] == "fork"
     ratio = data[ratio_key]
     assert ratio > 0 and data["rounds"] == [ratio]
     for name in ceilings:
