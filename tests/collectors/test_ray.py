@@ -5,7 +5,7 @@ arguments), and batches written into a replay buffer."""
 
 from __future__ import annotations
 
-import subprocess
+import pathlib
 import sys
 import textwrap
 import time
@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+import _forked
 import marlkit
 from marlkit.collectors import RayCollector
 from marlkit.envs.batched import WorkerError
@@ -339,8 +340,9 @@ def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
         RayCollector([nav], None, frames_per_batch=8)
 
 
-def test_a_ray_it_starts_itself_is_stopped_at_shutdown() -> None:
-    # In a fresh process, where Ray is not initialised (a second local Ray, of 1 CPU).
+def test_a_ray_it_starts_itself_is_stopped_at_shutdown(tmp_path: pathlib.Path) -> None:
+    # In another process, where Ray is not initialised (a second local Ray, of 1 CPU): forked
+    # with torch and marlkit imported (_forked.py), Ray is not.
     script = textwrap.dedent(
         """
         import ray, marlkit
@@ -356,7 +358,6 @@ def test_a_ray_it_starts_itself_is_stopped_at_shutdown() -> None:
         print("stopped")
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
+    (tmp_path / "own_ray.py").write_text(script)
+    done = _forked.run([sys.executable, str(tmp_path / "own_ray.py")], timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "stopped", done.stderr[-3000:]
