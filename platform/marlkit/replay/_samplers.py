@@ -60,9 +60,12 @@ class RoundRobinWriter:
         if n > capacity:  # only the newest fit; the older ones would be overwritten anyway
             self.cursor = (self.cursor + n - capacity) % capacity
             data, n = data[n - capacity :], capacity
-        index = (self.cursor + torch.arange(n)) % capacity
         length = min(len(storage) + n, capacity)
         head = min(n, capacity - self.cursor)  # up to the end; the rest wraps to slot 0
+        # (cursor + arange(n)) % capacity, without the modulo (8x the time of the aranges)
+        index = torch.arange(self.cursor, self.cursor + head)
+        if head < n:
+            index = torch.cat([index, torch.arange(n - head)])
         if head:
             storage.set_range(self.cursor, data[:head] if head < n else data, length)
         if head < n:
