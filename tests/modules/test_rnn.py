@@ -228,3 +228,13 @@ def test_bad_sizes_and_a_shuffled_sequence_are_refused() -> None:
             gru(td[:4].clone().set("is_init", starts[:4].float()))
     with pytest.raises(ValueError, match=r"'is_init' must be \[\*B, 1\] \[4, 1\], got \[4\]"):
         gru(td[:4].clone().set("is_init", starts[:4, 0]))
+
+
+@pytest.mark.parametrize("share_params", [False, True])
+def test_sequence_mode_takes_an_empty_batch(share_params: bool) -> None:
+    m = MultiAgentGRU(4, 5, 3, share_params=share_params)
+    group = TensorDict({"observation": torch.randn(0, 6, 3, 4)}, [0, 6, 3])
+    td = TensorDict({"agents": group, "is_init": torch.ones(0, 6, 1, dtype=torch.bool)}, [0, 6])
+    with set_recurrent_mode(True):
+        out = m(td)["agents", "rnn_output"]
+    assert out.shape == (0, 6, 3, 5)

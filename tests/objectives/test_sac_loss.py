@@ -126,3 +126,41 @@ def test_errors() -> None:
     loss = SACLoss(actor, critic(Critic([1.0, 3.0])))
     with pytest.raises(KeyError, match=r"\('agents', 'action_log_prob'\).*\[\*B, n_agents\]"):
         loss(continuous_transition())
+
+
+def test_extra_q_networks_of_multi_agent_mlps_start_apart() -> None:
+    from marlkit.modules import StateActionValueCritic
+
+    torch.manual_seed(0)
+    actor = TensorDictModule(_FixedPolicy(2.0, -0.5), in_keys=[OBS], out_keys=[KEYS, LOG_PROB])
+    value = StateActionValueCritic(2, 1, 1, centralised=True, num_cells=8)
+    loss = SACLoss(actor, value, num_qvalue_nets=3)
+    nets = [dict(getattr(loss, name).named_parameters()) for name in loss.q_names]
+    for other in nets[1:]:
+        for name, p in nets[0].items():
+            assert not torch.equal(p, other[name]), name  # clipped double Q needs distinct nets
+            assert other[name].stride() == p.stride(), name  # the same memory layout
+
+
+def test_a_q_network_that_cannot_be_reset_is_named() -> None:
+    class Raw(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(1))
+
+        def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+            return (obs * action).sum(-1, keepdim=True) * self.w
+
+    actor = TensorDictModule(_FixedPolicy(2.0, -0.5), in_keys=[OBS], out_keys=[KEYS, LOG_PROB])
+    value = TensorDictModule(
+        nn.Sequential(Raw()), in_keys=[OBS, KEYS], out_keys=[("agents", "state_action_value")]
+    )
+    with pytest.raises(TypeError, match=r"value_network\.module\.0 \(Raw\).*reset_parameters"):
+        SACLoss(actor, value, num_qvalue_nets=2)
+    SACLoss(actor, value, num_qvalue_nets=1)  # one network: nothing to re-initialise
+
+
+def test_fixed_alpha_has_no_alpha_loss() -> None:
+    out = _loss(fixed_alpha=True, alpha_init=0.2)(continuous_transition())
+    assert out["loss_alpha"].item() == 0.0 and not out["loss_alpha"].requires_grad
+    assert out["alpha"].item() == pytest.approx(0.2)

@@ -80,15 +80,24 @@ class StackedLinear(nn.Module):
     ):
         super().__init__()
         self.n_stacks, self.in_features, self.out_features = n_stacks, in_features, out_features
-        bound = 1.0 / math.sqrt(in_features)
         weight = torch.empty(n_stacks, in_features, out_features, device=device)
-        weight.uniform_(-bound, bound)
-        if out_features < self.NARROW:  # out-major in memory (see the class notes); same values
+        if out_features < self.NARROW:  # out-major in memory (see the class notes)
             weight = weight.transpose(1, 2).contiguous().transpose(1, 2)
         self.weight = nn.Parameter(weight)
-        self.bias = nn.Parameter(
-            torch.empty(n_stacks, 1, out_features, device=device).uniform_(-bound, bound)
-        )
+        self.bias = nn.Parameter(torch.empty(n_stacks, 1, out_features, device=device))
+        self.reset_parameters()
+
+    def reset_parameters(self, bound: float | None = None) -> None:
+        """Draw new weights and biases, uniform in ``±bound`` (default ``1/sqrt(in_features)``,
+        as ``nn.Linear``), in place: the memory layout stays."""
+        if bound is None:
+            bound = 1.0 / math.sqrt(self.in_features)
+        with torch.no_grad():  # drawn in-major, whatever the layout: the same values either way
+            weight = torch.empty(
+                self.weight.shape, dtype=self.weight.dtype, device=self.weight.device
+            )
+            self.weight.copy_(weight.uniform_(-bound, bound))
+            self.bias.uniform_(-bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[n_stacks, N, in]`` (or ``[N, in]``/``[1, N, in]`` with one stack) ->

@@ -121,7 +121,12 @@ class _MultiAgentRNN(TensorDictModuleBase):
         gates = self._gates * hidden_size
         self.input_gates = StackedLinear(self.n_stacks, input_size, gates, device)
         self.hidden_gates = StackedLinear(self.n_stacks, hidden_size, gates, device)
-        bound = hidden_size**-0.5  # torch's GRUCell / LSTMCell initialisation
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw new weights, uniform in ``±1/sqrt(hidden_size)`` (torch's ``GRUCell`` /
+        ``LSTMCell`` initialisation)."""
+        bound = self.hidden_size**-0.5
         with torch.no_grad():
             for p in self.parameters():
                 p.uniform_(-bound, bound)
@@ -203,6 +208,7 @@ class _MultiAgentRNN(TensorDictModuleBase):
             )
         *lead, steps = batch
         n, hid = self.n_agents, self.state_size
+        gates = self._gates * self.hidden_size  # input-gate width (0-size batches need it)
         reset = self._reset_flag(tensordict, batch)  # [*B, T, n, 1]
         starts = reset.any(-2).squeeze(-1)  # [*B, T]: a step that starts an episode
         check_time_order(
@@ -219,11 +225,13 @@ class _MultiAgentRNN(TensorDictModuleBase):
         # Input gates for every step in one call: [S, rows * T, 3H].
         seq = x.reshape(-1, steps, n, self.input_size)
         rows = seq.shape[0]
-        gx_all = self.input_gates(to_stacks(seq.reshape(rows * steps, n, -1), self.n_stacks))
+        gx_all = self.input_gates(
+            to_stacks(seq.reshape(rows * steps, n, self.input_size), self.n_stacks)
+        )
         gx_all = (
-            gx_all.reshape(gx_all.shape[0], rows, steps, -1)
+            gx_all.reshape(gx_all.shape[0], rows, steps, gates)
             if self.n_stacks > 1
-            else (gx_all.reshape(1, rows, steps, n, -1))
+            else (gx_all.reshape(1, rows, steps, n, gates))
         )
         resets = reset.reshape(rows, steps, n, 1)
         h_rows = h.reshape(rows, n, hid)
@@ -233,7 +241,7 @@ class _MultiAgentRNN(TensorDictModuleBase):
             if self.n_stacks > 1:
                 gx = gx_all[:, :, t]
             else:
-                gx = gx_all[:, :, t].reshape(1, rows * n, -1)
+                gx = gx_all[:, :, t].reshape(1, rows * n, gates)
             h_rows = from_stacks(self._cell(gx, to_stacks(h_rows, self.n_stacks)), n)
             outs.append(h_rows)
         out = torch.stack(outs, 1).reshape(*lead, steps, n, hid)

@@ -44,12 +44,29 @@ class _SACKeys(AgentTDKeys):
     log_prob: NestedKey = ACTION_LOG_PROB
 
 
-def _reset(module: nn.Module) -> nn.Module:
-    """``module`` with freshly initialised parameters (wherever a layer can reset them)."""
-    for layer in module.modules():
-        reset = getattr(layer, "reset_parameters", None)
-        if callable(reset):
-            reset()
+def _reset(module: nn.Module, path: str = "value_network") -> nn.Module:
+    """``module`` with freshly initialised parameters: a module with ``reset_parameters``
+    draws all of its own (its sub-modules are not reset again, so a recurrent cell keeps its
+    own initialisation); the others pass the reset down to their children.
+
+    Raises:
+        TypeError: a module holds parameters of its own and cannot reset them; the copy would
+            start equal to the original, and the clipped double Q would take the minimum of
+            twin networks.
+    """
+    reset = getattr(module, "reset_parameters", None)
+    if callable(reset):
+        reset()
+        return module
+    own = [name for name, _ in module.named_parameters(recurse=False)]
+    if own:
+        raise TypeError(
+            f"SACLoss: {path} ({type(module).__name__}) holds the parameters {own} and has no "
+            "reset_parameters(), so the extra Q-networks (num_qvalue_nets > 1) would start as "
+            "exact copies of the first; give that module a reset_parameters() method"
+        )
+    for name, child in module.named_children():
+        _reset(child, f"{path}.{name}")
     return module
 
 
@@ -188,9 +205,12 @@ class SACLoss(AgentTDLoss):
             if self.target_entropy == "auto"
             else float(self.target_entropy)
         )
-        loss_alpha = -self._agent_mean(
-            tensordict, self.log_alpha * (log_prob.detach() + entropy_target)
-        )
+        if isinstance(self.log_alpha, nn.Parameter):
+            loss_alpha = -self._agent_mean(
+                tensordict, self.log_alpha * (log_prob.detach() + entropy_target)
+            )
+        else:  # fixed_alpha: nothing to train
+            loss_alpha = torch.zeros((), dtype=loss_actor.dtype, device=loss_actor.device)
         return TensorDict(
             {
                 "loss_actor": loss_actor,
