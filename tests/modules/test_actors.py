@@ -183,3 +183,39 @@ def test_normal_param_extractor_starts_at_its_init_scale():
     assert (floor >= 0.01).all()
     with pytest.raises(ValueError, match="init_scale must exceed min_scale"):
         NormalParamExtractor(min_scale=0.5, init_scale=0.5)
+
+
+@pytest.mark.parametrize("loc0", [2.0, 10.0])
+def test_tanh_normal_scores_its_own_sample_exactly_where_tanh_saturates(loc0: float) -> None:
+    # At loc 10 tanh rounds to 1.0 in float32: the sample's log-prob must come from its
+    # pre-tanh value (torch's cached transform), not from atanh of the rounded bound.
+    loc = torch.full((4, 3, 2), loc0, requires_grad=True)
+    scale = torch.full((4, 3, 2), 0.5)
+    torch.manual_seed(1)
+    d = TanhNormal(loc, scale, low=-2.0, high=4.0)
+    x = d.rsample()
+    (grad,) = torch.autograd.grad(d.log_prob(x).sum(), loc)
+    loc_ref = loc.detach().clone().requires_grad_()
+    torch.manual_seed(1)
+    base = torch.distributions.Normal(loc_ref, scale).rsample()
+    ref = (
+        torch.distributions.Normal(loc_ref, scale).log_prob(base)
+        - 2 * (torch.log(torch.tensor(2.0)) - base - torch.nn.functional.softplus(-2 * base))
+        - torch.log(torch.tensor(3.0))
+    ).sum(-1)
+    (grad_ref,) = torch.autograd.grad(ref.sum(), loc_ref)
+    torch.testing.assert_close(d.log_prob(x), ref.detach())
+    torch.testing.assert_close(grad, grad_ref)
+    if loc0 == 10.0:
+        assert bool((x == 4.0).all())  # saturated: the bound itself
+        assert bool((grad > 0).all())  # the density rises with loc towards the bound
+
+
+def test_tanh_normal_scores_other_values_through_atanh() -> None:
+    loc, scale = torch.zeros(2, 1, 1), torch.ones(2, 1, 1)
+    d = TanhNormal(loc, scale)
+    on_bounds = d.log_prob(torch.tensor([[[1.0]], [[-1.0]]]))
+    assert bool(torch.isfinite(on_bounds).all())  # moved just inside, as tanh never reaches them
+    beyond = d.log_prob(torch.tensor([[[1.5]], [[0.5]]]))
+    assert beyond[0].item() == float("-inf")  # a value the distribution never gives
+    assert bool(torch.isfinite(beyond[1]))

@@ -8,6 +8,8 @@ Every distribution's event is one agent's action, so ``log_prob`` of an action
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import distributions as D
 
@@ -76,13 +78,32 @@ class TanhNormal(D.Independent):
         self._loc = loc
         super().__init__(base, 1, validate_args=False)
 
+    def rsample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+        self._sampled = super().rsample(torch.Size(sample_shape))
+        return self._sampled
+
+    def sample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+        self._sampled = super().sample(torch.Size(sample_shape))
+        return self._sampled
+
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """Log-prob ``[*B, n_agents]`` of ``value`` ``[*B, n_agents, act_dim]``; values on the
-        bounds are moved just inside them (``tanh`` never reaches them)."""
+        """Log-prob ``[*B, n_agents]`` of ``value`` ``[*B, n_agents, act_dim]``.
+
+        The last sample of this distribution is scored from its own pre-``tanh`` value (exact
+        and with the right gradient even where ``tanh`` rounds to the bound, beyond about 8 in
+        float32). Any other value is mapped back through ``atanh``: values on the bounds (or
+        rounded a few ulps past them) are moved just inside, and values beyond the bounds,
+        which the distribution never gives, have log-prob ``-inf``.
+        """
+        if value is getattr(self, "_sampled", None):
+            return super().log_prob(value)
         eps = torch.finfo(value.dtype).eps
         span = self.high - self.low
-        value = value.clamp(self.low + eps * span, self.high - eps * span)
-        return super().log_prob(value)
+        inside = value.clamp(self.low + eps * span, self.high - eps * span)
+        log_prob = super().log_prob(inside)
+        slack = 4 * eps * span
+        outside = ((value < self.low - slack) | (value > self.high + slack)).any(-1)
+        return log_prob.masked_fill(outside, -math.inf)
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
