@@ -229,7 +229,8 @@ def main(cfg: DictConfig) -> None:
             for g in groups:
                 gaes[g](batch)
         buffers.empty()
-        buffers.extend(batch.select(*keys).reshape(-1))  # only what the losses read
+        # only what the losses read (masks where the env has them)
+        buffers.extend(batch.select(*keys, strict=False).reshape(-1))
         metrics = {}
         for g in groups:
             terms = train_group(

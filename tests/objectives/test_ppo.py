@@ -283,3 +283,20 @@ def test_a_compiled_loss_names_a_forbidden_action_too() -> None:
     sub["action"][0, 0] = 0  # forbidden: the same graph, now failing its assert
     with pytest.raises(RuntimeError, match=r"gives \('agents', 'action'\) probability 0 \("):
         loss(TensorDict({"agents": sub}, [6]))
+
+
+def test_a_batch_cut_to_in_keys_keeps_masks_and_the_old_values() -> None:
+    actor, critic = make()
+    td = batch(shape=(8,))
+    g = torch.Generator().manual_seed(1)
+    td["agents"].set("mask", torch.rand(8, N, generator=g) > 0.4)
+    td.set(("collector", "mask"), torch.rand(8, generator=g) > 0.3)
+    td.set("junk", torch.zeros(8))
+    for loss in (ClipPPOLoss(actor, critic), ClipPPOLoss(actor, critic, clip_value=0.2)):
+        assert ("agents", "mask") in loss.in_keys and ("collector", "mask") in loss.in_keys
+        assert (("agents", "state_value") in loss.in_keys) == (loss.clip_value is not None)
+        cut = td.select(*loss.in_keys, strict=False)
+        assert cut.get("junk", None) is None
+        full, part = loss(td.clone()), loss(cut)
+        for key in ("loss_objective", "loss_critic", "loss_entropy"):
+            torch.testing.assert_close(full[key], part[key])

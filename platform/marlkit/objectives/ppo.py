@@ -186,6 +186,9 @@ class ClipPPOLoss(TensorDictModuleBase):
         actor_in = list(getattr(self.actor_network, "in_keys", []))
         critic_in = list(getattr(self.critic_network, "in_keys", []))
         keys = [*actor_in, *critic_in, k.action, k.sample_log_prob, k.advantage, k.value_target]
+        keys += [k.mask, k.collector_mask]  # read where present
+        if self.clip_value is not None:  # the values the batch was collected with
+            keys.append(k.value)
         self.in_keys = cast(Any, list(dict.fromkeys(keys)))
         self.out_keys = ["loss_objective", "loss_critic", "loss_entropy"]
 
