@@ -55,3 +55,25 @@ def test_updaters_need_target_networks() -> None:
         HardUpdate(DQNLoss(identity_actor(3)), value_network_update_interval=0)
     with pytest.raises(TypeError, match="needs a value loss"):
         SoftUpdate(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("updater", ["soft", "hard"])
+def test_updaters_follow_a_loss_converted_after_them(updater: str) -> None:
+    # loss.to(device) / loss.double() rebind each parameter's .data: an updater holding the
+    # old tensors would move nothing, silently.
+    loss = _qmix()
+    step = (
+        SoftUpdate(loss, tau=0.5)
+        if updater == "soft"
+        else HardUpdate(loss, value_network_update_interval=1)
+    )
+    loss.double()
+    _shift_online(loss)
+    before = [p.clone() for p in loss.target_mixer_network.parameters()]
+    step.step()
+    for old, new, online in zip(
+        before, loss.target_mixer_network.parameters(), loss.mixer_network.parameters()
+    ):
+        assert new.dtype == torch.float64
+        expected = 0.5 * (old + online) if updater == "soft" else online
+        torch.testing.assert_close(new, expected)

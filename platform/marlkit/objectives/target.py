@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import nn
 
 from marlkit.objectives._common import ValueLoss
 
@@ -15,6 +16,10 @@ __all__ = ["HardUpdate", "SoftUpdate", "TargetNetUpdater"]
 
 class TargetNetUpdater:
     """The common part: the ``(online, target)`` tensor pairs of a loss.
+
+    The updater holds the parameters themselves (not their ``.data``) and looks the buffers
+    up at every step, so converting the loss after building it (``loss.to(device)``,
+    ``loss.double()``) keeps the targets moving.
 
     Args:
         loss: a value loss with target networks (``delay_value=True``).
@@ -31,27 +36,41 @@ class TargetNetUpdater:
                 f"{type(loss).__name__}"
             )
         self.loss = loss
-        online: list[torch.Tensor] = []
-        target: list[torch.Tensor] = []
+        params: list[tuple[torch.Tensor, torch.Tensor]] = []
+        buffers: list[tuple[nn.Module, nn.Module, str]] = []
         for o_net, t_net in loss.target_pairs():
-            for (name, o), (_, t) in zip(
-                o_net.state_dict(keep_vars=True).items(), t_net.state_dict(keep_vars=True).items()
-            ):
-                if o.shape != t.shape:  # pragma: no cover - the target is a deep copy
-                    raise ValueError(f"target tensor {name!r} has shape {tuple(t.shape)}")
-                if o.dtype.is_floating_point:
-                    online.append(o.data)
-                    target.append(t.data)
-        if not online:
+            for o_mod, t_mod in zip(o_net.modules(), t_net.modules()):
+                for key, o in o_mod._parameters.items():
+                    t = t_mod._parameters[key]
+                    if o is not None and t is not None and o.dtype.is_floating_point:
+                        params.append((o, t))
+                for key, o in o_mod._buffers.items():
+                    if o is not None and o.dtype.is_floating_point:
+                        buffers.append((o_mod, t_mod, key))
+        if not params and not buffers:
             raise ValueError(
                 f"{type(self).__name__}: {type(loss).__name__} has no target networks; build it "
                 "with delay_value=True"
             )
-        self._online, self._target = online, target
+        self._online = [o for o, _ in params]
+        self._target = [t for _, t in params]
+        self._buffers = buffers
 
+    def _tensors(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The online and target tensors as they are now."""
+        if not self._buffers:
+            return self._online, self._target
+        online, target = list(self._online), list(self._target)
+        for o_mod, t_mod, key in self._buffers:
+            online.append(o_mod._buffers[key])
+            target.append(t_mod._buffers[key])
+        return online, target
+
+    @torch.no_grad()
     def init_(self) -> None:
         """Copy the online networks into the targets."""
-        torch._foreach_copy_(self._target, self._online)
+        online, target = self._tensors()
+        torch._foreach_copy_(target, online)
 
     def step(self) -> None:  # pragma: no cover - subclasses
         raise NotImplementedError
@@ -77,7 +96,8 @@ class SoftUpdate(TargetNetUpdater):
     @torch.no_grad()
     def step(self) -> None:
         """Move every target tensor a fraction ``tau`` towards its online tensor."""
-        torch._foreach_lerp_(self._target, self._online, self.tau)
+        online, target = self._tensors()
+        torch._foreach_lerp_(target, online, self.tau)
 
 
 class HardUpdate(TargetNetUpdater):
