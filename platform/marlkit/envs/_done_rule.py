@@ -4,8 +4,10 @@
 2. root ``done``: every agent is done, or the simulator ended the episode (a root flag given),
    in which case the agents not done yet are truncated;
 3. root ``truncated``: the episode is over and an agent present at its end (its group's
-   ``"mask"`` in the step input, where the group has one; else every agent) was truncated;
-   root ``terminated = done & ~truncated``.
+   ``"mask"`` in the step input, where the group has one; else every agent) was truncated
+   without terminating (an agent both terminated and truncated at one step, as Gymnasium
+   allows, has reached a terminal state: termination wins); root
+   ``terminated = done & ~truncated``.
 
 A :class:`DonePlan` is built once per env from its specs; :func:`apply_done_rule` then costs a
 handful of array operations per group. The arithmetic is written once, with operators that
@@ -192,7 +194,7 @@ def _level_flags(
             ops.broadcast(root_trunc, plan.batch, level.shape),
             (TERMINATED, TRUNCATED),
             env_done=over | root_trunc,
-            env_trunc=root_trunc,
+            env_trunc=root_trunc & ~over,  # terminated and truncated at once: terminated
         )
     if term is None:
         term, made = ops.zeros(level.shape, trunc), (*made, TERMINATED)
@@ -214,10 +216,7 @@ def apply_done_rule(
     )
     ended = _either(_either(root[0], root[1]), root[2])
     if not plan.levels:  # no groups: the root flags are the one agent's
-        if ended is None:
-            raise KeyError("_step() returned no done flag at the root (the env has no groups)")
-        cut = root[2] if root[2] is not None else ops.zeros(torch.Size((*batch, 1)), ended)
-        _write_root(plan, next_td, ended, ended & cut)
+        _apply_without_groups(plan, next_td, root, ended)
         return
     levels = []
     every: Flags = None  # [*B, 1]: every agent of the env is done (set by the first level)
@@ -248,7 +247,7 @@ def apply_done_rule(
         if present is None and flags.env_trunc is not None:
             env_cut = flags.env_trunc  # every agent present, all truncated alike
         else:
-            seen = flags.truncated
+            seen = flags.truncated & ~flags.terminated  # both at once: terminated
             if present is not None:
                 seen = seen & (
                     present[..., None] if level.agent_dim else present.reshape(seen.shape)
@@ -264,6 +263,18 @@ def apply_done_rule(
             else:
                 set_leaf(sub, name, ops.tensor(value))
     _write_root(plan, next_td, over, over & cut)
+
+
+def _apply_without_groups(
+    plan: DonePlan, next_td: TensorDictBase, root: tuple[Flags, ...], ended: Flags | None
+) -> None:
+    """The rule of an env without groups, whose root flags are its one agent's."""
+    if ended is None:
+        raise KeyError("_step() returned no done flag at the root (the env has no groups)")
+    cut = root[2] if root[2] is not None else plan.ops.zeros(torch.Size((*plan.batch, 1)), ended)
+    if root[1] is not None:  # terminated and truncated at once: terminated
+        cut = cut & ~root[1]
+    _write_root(plan, next_td, ended, ended & cut)
 
 
 def _write_root(plan: DonePlan, next_td: TensorDictBase, over: Flags, truncated: Flags) -> None:

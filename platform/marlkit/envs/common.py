@@ -25,7 +25,8 @@ batched env:
    done yet are truncated (the episode was cut short around them);
 3. root ``truncated`` is true when the episode is over and at least one agent present at its end
    (its group's ``"mask"`` in the step input, where the group has one; else every agent) was
-   truncated; root ``terminated = done & ~truncated``.
+   truncated without terminating (both at once count as a termination); root
+   ``terminated = done & ~truncated``.
 
 **The wrapper API**: what an env wrapping another one (``TransformedEnv``, ``SerialEnv``,
 ``ParallelEnv``) may use besides the public methods (``set_seed``, ``render``, ``close``, the

@@ -127,6 +127,9 @@ def _check_root_against_groups(env: EnvBase, rollout: TensorDictBase, failures: 
             continue
         done = nxt.get(join_key(prefix, DONE), None)
         trunc = nxt.get(join_key(prefix, TRUNCATED), None)
+        term = nxt.get(join_key(prefix, TERMINATED), None)
+        if trunc is not None and term is not None:  # both at once: a termination
+            trunc = trunc & ~term
         if done is not None:
             env_done = done.reshape(*lead, -1).all(-1, keepdim=True)
             every = env_done if every is None else every & env_done
@@ -144,7 +147,9 @@ def _check_root_against_groups(env: EnvBase, rollout: TensorDictBase, failures: 
         expected[TERMINATED] = every & ~cut
     rules = {
         DONE: "the episode is over exactly when every agent is done",
-        TRUNCATED: "truncated when over and an agent present at the end was truncated",
+        TRUNCATED: (
+            "truncated when over and an agent present at the end was truncated without terminating"
+        ),
         TERMINATED: "terminated = done & ~truncated",
     }
     for key, want in expected.items():
