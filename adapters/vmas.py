@@ -33,17 +33,21 @@ with the rewards), so ``reset`` reports them as zeros; VMAS's own values at that
 over from before the reset.
 
 Seeding: VMAS keeps one random state for *all* its envs in a process (torch, NumPy and
-``random`` states swapped in around each call); ``set_seed`` reseeds it, so two VMAS envs in one
-process share that stream. On CUDA, VMAS draws from torch's global CUDA generator.
+``random`` states, a class attribute it swaps in around each call). Each ``VmasEnv`` puts its
+own copy of that state in place for its calls and takes it back after them, so two VMAS envs in
+one process (the workers of a ``SerialEnv``) draw from streams of their own: ``set_seed`` on one
+does not move the other, and a ``SerialEnv`` replays a ``ParallelEnv`` built alike. On CUDA,
+VMAS draws from torch's global CUDA generator, which stays shared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pathlib
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Literal
 
@@ -291,6 +295,8 @@ class VmasEnv(EnvBase):
         self.max_steps = max_steps
         self.agent_names = [agent.name for agent in self._env.agents]
         self._build(group_map)
+        # This env's own copy of VMAS's class-wide random state (see the module notes).
+        self._random_state = list(self._env.vmas_random_state)
         if seed is not None:
             self.set_seed(seed)
 
@@ -439,30 +445,43 @@ class VmasEnv(EnvBase):
         return len(self.agent_names)
 
     # ------------------------------------------------------------------ hooks
+    @contextlib.contextmanager
+    def _own_random_state(self) -> Iterator[None]:
+        """VMAS's class-wide random state set to this env's for the calls inside, and this
+        env's taken back from it after them."""
+        shared = self._env.vmas_random_state
+        shared[:] = self._random_state
+        try:
+            yield
+        finally:
+            self._random_state = list(shared)
+
     def _set_seed(self, seed: int) -> None:
         # One random state for the whole batch: one seed (``set_seed`` returns ``seed + 1``).
         if not 0 <= seed < 2**32:
             raise ValueError(f"VMAS seeds must be in [0, 2**32), got {seed}")
-        self._env.seed(seed)
+        with self._own_random_state():
+            self._env.seed(seed)
 
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
         env = self._env
-        if env_mask is None:
-            env.reset(return_observations=False)  # one vectorised call
-        else:
-            # VMAS resets one env index per call (reset_at) and has no vectorised partial reset,
-            # so this loop over the selected envs is the simulator's only way.
-            for i in env_mask.reshape(-1).nonzero().flatten().tolist():
-                env.reset_at(i, return_observations=False)
-        (obs,) = env.get_from_scenario(
-            get_observations=True,
-            get_rewards=False,
-            get_infos=False,
-            get_dones=False,
-            dict_agent_names=False,
-        )
+        with self._own_random_state():
+            if env_mask is None:
+                env.reset(return_observations=False)  # one vectorised call
+            else:
+                # VMAS resets one env index per call (reset_at) and has no vectorised partial
+                # reset, so this loop over the selected envs is the simulator's only way.
+                for i in env_mask.reshape(-1).nonzero().flatten().tolist():
+                    env.reset_at(i, return_observations=False)
+            (obs,) = env.get_from_scenario(
+                get_observations=True,
+                get_rewards=False,
+                get_infos=False,
+                get_dones=False,
+                dict_agent_names=False,
+            )
         out = self._output(obs, None)
         if env_mask is not None and tensordict is not None:
             self._keep_unreset(out, tensordict, env_mask)
@@ -487,7 +506,8 @@ class VmasEnv(EnvBase):
             # VMAS takes one [E, size] tensor per agent: a flat class becomes [E, 1].
             group_actions[group] = action.unsqueeze(-1) if self._flat_discrete else action
         actions = [group_actions[g][:, j] for g, j in self._slots]  # views, no copies
-        obs, rewards, terminated, truncated, infos = self._env.step(actions)
+        with self._own_random_state():
+            obs, rewards, terminated, truncated, infos = self._env.step(actions)
         # Env-level flags at the root only: the done rule expands them to every agent.
         flags = {TERMINATED: terminated.unsqueeze(-1), TRUNCATED: truncated.unsqueeze(-1)}
         return self._output(obs, infos if self._wants_info else None, rewards, flags)
@@ -554,7 +574,8 @@ class VmasEnv(EnvBase):
         # software device): no display needed. Without EGL, pyglet needs an X display, which is
         # what _render falls back from. (VMAS also points PYGLET_HEADLESS_DEVICE at the first
         # CUDA_VISIBLE_DEVICES entry when it is imported.)
-        frame = self._env.render(mode="rgb_array", env_index=env_index)
+        with self._own_random_state():
+            frame = self._env.render(mode="rgb_array", env_index=env_index)
         return np.array(frame, dtype=np.uint8)  # VMAS gives a flipped view of a GL buffer
 
     def _render_native(self, env_index: int, size: int = 512) -> np.ndarray:

@@ -529,3 +529,30 @@ def test_repr_and_properties() -> None:
     )
     assert env.n_agents == 4 and env.agent_names[-1] == "agent_0"
     assert isinstance(env.reset(), TensorDict)
+
+
+def test_vmas_envs_in_one_process_keep_their_own_random_streams() -> None:
+    # VMAS keeps one random state per process; SerialEnv's workers are in one process.
+    from marlkit.envs import ParallelEnv, SerialEnv
+
+    kwargs = {"name": "vmas/navigation", "num_envs": 2, "n_agents": 2}
+    obs = ("agents", "observation")
+
+    def first_obs(cls: type, **extra: Any) -> torch.Tensor:
+        env = cls(2, marlkit.make, kwargs, **extra)
+        try:
+            env.set_seed(0)
+            return env.rollout(3, break_when_any_done=False)[obs]
+        finally:
+            env.close()
+
+    serial = first_obs(SerialEnv)
+    assert not torch.equal(serial[0], serial[1])  # worker 0 seeded 0, worker 1 seeded 1
+    torch.testing.assert_close(serial, first_obs(ParallelEnv, start_method="forkserver"))
+    a, b = (marlkit.make("vmas/navigation", num_envs=2, n_agents=2) for _ in range(2))
+    a.set_seed(0)
+    start = a.reset()[obs]
+    b.set_seed(5)  # does not move a's stream
+    a.set_seed(0)
+    b.reset()
+    torch.testing.assert_close(a.reset()[obs], start)
