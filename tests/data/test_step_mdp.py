@@ -269,3 +269,17 @@ def test_ungrouped_single_agent_layout():
     out = step_mdp(td)
     assert _leaf_keys(out) == {"observation"}
     assert (out["observation"] == 1).all()
+
+
+def test_env_outputs_have_torch_size_batch_sizes() -> None:
+    # TensorDicts built on the fast path kept a tuple batch_size: td.numel() in a policy failed.
+    import marlkit
+
+    env = marlkit.make("navigation", num_envs=2, n_agents=2, seed=0)
+    td = env.reset()
+    out, nxt = env.step_and_maybe_reset(env.rand_action(td))
+    for root in (td, out, nxt):
+        tds = [root, *(v for _, v in root.items(True) if isinstance(v, TensorDictBase))]
+        for sub in tds:
+            assert type(sub.batch_size) is torch.Size
+        assert root.numel() == 2

@@ -34,6 +34,8 @@ def unchecked_tensordict(
     entries into TensorDicts of the same batch size (``False`` when there are none: faster).
     """
     if _NEW_UNSAFE is not None:
+        if type(batch_size) is not torch.Size:  # kept as given: a tuple breaks td.numel()
+            batch_size = torch.Size(batch_size)
         return _NEW_UNSAFE(entries, batch_size=batch_size, device=device, nested=nested)
     return TensorDict(dict(entries), batch_size=batch_size, device=device)
 
