@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule
 from torch import nn
 
 import marlkit
 from marlkit.collectors import Collector, split_trajectories
 from marlkit.data.exploration import exploration_mode, set_exploration
-from marlkit.envs import InvalidActionError, MissingActionError, SerialEnv
+from marlkit.envs import EnvBase, InvalidActionError, MissingActionError, SerialEnv
+from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor, TanhNormal
 
 ACT = ("agents", "action")
 IDS = ("collector", "traj_ids")
@@ -221,6 +222,141 @@ def test_update_policy_weights_loads_given_weights() -> None:
         Collector(nav(), constant_policy(0.1), frames_per_batch=8).update_policy_weights_(zeros)
 
 
+def linear_policy() -> TensorDictModule:
+    return TensorDictModule(
+        nn.Sequential(nn.Linear(8, 2), nn.Tanh()), [("agents", "observation")], [ACT]
+    )
+
+
+@pytest.mark.parametrize("form", ["state_dict", "TensorDict"])
+def test_update_policy_weights_copies_into_the_policys_own_parameters(form: str) -> None:
+    # An optimizer built on policy.parameters() must keep training the policy the collector
+    # runs: the weights are copied into its tensors, never swapped in.
+    policy = linear_policy()
+    weight = policy.module[0].weight
+    optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
+    collector = Collector(nav(), policy, frames_per_batch=8)
+    zeros = TensorDict.from_module(policy).data.clone().zero_()
+    collector.update_policy_weights_(
+        zeros if form == "TensorDict" else zeros.flatten_keys(".").to_dict()
+    )
+    assert policy.module[0].weight is weight and isinstance(weight, nn.Parameter)
+    assert (weight == 0).all() and weight.requires_grad
+    assert (next(iter(collector))[ACT] == 0).all()
+    optimizer.zero_grad()
+    policy(next(iter(collector))[:, 0].clone())[ACT].sum().backward()
+    optimizer.step()
+    assert not (weight == 0).all()  # the step reached the policy...
+    assert not (next(iter(collector))[ACT] == 0).all()  # ...that the collector runs
+    assert (zeros["module", "0", "weight"] == 0).all()  # and left the given weights alone
+
+
+def test_update_policy_weights_refuses_what_does_not_fit_and_loads_nothing() -> None:
+    policy = linear_policy()
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    collector = Collector(nav(), policy, frames_per_batch=8)
+    weight, bias = torch.zeros(2, 8), torch.zeros(2)
+    with pytest.raises(
+        ValueError,
+        match=r"weight 'module.0.bias' has shape \[1\], the policy's has shape \[2\] "
+        r"\(nothing was loaded\)",
+    ):
+        collector.update_policy_weights_(
+            TensorDict({"module": {"0": {"weight": weight, "bias": torch.zeros(1)}}})
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"'module.0.weight' has shape \[8, 2\] and dtype torch.float64, the policy's has "
+        r"shape \[2, 8\] and dtype torch.float32; weight 'module.0.bias' has dtype torch.int64",
+    ):
+        collector.update_policy_weights_(
+            {
+                "module.0.weight": torch.zeros(8, 2, dtype=torch.float64),
+                "module.0.bias": torch.zeros(2, dtype=torch.int64),
+            }
+        )
+    with pytest.raises(KeyError, match=r"missing \['module.0.bias'\], unexpected \[\]"):
+        collector.update_policy_weights_(TensorDict({"module": {"0": {"weight": weight}}}))
+    with pytest.raises(KeyError, match=r"missing \[\], unexpected \['module.1.weight'\]"):
+        collector.update_policy_weights_(
+            {"module.0.weight": weight, "module.0.bias": bias, "module.1.weight": bias}
+        )
+    with pytest.raises(TypeError, match=r"weight 'module\.0\.bias' is a float, not a tensor"):
+        collector.update_policy_weights_({"module.0.weight": weight, "module.0.bias": 0.0})
+    with pytest.raises(TypeError, match="a state_dict or a TensorDict, got list"):
+        collector.update_policy_weights_([weight, bias])  # type: ignore[arg-type]
+    for name, value in policy.state_dict().items():  # the correct weights were not loaded
+        assert torch.equal(value, before[name]), name
+
+
+class _Scaled(nn.Module):
+    """A linear layer scaled by a buffer that state_dict leaves out (persistent=False)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 2)
+        self.register_buffer("scale", torch.tensor(0.5), persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(obs)) * self.scale
+
+
+def test_update_policy_weights_takes_a_state_dict_without_non_persistent_buffers() -> None:
+    policy = TensorDictModule(_Scaled(), [("agents", "observation")], [ACT])
+    collector = Collector(nav(), policy, frames_per_batch=8)
+    state = {k: torch.full_like(v, 0.1) for k, v in policy.state_dict().items()}
+    assert "module.scale" not in state
+    collector.update_policy_weights_(state)
+    assert policy.module.scale.item() == 0.5  # left out: kept
+    weights = TensorDict.from_module(policy).data.clone()
+    weights["module", "scale"] = torch.tensor(0.25)
+    collector.update_policy_weights_(weights)  # given: loaded
+    assert policy.module.scale.item() == 0.25
+    with pytest.raises(KeyError, match=r"missing \['module.linear.bias'\]"):
+        collector.update_policy_weights_({"module.linear.weight": torch.zeros(2, 8)})
+
+
+def test_update_policy_weights_without_weights_is_a_no_op_without_a_module() -> None:
+    for policy in (None, constant_policy(0.1), TensorDictModule(nn.Tanh(), ["x"], ["y"])):
+        collector = Collector(nav(), policy, frames_per_batch=8)
+        collector.update_policy_weights_()  # nothing to copy, as for every collector
+    with pytest.raises(TypeError, match=r"needs an nn\.Module policy, got None"):
+        Collector(nav(), None, frames_per_batch=8).update_policy_weights_({})
+
+
+def _stochastic_actor() -> TensorDictModule:
+    net = nn.Sequential(MultiAgentMLP(8, 4, 2, num_cells=8), NormalParamExtractor())
+    return ProbabilisticActor(
+        net, group="agents", distribution_class=TanhNormal, return_log_prob=True
+    )
+
+
+def test_set_seed_makes_a_stochastic_policy_reproducible() -> None:
+    actor = _stochastic_actor()
+
+    def run(seed: int) -> list[TensorDictBase]:
+        collector = Collector(
+            marlkit.make("navigation", num_envs=2, n_agents=2),
+            actor,
+            frames_per_batch=8,
+            total_frames=16,
+            exploration="random",
+        )
+        collector.set_seed(seed)
+        torch.rand(())  # after set_seed, only the seed counts
+        return list(collector)
+
+    first, again, other = run(0), run(0), run(1)
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a[ACT], b[ACT])
+        assert torch.equal(a["agents", "action_log_prob"], b["agents", "action_log_prob"])
+    assert not torch.equal(first[0][ACT], other[0][ACT])
+    # The global generator is seeded from the seed, not with it: the policy's noise is not the
+    # stream of the env's random actions (a torch generator seeded with the seed itself).
+    Collector(nav(), None, frames_per_batch=8).set_seed(5)
+    assert not torch.equal(torch.rand(4), torch.rand(4, generator=torch.Generator().manual_seed(5)))
+
+
 def test_the_same_seed_gives_the_same_batches() -> None:
     runs = []
     for _ in range(2):
@@ -245,6 +381,22 @@ def test_state_dict_round_trip_keeps_ids_unique() -> None:
     assert not set(second[IDS].unique().tolist()) & set(first[IDS].unique().tolist())
     with pytest.raises(KeyError, match="no 'traj_counter'"):
         fresh.load_state_dict({"frames": 1, "batches": 1})
+
+
+def test_an_env_built_from_a_factory_is_closed_when_construction_fails() -> None:
+    built: list[EnvBase] = []
+
+    def factory() -> EnvBase:
+        built.append(nav())
+        return built[-1]
+
+    with pytest.raises(ValueError, match="frames_per_batch=7 is not a multiple of the 4 envs"):
+        Collector(factory, None, frames_per_batch=7)
+    assert len(built) == 1 and built[0].is_closed  # the collector built it, so it closes it
+    env = nav()
+    with pytest.raises(ValueError, match="frames_per_batch=7 is not a multiple"):
+        Collector(env, None, frames_per_batch=7)
+    assert not env.is_closed  # the user's env stays open
 
 
 def test_reset_postproc_progress_and_shutdown(capsys: pytest.CaptureFixture[str]) -> None:

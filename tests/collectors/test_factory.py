@@ -7,7 +7,7 @@ import functools
 import pytest
 
 import marlkit
-from marlkit.collectors import Collector, MultiSyncCollector, make_collector
+from marlkit.collectors import Collector, MultiAsyncCollector, MultiSyncCollector, make_collector
 
 make_nav = functools.partial(marlkit.make, "navigation", num_envs=2, n_agents=2)
 
@@ -29,6 +29,16 @@ def test_multisync_splits_the_frames_over_workers():
     ) as c:
         assert isinstance(c, MultiSyncCollector)
         assert next(iter(c)).batch_size == (2, 2, 10)
+
+
+@pytest.mark.slow
+def test_multiasync_yields_one_workers_batch_and_takes_a_lambda():
+    make = lambda: marlkit.make("navigation", num_envs=2, n_agents=2)  # noqa: E731  # cloudpickled
+    with make_collector(
+        "multiasync", make, None, 16, 32, num_workers=2, start_method="forkserver"
+    ) as c:
+        assert isinstance(c, MultiAsyncCollector)
+        assert [b.batch_size for b in c] == [(2, 8)] * 2  # one worker's 16 frames each
 
 
 def test_bad_kind_and_workers():

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import multiprocessing
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import cloudpickle
+import numpy as np
 import psutil
 import pytest
 import torch
@@ -179,6 +182,98 @@ def test_async_workers_take_new_weights_at_their_next_batch() -> None:
         assert all(n <= 1 for n in old.values())  # at most the batch that was in flight
 
 
+def test_weights_are_checked_in_the_parent_before_they_are_published() -> None:
+    policy = constant_policy(0.1)
+    with MultiSyncCollector([nav(), nav()], policy, frames_per_batch=32, **FAST) as collector:
+        collector.update_policy_weights_({"module.w": torch.tensor(0.3)})
+        with pytest.raises(ValueError, match=r"'module.w' has dtype torch.float64, the policy's"):
+            collector.update_policy_weights_({"module.w": torch.tensor(0.5, dtype=torch.float64)})
+        with pytest.raises(TypeError, match=r"weight 'module\.w' is a float, not a tensor"):
+            collector.update_policy_weights_({"module.w": 0.5})  # type: ignore[dict-item]
+        assert (collector.next()[ACT] == 0.3).all()  # refused updates change nothing
+        collector.update_policy_weights_()
+        assert (collector.next()[ACT] == 0.1).all()
+
+
+class Scaled(nn.Module):
+    """``w * scale``, ``scale`` a buffer that ``state_dict`` leaves out (``persistent=False``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(0.4))
+        self.register_buffer("scale", torch.tensor(0.5), persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return (self.w * self.scale).expand(*obs.shape[:-1], 2).clone()
+
+
+def test_a_state_dict_without_non_persistent_buffers_is_taken() -> None:
+    policy = TensorDictModule(Scaled(), [("agents", "observation")], [ACT])
+    with MultiSyncCollector([nav(), nav()], policy, frames_per_batch=32, **FAST) as collector:
+        assert (collector.next()[ACT] == 0.2).all()
+        with torch.no_grad():
+            policy.module.w.fill_(0.6)
+        collector.update_policy_weights_(policy.state_dict())  # no "module.scale" in it
+        assert torch.allclose(collector.next()[ACT], torch.tensor(0.3))  # the buffer kept its value
+        weights = TensorDict.from_module(policy).data.clone()
+        weights["module", "scale"] = torch.tensor(0.25)
+        collector.update_policy_weights_(weights)  # a buffer given is loaded
+        assert torch.allclose(collector.next()[ACT], torch.tensor(0.15))
+        with pytest.raises(KeyError, match=r"missing \['module.w'\], unexpected \[\]"):
+            collector.update_policy_weights_({"module.scale": torch.tensor(1.0)})
+        with pytest.raises(KeyError, match=r"unexpected \['module.bias'\]"):
+            collector.update_policy_weights_({**policy.state_dict(), "module.bias": torch.ones(1)})
+        with pytest.raises(ValueError, match=r"'module.scale' has shape \[2\]"):
+            collector.update_policy_weights_(
+                {"module.w": policy.module.w, "module.scale": torch.ones(2)}
+            )
+        assert torch.allclose(collector.next()[ACT], torch.tensor(0.15))
+
+
+def noisy_policy(td):  # type: ignore[no-untyped-def]
+    """Exploration noise from torch's, NumPy's and Python's global generators."""
+    td.set(ACT, torch.rand(*td.batch_size, 2, 2) * 2 - 1)
+    td.set("numpy_noise", torch.as_tensor(np.random.rand(*td.batch_size)))
+    steps = math.prod(td.batch_size)
+    td.set(
+        "python_noise", torch.tensor([random.random() for _ in range(steps)]).view(td.batch_size)
+    )
+    return td
+
+
+NOISE = (ACT, "numpy_noise", "python_noise")
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "fork"])
+def test_every_worker_draws_its_own_noise_and_set_seed_repeats_it(start_method: str) -> None:
+    # Forked workers start with their parent's generators: without seeding them, every worker
+    # would draw the same exploration noise.
+    runs = []
+    for _ in range(2):
+        with MultiSyncCollector(
+            [nav(), nav()], noisy_policy, frames_per_batch=16, start_method=start_method
+        ) as collector:
+            fresh = collector.next()
+            for key in NOISE:
+                assert not torch.equal(fresh[key][0], fresh[key][1]), key
+            collector.set_seed(11)
+            runs.append([collector.next() for _ in range(2)])
+    for a, b in zip(*runs, strict=True):
+        for key in NOISE:  # the same seed, the same noise...
+            assert torch.equal(a[key], b[key]), key
+            assert not torch.equal(a[key][0], a[key][1]), key  # ...and still each worker's own
+
+
+def test_a_seeded_stochastic_policy_draws_the_same_noise_in_one_worker_as_in_a_collector() -> None:
+    single = Collector(nav()(), noisy_policy, frames_per_batch=16)
+    single.set_seed(5)
+    with MultiAsyncCollector([nav()], noisy_policy, frames_per_batch=16, **FAST) as multi:
+        multi.set_seed(5)
+        for _ in range(2):
+            a, b = single.next(), multi.next()
+            assert torch.equal(a[ACT], b[ACT]) and torch.equal(a["numpy_noise"], b["numpy_noise"])
+
+
 # ---------------------------------------------------------------------- seeds and state
 def test_the_same_seed_gives_the_same_batches_and_state_restores_ids() -> None:
     linear = TensorDictModule(
@@ -231,15 +326,26 @@ def test_bad_arguments_are_refused_and_leave_no_process() -> None:
         MultiSyncCollector([nav(), nav()], None, frames_per_batch=63)
     with pytest.raises(TypeError, match=r"the policy .* cannot be serialised"):
         MultiSyncCollector([nav(), nav()], _Unpicklable(), frames_per_batch=8)
-    with pytest.raises(ValueError, match="worker 0: frames_per_batch=33 is not a multiple of"):
+    # The message names the frames as given (over all workers) and totals that fit.
+    with pytest.raises(
+        ValueError,
+        match=r"frames_per_batch=66 does not divide into whole steps of the workers' envs: each "
+        r"of the 2 workers collects 33 frames, not a multiple of the 4 envs of its batch \[4\]; "
+        r"use 64 or 72",
+    ):
         MultiSyncCollector([nav(), nav()], None, frames_per_batch=66, **FAST)
+    with pytest.raises(
+        ValueError,
+        match=r"frames_per_batch=6 is not a multiple of the 4 envs of worker 1's batch \[4\]: .*"
+        r"use 4 or 8",
+    ):
+        MultiAsyncCollector([nav(2), nav(4)], None, frames_per_batch=6, **FAST)
     with pytest.raises(ValueError, match=r"different batch sizes \[\(2,\), \(4,\)\]"):
         MultiSyncCollector([nav(2), nav(4)], None, frames_per_batch=16, **FAST)
-    with (
-        MultiSyncCollector([nav(), nav()], None, frames_per_batch=8, **FAST) as collector,
-        pytest.raises(TypeError, match="has no weights to update"),
-    ):
-        collector.update_policy_weights_()
+    with MultiSyncCollector([nav(), nav()], None, frames_per_batch=8, **FAST) as collector:
+        collector.update_policy_weights_()  # no weights: nothing to publish, as in Collector
+        with pytest.raises(TypeError, match=r"needs an nn\.Module policy, got None"):
+            collector.update_policy_weights_({})
     assert wait_gone(list(children() - before)) == []
 
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 import _forked
@@ -218,6 +219,19 @@ def test_broadcast_weights_are_used_by_the_next_batch(shared) -> None:  # type: 
         collector.update_policy_weights_([1.0])  # type: ignore[arg-type]
 
 
+def test_weights_that_do_not_fit_are_refused_in_the_driver(shared) -> None:  # type: ignore[no-untyped-def]
+    collector, _ = shared
+    collector.update_policy_weights_(TensorDict({"weight": torch.tensor(0.5)}))
+    # Refused here, before anything is sent: no actor ever runs a wrong-shaped policy.
+    with pytest.raises(ValueError, match=r"weight 'weight' has shape \[3\], the policy's has"):
+        collector.update_policy_weights_({"weight": torch.zeros(3)})
+    with pytest.raises(ValueError, match=r"weight 'weight' has shape \[1\]"):
+        collector.update_policy_weights_(TensorDict({"weight": torch.zeros(1)}))
+    with pytest.raises(KeyError, match=r"missing \['weight'\], unexpected \['bias'\]"):
+        collector.update_policy_weights_({"bias": torch.tensor(0.0)})
+    assert all(collector.next()[ACT].unique().tolist() == [0.5] for _ in range(2))
+
+
 def test_set_seed_chains_over_workers_and_repeats_batches(shared) -> None:  # type: ignore[no-untyped-def]
     collector, _ = shared
     env = nav()
@@ -230,6 +244,26 @@ def test_set_seed_chains_over_workers_and_repeats_batches(shared) -> None:  # ty
     assert not torch.equal(first[0][0], first[0][1])  # the workers' seeds differ
     with pytest.raises(TypeError, match="seed must be an int >= 0, got float"):
         collector.set_seed(1.5)  # type: ignore[arg-type]
+
+
+def noisy_policy(td):  # type: ignore[no-untyped-def]
+    """Exploration noise from torch's global generator."""
+    td.set(ACT, torch.rand(*td.batch_size, 2, 2) * 2 - 1)
+    return td
+
+
+def test_set_seed_seeds_each_actors_policy_noise() -> None:
+    with RayCollector(
+        [nav, nav], noisy_policy, frames_per_batch=16, num_cpus_per_actor=0, timeout=60
+    ) as collector:
+        runs = []
+        for _ in range(2):
+            collector.set_seed(3)
+            runs.append([collector.next()[ACT] for _ in range(2)])
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)  # the same seed, the same noise...
+        assert not torch.equal(a[0], a[1])  # ...each actor its own
+    wait_for_cpus()
 
 
 def test_state_dict_round_trip_keeps_counters_and_ids_unique(shared) -> None:  # type: ignore[no-untyped-def]
@@ -254,8 +288,9 @@ def test_state_dict_round_trip_keeps_counters_and_ids_unique(shared) -> None:  #
 def test_a_killed_actor_is_a_worker_error_and_the_others_are_killed() -> None:
     collector = RayCollector([nav, nav], None, frames_per_batch=16, timeout=60)
     collector.next()
-    with pytest.raises(TypeError, match="the policy None has no weights to update"):
-        collector.update_policy_weights_()
+    collector.update_policy_weights_()  # no weights: nothing to send, as in Collector
+    with pytest.raises(TypeError, match=r"needs an nn\.Module policy, got None"):
+        collector.update_policy_weights_({})
     actors = list(collector._actors)
     ray.kill(actors[1])
     start = time.monotonic()
@@ -304,7 +339,11 @@ def test_env_batches_are_checked_against_the_frames_and_each_other() -> None:
     with pytest.raises(ValueError, match=r"different batch sizes \[\(2,\), \(4,\)\].*sync=False"):
         RayCollector([nav, lambda: nav(4)], None, frames_per_batch=16, timeout=60)
     wait_for_cpus()
-    with pytest.raises(ValueError, match="worker 0: frames_per_batch=6 is not a multiple of the 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"frames_per_batch=6 does not divide .* the worker collects 6 frames, not a "
+        r"multiple of the 4 envs of its batch \[4\]; use 4 or 8",
+    ):
         RayCollector([lambda: nav(4)], None, frames_per_batch=6, timeout=60)
     wait_for_cpus()
 

@@ -4,15 +4,17 @@ checks of its arguments. One module per collector kind builds on it (``_single``
 from __future__ import annotations
 
 import abc
+import hashlib
 import math
+import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
-from torch import nn
+from tensordict import TensorDictBase
 from tqdm import tqdm
 
 from marlkit._utils import check_int
@@ -24,13 +26,12 @@ __all__ = [
     "CollectorBase",
     "Policy",
     "PostProc",
-    "as_weights",
     "check_env_fns",
     "check_worker_batches",
+    "seed_rngs",
     "split_frames",
     "split_workers",
     "tag_worker",
-    "weights_of",
 ]
 
 #: Reads a root TensorDict and writes actions (and whatever else it computes) into it.
@@ -97,24 +98,44 @@ def split_workers(frames_per_batch: int, num_workers: int) -> int:
 
 
 def check_worker_batches(
-    batches: list[tuple[int, ...]], per_worker: int, *, stacked: bool, hint: str
+    batches: list[tuple[int, ...]], frames_per_batch: int, *, stacked: bool, hint: str
 ) -> None:
-    """Refuse workers' env batches that ``per_worker`` frames do not divide into steps, or, when
-    their batches are ``stacked``, that differ (``hint`` says what to use instead).
+    """Refuse workers' env batches that ``frames_per_batch`` (the user's value: over all the
+    workers when their batches are ``stacked``, each worker's batch otherwise) does not divide
+    into whole steps, or, when ``stacked``, that differ (``hint`` says what to use instead).
 
     Raises:
-        ValueError: naming the worker, or every batch.
+        ValueError: naming ``frames_per_batch`` as given, the batch that does not fit, and the
+            two nearest values of ``frames_per_batch`` that do.
     """
-    for w, batch in enumerate(batches):
-        try:
-            split_frames(per_worker, torch.Size(batch))
-        except ValueError as err:
-            raise ValueError(f"worker {w}: {err}") from None
+    frames, workers = frames_per_batch, len(batches)
     if stacked and len(set(batches)) > 1:
         raise ValueError(
             f"the workers' envs have different batch sizes {batches}; a synchronous batch "
             f"stacks one batch of every worker and needs equal ones ({hint})"
         )
+    steps = [max(1, math.prod(batch)) for batch in batches]
+    if stacked:
+        unit = steps[0] * workers
+        if frames % unit:
+            low = max(unit, frames - frames % unit)
+            who = "the worker" if workers == 1 else f"each of the {workers} workers"
+            raise ValueError(
+                f"frames_per_batch={frames} does not divide into whole steps of the workers' "
+                f"envs: {who} collects {frames // workers} frames, not a multiple of the "
+                f"{steps[0]} envs of its batch {list(batches[0])}; use {low} or {low + unit} "
+                f"(a multiple of {workers} workers x {steps[0]} envs)"
+            )
+        return
+    for w, (batch, per_step) in enumerate(zip(batches, steps, strict=True)):
+        if frames % per_step:
+            unit = math.lcm(*steps)
+            low = max(unit, frames - frames % unit)
+            raise ValueError(
+                f"frames_per_batch={frames} is not a multiple of the {per_step} envs of worker "
+                f"{w}'s batch {list(batch)}: each batch holds T steps of every env of one worker; "
+                f"use {low} or {low + unit}"
+            )
 
 
 def tag_worker(batch: TensorDictBase, worker: int, num_workers: int) -> TensorDictBase:
@@ -130,25 +151,25 @@ def tag_worker(batch: TensorDictBase, worker: int, num_workers: int) -> TensorDi
     return batch
 
 
-def weights_of(policy: Any) -> TensorDictBase | None:
-    """The policy's parameters and buffers as a TensorDict of plain tensors, or None."""
-    if not isinstance(policy, nn.Module):
-        return None
-    weights = TensorDict.from_module(policy)
-    if weights.is_empty():
-        return None
-    return weights.data
+def seed_rngs(seed: int | None) -> None:
+    """Seed this process's global generators, the ones a policy draws its exploration from:
+    torch's (every device), NumPy's and Python's ``random``.
 
-
-def as_weights(weights: Mapping[str, torch.Tensor] | TensorDictBase) -> TensorDictBase:
-    """A ``state_dict`` (dotted names) or a TensorDict of weights, as a nested TensorDict."""
-    if isinstance(weights, TensorDictBase):
-        return weights.data
-    if not isinstance(weights, Mapping):
-        raise TypeError(
-            f"weights must be a state_dict or a TensorDict, got {type(weights).__name__}"
-        )
-    return TensorDict(dict(weights), batch_size=[]).unflatten_keys(".")
+    With ``seed``, deterministically from a seed derived from it (not ``seed`` itself: an env
+    seeds its own torch generator with ``seed``, and the policy's noise would replay the env's
+    random actions); with ``None``, from fresh OS entropy (what a worker does when it starts, as
+    forked workers would otherwise all draw the parent's numbers).
+    """
+    if seed is None:
+        torch.seed()
+        np.random.seed()
+        random.seed()
+        return
+    digest = hashlib.blake2b(f"marlkit.collectors:{seed}".encode(), digest_size=8).digest()
+    derived = int.from_bytes(digest, "little")
+    torch.manual_seed(derived)
+    np.random.seed([derived & 0xFFFFFFFF, derived >> 32])
+    random.seed(derived)
 
 
 class CollectorBase(abc.ABC):

@@ -35,12 +35,16 @@ def make_collector(
             ``"multiasync"`` (:class:`MultiSyncCollector` / :class:`MultiAsyncCollector`,
             ``num_workers`` processes), ``"ray"`` / ``"ray_async"`` (:class:`RayCollector`
             with ``sync=True`` / ``False``, ``num_workers`` actors).
-        env_fn: makes one env; for the process and Ray kinds it must pickle (a top-level
-            function or a ``functools.partial`` of one).
-        policy, frames_per_batch, total_frames: as for every collector; ``frames_per_batch``
-            counts the frames of all workers together.
+        env_fn: makes one env (every worker calls it); the process and Ray kinds send it with
+            cloudpickle, so a lambda, a closure or a function of a notebook works.
+        policy, frames_per_batch, total_frames: as for every collector. ``frames_per_batch`` is
+            the size of every yielded batch: for ``"multisync"`` and ``"ray"`` the frames of
+            all workers together (each collects ``frames_per_batch / num_workers``), for
+            ``"multiasync"`` and ``"ray_async"`` one worker's batch (each batch comes from one
+            worker).
         num_workers: processes or actors of the multi-worker kinds (ignored by ``"single"``).
-        seed: seed the envs (:meth:`~CollectorBase.set_seed`; workers get seeds in a chain).
+        seed: seed the envs and the policy's random generators
+            (:meth:`~CollectorBase.set_seed`; workers get seeds in a chain).
         **kwargs: the collector's other keyword arguments (``max_frames_per_traj``,
             ``init_random_frames``, ``exploration``, ...).
 

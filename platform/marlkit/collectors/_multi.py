@@ -11,6 +11,9 @@ How data and weights travel:
   bumps a version counter; each worker loads them into its policy when it starts a batch and
   the version has changed. The write is guarded like a seqlock (odd version: being written), so
   a worker never loads half-written weights.
+* Random numbers: each worker seeds its torch, NumPy and ``random`` generators from fresh OS
+  entropy when it starts (forked workers would otherwise share their parent's), and from its
+  own seed of the chain at :meth:`~_MultiCollector.set_seed`.
 
 Faults: a worker that raises, dies or hangs makes the parent raise :class:`WorkerError` naming
 it, and every worker is shut down (see :mod:`marlkit.envs._workers`); a Ctrl-C shuts them down
@@ -25,7 +28,7 @@ from typing import Any
 
 import cloudpickle
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torch import nn
 
 from marlkit._utils import check_int
@@ -33,14 +36,14 @@ from marlkit.collectors._base import (
     CollectorBase,
     Policy,
     PostProc,
-    as_weights,
     check_env_fns,
     check_worker_batches,
+    seed_rngs,
     split_workers,
-    weights_of,
 )
 from marlkit.collectors._base import tag_worker as _tag_worker
 from marlkit.collectors._single import Collector, _device
+from marlkit.collectors._weights import Weights, WeightsLayout, load_weights_, policy_tensors
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.exploration import Exploration
 from marlkit.envs import EnvBase
@@ -56,36 +59,25 @@ def _layout(td: TensorDictBase) -> _Layout:
     return {k: (v.shape, v.dtype) for k, v in td.items(True, True)}
 
 
-def _dotted(key: Any) -> str:
-    """A nested key as a ``state_dict`` name: ``("0", "weight")`` -> ``"0.weight"``."""
-    return key if isinstance(key, str) else ".".join(key)
-
-
 class _SharedWeights:
-    """Weights in shared memory with a version counter (odd while being written)."""
+    """The policy's parameters and buffers in shared memory, by ``state_dict`` name, with a
+    version counter (odd while being written)."""
 
-    def __init__(self, weights: TensorDictBase):
-        self.weights = weights.detach().to("cpu").clone().share_memory_()
+    def __init__(self, tensors: Mapping[str, torch.Tensor]):
+        self.tensors = {
+            name: tensor.detach().to("cpu").clone().share_memory_()
+            for name, tensor in tensors.items()
+        }
         self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
 
-    def write(self, weights: TensorDictBase) -> None:
-        mine = set(self.weights.keys(True, True))
-        given = set(weights.keys(True, True))
-        if mine != given:
-            missing, extra = sorted(map(_dotted, mine - given)), sorted(map(_dotted, given - mine))
-            raise KeyError(
-                f"the weights do not match the policy's: missing {missing}, unexpected {extra}"
-            )
-        for key, value in weights.items(True, True):
-            have = self.weights.get(key)
-            if value.shape != have.shape:
-                raise ValueError(
-                    f"weight {_dotted(key)!r} has shape {list(value.shape)}, the policy's has "
-                    f"{list(have.shape)}"
-                )
+    def write(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Copy ``weights`` in (checked by :meth:`WeightsLayout.check`: the names are these, or
+        all of them but non-persistent buffers, which keep their values)."""
         self.version += 1
         try:
-            self.weights.update_(weights.to("cpu"))
+            with torch.no_grad():
+                for name, value in weights.items():
+                    self.tensors[name].copy_(value)
         finally:
             self.version += 1
 
@@ -98,9 +90,9 @@ class _SharedWeights:
                 return seen
             if version % 2:  # being written right now
                 continue
-            snapshot = self.weights.clone()
+            snapshot = {name: tensor.clone() for name, tensor in self.tensors.items()}
             if int(self.version) == version:
-                TensorDict.from_module(policy).data.update_(snapshot)
+                load_weights_(policy, snapshot)
                 return version
         return seen
 
@@ -111,6 +103,9 @@ class _CollectorServer:
     def __init__(self, index: int, num_workers: int, env_fn: EnvFactory):
         self.index = index
         self.num_workers = num_workers
+        # A forked worker starts with its parent's generators, the same in every worker: draw
+        # the policy's noise from fresh ones (set_seed makes them reproducible).
+        seed_rngs(None)
         env = env_fn()
         if not isinstance(env, EnvBase):
             raise TypeError(f"the env factory returned {type(env).__name__}, not an EnvBase")
@@ -237,8 +232,14 @@ class _MultiCollector(CollectorBase):
             "exploration": exploration,
         }
         self._source_policy = policy
-        weights = weights_of(policy)
-        self._weights = _SharedWeights(weights) if weights is not None else None
+        self._module = policy if isinstance(policy, nn.Module) else None
+        #: What update_policy_weights_ checks weights against (None: not an nn.Module).
+        self._weights_layout = WeightsLayout(self._module) if self._module is not None else None
+        self._weights = (
+            _SharedWeights(policy_tensors(self._module))
+            if self._module is not None and self._weights_layout
+            else None
+        )
         payloads = [
             serialise_setup(
                 _CollectorServer.setup, (self.num_workers, fn), f"the env factory {fn!r}"
@@ -255,7 +256,7 @@ class _MultiCollector(CollectorBase):
         try:
             check_worker_batches(
                 [tuple(b) for b, _ in self._pool.hello],
-                per_worker,
+                self.frames_per_batch,
                 stacked=self._sync,
                 hint="MultiAsyncCollector yields each worker's batch on its own",
             )
@@ -327,29 +328,40 @@ class _MultiCollector(CollectorBase):
         return result
 
     # ------------------------------------------------------------------ control
-    def update_policy_weights_(
-        self, weights: Mapping[str, torch.Tensor] | TensorDictBase | None = None
-    ) -> None:
+    def update_policy_weights_(self, weights: Weights | None = None) -> None:
         """Publish new policy weights to every worker.
 
         Without ``weights``, the user's policy's current parameters and buffers; with them, a
-        ``state_dict`` or a TensorDict of the policy's weights. Every batch a worker starts after
-        this returns uses them (a synchronous collector's next batch; an asynchronous one's
-        batches in flight finish with the weights they started with).
+        ``state_dict`` or a TensorDict of the policy's parameters and buffers, checked here
+        against the policy's names, shapes and dtypes first (every parameter and persistent
+        buffer; a non-persistent buffer left out keeps its value). Every batch a worker starts
+        after this returns uses them (a synchronous collector's next batch; an asynchronous
+        one's batches in flight finish with the weights they started with). Each worker copies
+        them into its policy's own tensors. A policy without weights (``None``, a function, a
+        module without parameters or buffers) makes the call without ``weights`` a no-op.
 
         Raises:
-            TypeError: the policy has no weights (``None``, or not an ``nn.Module``).
-            KeyError, ValueError: ``weights`` that do not match the policy's names or shapes.
+            TypeError: ``weights`` for a policy that is not an ``nn.Module``, or weights that are
+                neither a mapping nor a TensorDict of tensors.
+            KeyError, ValueError: ``weights`` that do not match the policy's names, or its
+                shapes and dtypes (nothing is published).
         """
         self._check_open()
-        shared = self._weights
-        new = weights_of(self._source_policy) if weights is None else as_weights(weights)
-        if shared is None or new is None:
-            raise TypeError(
-                f"the policy {self._source_policy!r} has no weights to update (an nn.Module "
-                "with parameters is needed)"
-            )
-        shared.write(new)
+        module, layout = self._module, self._weights_layout
+        if module is None or layout is None:
+            if weights is not None:
+                raise TypeError(
+                    "update_policy_weights_(weights) needs an nn.Module policy, got "
+                    f"{self._source_policy!r}"
+                )
+            return
+        if weights is None:
+            if self._weights is None:  # a module without parameters or buffers
+                return
+            weights = policy_tensors(module)
+        checked = layout.check(weights)
+        if self._weights is not None:
+            self._weights.write(checked)
 
     def reset(self) -> None:
         """Reset every worker's envs now; batches in flight are dropped."""
@@ -357,8 +369,10 @@ class _MultiCollector(CollectorBase):
 
     def set_seed(self, seed: int) -> int:
         """Seed the workers in a chain (worker ``w`` starts where worker ``w - 1`` stopped) and
-        restart their envs at the next batch; batches in flight are dropped. Returns the next
-        unused seed."""
+        restart their envs at the next batch; batches in flight are dropped. Each worker seeds
+        its env and its process's global generators (torch's, NumPy's, ``random``: see
+        :meth:`Collector.set_seed`) from its own seed, so the workers draw different noise and
+        the same seed gives the same batches. Returns the next unused seed."""
         self._check_open()
         check_int("seed", seed, low=0)
 

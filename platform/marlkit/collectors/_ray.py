@@ -20,20 +20,21 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
+from torch import nn
 
 from marlkit._utils import check_int, import_optional
 from marlkit.collectors._base import (
     CollectorBase,
     Policy,
     PostProc,
-    as_weights,
     check_env_fns,
     check_worker_batches,
+    seed_rngs,
     split_workers,
     tag_worker,
-    weights_of,
 )
 from marlkit.collectors._single import Collector, _device
+from marlkit.collectors._weights import Weights, WeightsLayout, policy_tensors
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.exploration import Exploration
 from marlkit.envs import EnvBase, WorkerError
@@ -41,7 +42,6 @@ from marlkit.envs import EnvBase, WorkerError
 __all__ = ["RayCollector"]
 
 EnvFactory = Callable[[], EnvBase]
-Weights = Mapping[str, torch.Tensor] | TensorDictBase
 
 #: How long :meth:`RayCollector.shutdown` lets the actors close their envs before killing them.
 _CLOSE_GRACE_S = 3.0
@@ -60,6 +60,7 @@ class _RemoteCollector:
     """
 
     def __init__(self, factory: EnvFactory):
+        seed_rngs(None)  # a process Ray may have forked: fresh generators for the policy
         self._env = Collector._resolve_env(factory)
         self._collector: Collector | None = None
 
@@ -78,10 +79,8 @@ class _RemoteCollector:
     def next(self) -> TensorDictBase:
         return self.collector.next()
 
-    def load_weights(self, weights: Weights) -> None:
-        if isinstance(weights, TensorDictBase):
-            weights = weights.to(self.collector.device)
-        self.collector.update_policy_weights_(weights)
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        self.collector.update_policy_weights_(weights)  # checked again, copied in place
 
     def reset(self) -> None:
         self.collector.reset()
@@ -247,6 +246,8 @@ class RayCollector(CollectorBase):
                 f"ray_init_kwargs must be a mapping or None, got {type(ray_init_kwargs).__name__}"
             )
         self._policy = policy
+        #: What update_policy_weights_ checks weights against (None: not an nn.Module).
+        self._weights_layout = WeightsLayout(policy) if isinstance(policy, nn.Module) else None
         #: Per worker: the weight loads not yet confirmed (async mode does not wait for them).
         self._acks: list[list[Any]] = [[] for _ in factories]
         self._ray = _import_ray()
@@ -274,7 +275,7 @@ class RayCollector(CollectorBase):
         self._started = True
         check_worker_batches(
             [tuple(batches[w]) for w in range(self.num_workers)],
-            self.worker_frames,
+            self.frames_per_batch,
             stacked=self.sync,
             hint="sync=False yields each worker's batch on its own",
         )
@@ -387,27 +388,38 @@ class RayCollector(CollectorBase):
     def update_policy_weights_(self, weights: Weights | None = None) -> None:
         """Send new policy weights to every actor.
 
-        Without ``weights``, broadcast the user's policy's current parameters and buffers
-        (``TensorDict.from_module(policy)``); with a ``state_dict`` or a TensorDict of
-        parameters, broadcast those. They are put in Ray's object store once and every actor
-        loads them. Every batch requested after this returns uses them; with ``sync=False`` the
+        Without ``weights``, broadcast the user's policy's current parameters and buffers; with
+        a ``state_dict`` or a TensorDict of parameters and buffers, broadcast those, once checked
+        here, in the driver, against the policy's names, shapes and dtypes (every parameter and
+        persistent buffer; a non-persistent buffer left out keeps its value on the actors).
+        They are put in Ray's object store once and every actor copies them into its policy's
+        own tensors. Every batch requested after this returns uses them; with ``sync=False`` the
         batch each actor has in flight finishes with the old weights (a load that failed is
-        raised at that actor's next batch).
+        raised at that actor's next batch). A policy without weights (``None``, a function, a
+        module without parameters or buffers) makes the call without ``weights`` a no-op.
 
         Raises:
-            TypeError: the policy has no weights (``None``, or not an ``nn.Module`` with
-                parameters), or ``weights`` are neither a mapping nor a TensorDict.
-            WorkerError: an actor failed to load them (``sync=True``).
+            TypeError: ``weights`` for a policy that is not an ``nn.Module``, or weights that are
+                neither a mapping nor a TensorDict of tensors.
+            KeyError, ValueError: ``weights`` that do not match the policy's names, or its
+                shapes and dtypes (nothing is sent).
+            WorkerError: an actor failed to load them (it died, say); with ``sync=True`` at
+                once, with ``sync=False`` at that actor's next batch.
         """
         self._check_open()
-        current = weights_of(self._policy)
-        if current is None:
-            raise TypeError(
-                f"the policy {self._policy!r} has no weights to update (an nn.Module with "
-                "parameters is needed)"
-            )
-        new = current if weights is None else as_weights(weights)
-        ref = self._ray.put(new)
+        policy, layout = self._policy, self._weights_layout
+        if not isinstance(policy, nn.Module) or layout is None:
+            if weights is not None:
+                raise TypeError(
+                    f"update_policy_weights_(weights) needs an nn.Module policy, got {policy!r}"
+                )
+            return
+        if weights is None:
+            if not layout:  # a module without parameters or buffers
+                return
+            weights = policy_tensors(policy)
+        checked = layout.check(weights)
+        ref = self._ray.put({name: value.detach().to("cpu") for name, value in checked.items()})
         refs = {w: actor.load_weights.remote(ref) for w, actor in enumerate(self._actors)}
         if self.sync:
             self._gather(refs, "update_policy_weights_()")
@@ -424,7 +436,9 @@ class RayCollector(CollectorBase):
 
     def set_seed(self, seed: int) -> int:
         """Seed the actors in turn: actor ``w`` gets the next unused seed actor ``w - 1``
-        returned, so that no two envs share a seed. Their envs restart at the next batch (async
+        returned, so that no two envs share a seed. Each actor seeds its env and its process's
+        global generators (torch's, NumPy's, ``random``: see :meth:`Collector.set_seed`), so the
+        actors' policies draw different noise. Their envs restart at the next batch (async
         mode: the batches in flight are dropped), so the same seed gives the same batches
         (with ``sync=False`` in the same per-worker order; the arrival order may differ).
 

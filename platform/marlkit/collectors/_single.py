@@ -11,7 +11,8 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from marlkit._utils import check_int
-from marlkit.collectors._base import CollectorBase, Policy, PostProc, split_frames
+from marlkit.collectors._base import CollectorBase, Policy, PostProc, seed_rngs, split_frames
+from marlkit.collectors._weights import Weights, WeightsLayout, load_weights_, policy_tensors
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.exploration import Exploration, set_exploration
 from marlkit.data.keys import COLLECTOR, DONE, NEXT, TRAJ_IDS
@@ -121,17 +122,24 @@ class Collector(CollectorBase):
         self.reset_at_each_iter = bool(reset_at_each_iter)
         if policy is not None and not callable(policy):
             raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+        storing = _device(storing_device, "storing_device")
+        where = _device(device, "device")
         self._owns_env = not isinstance(env, EnvBase)
         self._inner_env = self._resolve_env(env)
         self.env: EnvBase = self._inner_env
-        if self.max_frames_per_traj is not None:
-            counter = StepCounter(self.max_frames_per_traj, step_count_key=TRAJ_STEP_COUNT)
-            self.env = TransformedEnv(self._inner_env, counter)
-        self._steps = split_frames(self.frames_per_batch, self.env.batch_size)
-        self.storing_device = _device(storing_device, "storing_device") or self.env.device
-        self._source_policy = policy
-        self.device = _device(device, "device") or _parameter_device(policy) or self.env.device
-        self.policy = self._policy_on(policy, self.device)
+        try:
+            if self.max_frames_per_traj is not None:
+                counter = StepCounter(self.max_frames_per_traj, step_count_key=TRAJ_STEP_COUNT)
+                self.env = TransformedEnv(self._inner_env, counter)
+            self._steps = split_frames(self.frames_per_batch, self.env.batch_size)
+            self.storing_device = storing or self.env.device
+            self._source_policy = policy
+            self.device = where or _parameter_device(policy) or self.env.device
+            self.policy = self._policy_on(policy, self.device)
+        except BaseException:
+            if self._owns_env:  # built here, for this collector: nobody else can close it
+                self._inner_env.close()
+            raise
         self._moves = self.device != self.env.device
         self._traj_counter = 0
         self._traj_ids = torch.zeros(self.env.batch_size, dtype=torch.int64, device=self.env.device)
@@ -228,15 +236,25 @@ class Collector(CollectorBase):
         return batch
 
     # ------------------------------------------------------------------ control
-    def update_policy_weights_(
-        self, weights: Mapping[str, torch.Tensor] | TensorDictBase | None = None
-    ) -> None:
+    def update_policy_weights_(self, weights: Weights | None = None) -> None:
         """Bring the collector's policy up to date.
 
-        With ``weights`` (a ``state_dict``, or a TensorDict of parameters from
-        ``TensorDict.from_module``), load them into it. Without, copy the user's policy when the
-        collector runs a copy of it on another device; when it runs the user's policy itself the
-        weights are already current and nothing happens.
+        With ``weights`` (a ``state_dict``, or a TensorDict of parameters and buffers from
+        ``TensorDict.from_module``), check them against the policy's names, shapes and dtypes,
+        then copy their values into the policy's own tensors (an optimizer built on
+        ``policy.parameters()`` keeps training the policy the collector runs). Every parameter
+        and persistent buffer must be given; a non-persistent buffer left out keeps its value.
+
+        Without ``weights``: when the collector runs a copy of the user's policy on another
+        device, copy the user's parameters and buffers into it; when it runs the user's policy
+        itself, or the policy has no weights (``None``, a plain function), nothing happens.
+
+        Raises:
+            TypeError: ``weights`` for a policy that is not an ``nn.Module``, or weights that are
+                neither a mapping nor a TensorDict of tensors.
+            KeyError: a missing parameter or persistent buffer, or a name the policy does not
+                have (nothing is loaded).
+            ValueError: a shape or dtype that is not the policy's (nothing is loaded).
         """
         self._check_open()
         policy = self.policy
@@ -249,11 +267,8 @@ class Collector(CollectorBase):
         if weights is None:
             if policy is self._source_policy:
                 return
-            weights = self._source_policy.state_dict()  # type: ignore[union-attr]
-        if isinstance(weights, TensorDictBase):
-            weights.to_module(policy)
-        else:
-            policy.load_state_dict(weights)
+            weights = policy_tensors(self._source_policy)  # type: ignore[arg-type]  # a copy's
+        load_weights_(policy, WeightsLayout(policy).check(weights))
 
     def reset(self) -> None:
         """Reset every env now; the next batch starts from there, with new trajectory ids."""
@@ -261,10 +276,20 @@ class Collector(CollectorBase):
         self._reset_envs()
 
     def set_seed(self, seed: int) -> int:
-        """Seed the env (see :meth:`EnvBase.set_seed`) and reset it at the next batch, so that
-        the same seed gives the same batches. Returns the next unused seed."""
+        """Seed the env (see :meth:`EnvBase.set_seed`) and this process's global generators, and
+        reset the env at the next batch, so that the same seed gives the same batches, also with
+        a stochastic policy in ``"random"`` mode.
+
+        The global generators are the ones a policy draws its noise from: torch's (every
+        device), NumPy's and Python's ``random`` (see :func:`seed_rngs`: seeded from ``seed``
+        through a hash, so that the policy's noise is not the env's random-action stream).
+
+        Returns:
+            The next seed the env did not use.
+        """
         self._check_open()
         following = self.env.set_seed(seed)
+        seed_rngs(seed)
         self._root = None
         return following
 
