@@ -18,8 +18,9 @@ from marlkit.replay._samplers import (
     RoundRobinWriter,
     Sampler,
     SamplerWithoutReplacement,
+    expand_to,
 )
-from marlkit.replay._storage import Storage
+from marlkit.replay._storage import Storage, as_index
 
 __all__ = ["ReplayBuffer"]
 
@@ -34,7 +35,14 @@ class ReplayBuffer:
 
     Items go along the first batch dim of what :meth:`extend` gets; the other batch dims stay
     part of each item (``batch.reshape(-1)`` stores a collector batch ``[*B, T]`` as
-    transitions, env after env). Nested keys (agent groups, ``"next"``) are kept as they are.
+    transitions, env after env; ``extend(batch)`` of a ``[E, T]`` batch stores ``E`` items of
+    ``[T]``). Nested keys (agent groups, ``"next"``) are kept as they are, with their own batch
+    dims: a sample of ``B`` items is ``[B, *item]``, its group ``[B, *item, n_agents]``. Items
+    are stored as plain data, without the autograd history of what was written.
+
+    A buffer built on a storage that already holds items (a reopened :class:`MemmapStorage`)
+    writes on at the storage's cursor, and its sampler takes the stored items as new ones
+    (a :class:`PrioritizedSampler` gives them its largest priority so far: 1 when new).
 
     Args:
         storage: a :class:`TensorStorage` or :class:`MemmapStorage`.
@@ -77,6 +85,9 @@ class ReplayBuffer:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self.transform = transform
+        if len(storage):  # a reopened storage: write on after its items, sample them
+            self.writer.resume(storage)
+            self.sampler.extend(storage.stored_index())
 
     # ------------------------------------------------------------------ writing
     def extend(self, data: TensorDictBase) -> torch.Tensor:
@@ -108,12 +119,27 @@ class ReplayBuffer:
         return len(self.storage)
 
     def __getitem__(self, index: int | slice | torch.Tensor) -> TensorDictBase:
-        """The stored items at ``index`` (an int, a slice or int64 tensor of slots)."""
-        if isinstance(index, int):
-            return self.storage.get(torch.tensor([index]))[0]
+        """The stored items at ``index``: an int (one item, ``[*item]``), a slice or integer
+        positions (``[*index.shape, *item]``). Positions are slots, ``0 <= i < len(self)``;
+        negative ones count from ``len(self)`` as in a Python sequence (``rb[-1]`` is the last
+        slot: once the storage wrapped around, not the newest item).
+
+        Raises:
+            IndexError: a position outside ``[-len, len)``.
+            TypeError: a bool mask or float positions.
+        """
         if isinstance(index, slice):
-            index = torch.arange(len(self))[index]
-        return self.storage.get(torch.as_tensor(index))
+            slots = range(len(self))[index]  # Python's slice rules: negative steps too
+            if not slots:
+                return self.storage.get(torch.empty(0, dtype=torch.int64))
+            return self.storage.get(torch.arange(slots.start, slots.stop, slots.step))
+        positions = as_index(index)
+        if positions.numel() and bool((positions < 0).any()):
+            low = int(positions.min())
+            if low < -len(self):
+                raise IndexError(f"index {low} is out of range for {len(self)} stored items")
+            positions = torch.where(positions < 0, positions + len(self), positions)
+        return self.storage.get(positions)
 
     def sample(self, batch_size: int | None = None) -> TensorDictBase:
         """A sample of ``batch_size`` items (default: the buffer's), with ``"index"`` (their
@@ -131,14 +157,15 @@ class ReplayBuffer:
             raise RuntimeError("cannot sample from an empty replay buffer; extend it first")
         index, info = self.sampler.sample(self.storage, size)
         batch = self.sampler.annotate(self.storage.get(index), info)
-        batch.set(INDEX, index)
+        batch.set(INDEX, expand_to(index, batch.batch_size))
         if self.transform is not None:
             batch = self.transform(batch)
         return batch
 
     def __iter__(self) -> Iterator[TensorDictBase]:
-        """Samples of ``batch_size``: one epoch with a sampler that has epochs, else
-        ``len(self) // batch_size`` samples."""
+        """Samples of ``batch_size``: with a sampler that has epochs, up to the end of the
+        current epoch (a whole one when none is under way; after ``sample()`` calls began one,
+        its rest), else ``len(self) // batch_size`` samples."""
         if self.batch_size is None:
             raise ValueError("iterating a replay buffer needs the batch_size of its constructor")
         if len(self) == 0:
@@ -153,7 +180,9 @@ class ReplayBuffer:
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor | float) -> None:
         """Set the priorities of the slots ``index`` (e.g. a sample's ``"index"``) to
-        ``priority`` (``[len(index)]`` or a scalar).
+        ``priority`` (``[len(index)]`` or a scalar; for items with their own batch dims, one
+        per item ``[B]`` against the sample's ``"index"`` ``[B, *item]``). A priority that
+        requires grad (a TD error) is detached.
 
         Raises:
             TypeError: the sampler is not prioritized.
@@ -184,14 +213,14 @@ class ReplayBuffer:
             "sampler": type(self.sampler).__name__,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output.
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """Raise what :meth:`load_state_dict` would raise for ``state``; loads nothing.
 
         Raises:
-            KeyError: a part missing.
+            KeyError: a part or an entry missing.
             TypeError: a state saved from a buffer with another kind of storage, writer or
-                sampler (checked before anything is loaded; states saved before the kinds were
-                recorded are not checked).
+                sampler (states saved before the kinds were recorded are not checked).
+            ValueError: a storage or sampler of another capacity.
         """
         for part in ("storage", "writer", "sampler"):
             if part not in state:
@@ -206,7 +235,22 @@ class ReplayBuffer:
                 )
                 + "; build the buffer as it was saved"
             )
-        self.storage.load_state_dict(state["storage"])
+        self.storage.check_state(state["storage"])
+        self.writer.check_state(state["writer"])
+        self.sampler.check_state(state["sampler"])
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output. Stored items of other keys, shapes or batch dims
+        are replaced by the state's.
+
+        Raises:
+            KeyError, TypeError, ValueError: as :meth:`check_state_dict`, before anything is
+                loaded (a buffer is never left half-loaded).
+        """
+        self.check_state_dict(state)
+        # States saved before the storage recorded the cursor: the writer's.
+        storage = {"cursor": state["writer"]["cursor"], **state["storage"]}
+        self.storage.load_state_dict(storage)
         self.writer.load_state_dict(state["writer"])
         self.sampler.load_state_dict(state["sampler"])
 
@@ -254,18 +298,29 @@ class ReplayBuffer:
         Raises:
             FileNotFoundError: no checkpoint under ``path``.
         """
-        root = Path(path)
-        pointer = root / _LATEST
-        if not pointer.exists():
-            raise FileNotFoundError(f"{root} holds no replay buffer checkpoint ({_LATEST} missing)")
-        folder = root / pointer.read_text().strip()
-        state = torch.load(folder / "state.pt", weights_only=True)
-        items = folder / "items"
-        state["storage"]["data"] = TensorDict.load_memmap(items) if items.exists() else None
-        self.load_state_dict(state)
+        self.load_state_dict(read_checkpoint(path))
 
     def __repr__(self) -> str:
         return (
             f"ReplayBuffer(storage={self.storage!r}, sampler={self.sampler!r}, "
             f"batch_size={self.batch_size})"
         )
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The state of the checkpoint ``path/latest`` names (see :meth:`ReplayBuffer.dumps`), its
+    items memory-mapped (with their batch dims; a checkpoint written before they were kept holds
+    items ``[capacity]``, which load as such).
+
+    Raises:
+        FileNotFoundError: no checkpoint under ``path``.
+    """
+    root = Path(path)
+    pointer = root / _LATEST
+    if not pointer.exists():
+        raise FileNotFoundError(f"{root} holds no replay buffer checkpoint ({_LATEST} missing)")
+    folder = root / pointer.read_text().strip()
+    state: dict[str, Any] = torch.load(folder / "state.pt", weights_only=True)
+    items = folder / "items"
+    state["storage"]["data"] = TensorDict.load_memmap(items) if items.exists() else None
+    return state

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDictBase
 
 from marlkit.data.keys import NEXT
-from marlkit.replay._buffer import ReplayBuffer
+from marlkit.replay._buffer import ReplayBuffer, read_checkpoint
 
 __all__ = ["GroupReplayBuffers"]
 
@@ -121,9 +121,21 @@ class GroupReplayBuffers:
         return {g: b.state_dict() for g, b in self.buffers.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output, every group's state checked first (see
+        :meth:`ReplayBuffer.check_state_dict`): when one is refused, no buffer is loaded.
+
+        Raises:
+            KeyError: a group missing from ``state``; or, naming the group, as
+                :meth:`ReplayBuffer.load_state_dict` (TypeError, ValueError too).
+        """
         missing = [g for g in self.groups if g not in state]
         if missing:
             raise KeyError(f"the state has no group {missing[0]!r}; groups: {sorted(state)}")
+        for group, buffer in self.buffers.items():
+            try:
+                buffer.check_state_dict(state[group])
+            except (KeyError, ValueError, TypeError) as err:
+                raise type(err)(f"group {group!r}: {err}") from None
         for group, buffer in self.buffers.items():
             buffer.load_state_dict(state[group])
 
@@ -134,8 +146,13 @@ class GroupReplayBuffers:
             buffer.dumps(Path(path) / group)
 
     def loads(self, path: str | os.PathLike[str]) -> None:
-        for group, buffer in self.buffers.items():
-            buffer.loads(Path(path) / group)
+        """Restore the checkpoints of :meth:`dumps`: every group's is read and checked before
+        any buffer is loaded (as :meth:`load_state_dict`).
+
+        Raises:
+            FileNotFoundError: a group's checkpoint is missing (nothing loaded).
+        """
+        self.load_state_dict({group: read_checkpoint(Path(path) / group) for group in self.groups})
 
     def __repr__(self) -> str:
         return f"GroupReplayBuffers({self.lengths()})"

@@ -43,14 +43,30 @@ __all__ = [
 Info = dict[str, torch.Tensor]
 
 
+def expand_to(value: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
+    """``value`` ``[*lead]`` (one entry per sampled item) over a sample's ``[*lead, *item]``
+    (a view: every one of an item's entries holds the item's value)."""
+    if value.shape == batch_size:
+        return value
+    extra = len(batch_size) - value.ndim
+    return value.reshape(*value.shape, *([1] * extra)).expand(batch_size)
+
+
 class RoundRobinWriter:
     """Writes items one after the other, wrapping around: once full, the oldest go first.
 
-    ``extend`` of more than ``capacity`` items keeps the newest ``capacity``.
+    ``extend`` of more than ``capacity`` items keeps the newest ``capacity``. The storage is told
+    after each write how many items are valid and where the next write goes (its
+    :attr:`~marlkit.replay.Storage.cursor`, which a :class:`~marlkit.replay.MemmapStorage` keeps
+    in its files), so that a buffer built on a reopened storage writes on after its newest item.
     """
 
     def __init__(self) -> None:
         self.cursor = 0
+
+    def resume(self, storage: Storage) -> None:
+        """Write on after the items ``storage`` already holds (at its cursor)."""
+        self.cursor = storage.cursor
 
     def extend(self, storage: Storage, data: TensorDictBase) -> torch.Tensor:
         """Write ``data`` (items along dim 0) into ``storage``; returns the slots written."""
@@ -60,16 +76,21 @@ class RoundRobinWriter:
         if n > capacity:  # only the newest fit; the older ones would be overwritten anyway
             self.cursor = (self.cursor + n - capacity) % capacity
             data, n = data[n - capacity :], capacity
-        length = min(len(storage) + n, capacity)
+        stored = len(storage)
         head = min(n, capacity - self.cursor)  # up to the end; the rest wraps to slot 0
         # (cursor + arange(n)) % capacity, without the modulo (8x the time of the aranges)
         index = torch.arange(self.cursor, self.cursor + head)
         if head < n:
             index = torch.cat([index, torch.arange(n - head)])
+        # Each part records the length and cursor as of its own end: a process killed between
+        # the two leaves files that say what was written.
         if head:
-            storage.set_range(self.cursor, data[:head] if head < n else data, length)
+            part = data[:head] if head < n else data
+            storage.set_range(
+                self.cursor, part, min(stored + head, capacity), cursor=self.cursor + head
+            )
         if head < n:
-            storage.set_range(0, data[head:], length)
+            storage.set_range(0, data[head:], min(stored + n, capacity), cursor=n - head)
         self.cursor = (self.cursor + n) % capacity
         return index
 
@@ -79,7 +100,13 @@ class RoundRobinWriter:
     def state_dict(self) -> dict[str, Any]:
         return {"cursor": self.cursor}
 
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Raise what :meth:`load_state_dict` would raise for ``state``; loads nothing."""
+        if "cursor" not in state:
+            raise KeyError(f"the writer state has no 'cursor'; entries: {sorted(state)}")
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state(state)
         self.cursor = int(state["cursor"])
 
 
@@ -98,9 +125,10 @@ class Sampler:
         raise NotImplementedError
 
     def annotate(self, batch: TensorDictBase, info: Info) -> TensorDictBase:
-        """Write what :meth:`sample` returned besides the slots into the sampled ``batch``."""
+        """Write what :meth:`sample` returned besides the slots into the sampled ``batch``
+        (expanded over the items' own batch dims)."""
         for key, value in info.items():
-            batch.set(key, value)
+            batch.set(key, expand_to(value, batch.batch_size))
         return batch
 
     def extend(self, index: torch.Tensor) -> None:
@@ -117,7 +145,13 @@ class Sampler:
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}
 
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Raise what :meth:`load_state_dict` would raise for ``state``; loads nothing."""
+        if "generator" not in state:
+            raise KeyError(f"the sampler state has no 'generator'; entries: {sorted(state)}")
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state(state)
         self.generator.set_state(state["generator"])
 
     def __repr__(self) -> str:
@@ -183,6 +217,12 @@ class SamplerWithoutReplacement(Sampler):
             "position": self._position,
             "ran_out": self._ran_out,
         }
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        super().check_state(state)
+        for entry in ("order", "position", "ran_out"):
+            if entry not in state:
+                raise KeyError(f"the sampler state has no {entry!r}; entries: {sorted(state)}")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -263,15 +303,24 @@ class PrioritizedSampler(Sampler):
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor, length: int) -> None:
         """Set the priorities of the slots ``index`` (of the ``length`` stored items).
 
+        ``priority`` is a scalar, one per index, or one per item of a sample's ``"index"``
+        ``[B, *item]`` expanded over the items' own batch dims (``[B]``, broadcast over
+        them). A priority that requires grad (a TD error) is detached.
+
         Raises:
             IndexError: an index outside ``[0, length)``.
             ValueError: a negative, NaN or infinite priority, or shapes that do not match.
             Nothing is updated when any of these is raised.
         """
-        index = as_index(index).reshape(-1)
+        index = as_index(index)
+        if isinstance(priority, torch.Tensor):
+            priority = priority.detach()
         priority = torch.as_tensor(priority, dtype=self.dtype)
         if priority.numel() == 1:
             priority = priority.reshape(1).expand(index.numel())
+        elif index.ndim > priority.ndim and index.shape[: priority.ndim] == priority.shape:
+            priority = expand_to(priority, index.shape)
+        index = index.reshape(-1)
         largest = prioritized_update(
             self._sum,
             self._min,
@@ -299,13 +348,19 @@ class PrioritizedSampler(Sampler):
             "max_priority": self._max_priority,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        total, lowest = state["sum"], state["min"]
-        if total.numel() != self.capacity:
+    def check_state(self, state: dict[str, Any]) -> None:
+        super().check_state(state)
+        for entry in ("sum", "min", "max_priority"):
+            if entry not in state:
+                raise KeyError(f"the sampler state has no {entry!r}; entries: {sorted(state)}")
+        if state["sum"].numel() != self.capacity or state["min"].numel() != self.capacity:
             raise ValueError(
-                f"the state holds {total.numel()} priorities; this sampler has capacity "
+                f"the state holds {state['sum'].numel()} priorities; this sampler has capacity "
                 f"{self.capacity}"
             )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        total, lowest = state["sum"], state["min"]
         super().load_state_dict(state)
         self._new_trees()
         self._sum.update(torch.arange(self.capacity), total.to(self.dtype))
@@ -446,11 +501,16 @@ class SliceSampler(Sampler):
             padded = batch.apply(pad)
             if padded is not None:
                 batch = padded
-        batch.set(self.mask_key, real)
+        batch.set(self.mask_key, expand_to(real, batch.batch_size))
         return batch
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "cursor": self._cursor}
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        super().check_state(state)
+        if "cursor" not in state:
+            raise KeyError(f"the sampler state has no 'cursor'; entries: {sorted(state)}")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
