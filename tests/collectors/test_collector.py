@@ -383,6 +383,41 @@ def test_state_dict_round_trip_keeps_ids_unique() -> None:
         fresh.load_state_dict({"frames": 1, "batches": 1})
 
 
+def test_a_resumed_collector_reaches_total_frames_with_another_batch_size() -> None:
+    first = Collector(nav(), None, frames_per_batch=16, total_frames=32)
+    assert [b.numel() for b in first] == [16, 16]
+    state = first.state_dict()
+    # the same run, resumed with smaller and with larger batches: it stops at its total
+    for frames_per_batch, total, batches in ((8, 64, [8] * 4), (32, 96, [32, 32])):
+        resumed = Collector(nav(), None, frames_per_batch=frames_per_batch, total_frames=total)
+        resumed.load_state_dict(state)
+        assert resumed.num_batches == 2 + len(batches)
+        assert [b.numel() for b in resumed] == batches and resumed.frames == total
+    done = Collector(nav(), None, frames_per_batch=16, total_frames=16)
+    done.load_state_dict(state)  # a total already reached: nothing more
+    assert list(done) == [] and done.num_batches == 2
+
+
+def test_a_resumed_collector_does_not_replay_the_run_s_first_episodes() -> None:
+    obs = ("agents", "observation")
+
+    def collector() -> Collector:
+        c = Collector(nav(seed=None), None, frames_per_batch=8)
+        c.set_seed(3)
+        return c
+
+    run = collector()
+    starts = [next(iter(run))[obs][:, 0] for _ in range(2)]
+    state = run.state_dict()
+    assert state["seed"] == 3
+    resumed = [collector() for _ in range(2)]
+    for c in resumed:
+        c.load_state_dict(state)
+    again = [next(iter(c))[obs][:, 0] for c in resumed]
+    assert not torch.equal(again[0], starts[0])  # not the run's first episodes again
+    assert torch.equal(again[0], again[1])  # the same resume gives the same episodes
+
+
 def test_an_env_built_from_a_factory_is_closed_when_construction_fails() -> None:
     built: list[EnvBase] = []
 

@@ -28,6 +28,7 @@ __all__ = [
     "PostProc",
     "check_env_fns",
     "check_worker_batches",
+    "resume_seed",
     "seed_rngs",
     "split_frames",
     "split_workers",
@@ -172,6 +173,17 @@ def seed_rngs(seed: int | None) -> None:
     random.seed(derived)
 
 
+def resume_seed(seed: int | None, batches: int) -> int:
+    """The seed a resumed collector gives its envs: derived from the run's ``seed`` and the
+    ``batches`` done (the same resume gives the same episodes, another point of the run other
+    ones, none of them the run's first), or drawn from OS entropy when ``seed`` is ``None``.
+    In ``[0, 2**31)``, which every simulator takes."""
+    if seed is None:
+        return random.SystemRandom().randrange(2**31)
+    digest = hashlib.blake2b(f"marlkit.resume:{seed}:{batches}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % 2**31
+
+
 class CollectorBase(abc.ABC):
     """An iterator of batches of frames, stopping after ``total_frames`` (``-1``: never).
 
@@ -233,15 +245,18 @@ class CollectorBase(abc.ABC):
     # ------------------------------------------------------------------ the iterator
     @property
     def num_batches(self) -> int | None:
-        """How many batches the iterator yields in all (``None``: no end)."""
+        """How many batches the iterator yields in all, those yielded so far included
+        (``None``: no end). The iterator stops once ``total_frames`` frames are collected, so
+        after a :meth:`load_state_dict` with another ``frames_per_batch`` the count is the
+        batches so far and those the remaining frames take."""
         if self.total_frames < 0:
             return None
-        return -(-self.total_frames // self.frames_per_batch)
+        remaining = max(0, self.total_frames - self.frames)
+        return self.batches + -(-remaining // self.frames_per_batch)
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         while True:
-            done = self.num_batches
-            if done is not None and self.batches >= done:
+            if 0 <= self.total_frames <= self.frames:
                 self._close_bar()
                 return
             yield self.next()

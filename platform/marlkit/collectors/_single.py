@@ -11,7 +11,14 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from marlkit._utils import check_int
-from marlkit.collectors._base import CollectorBase, Policy, PostProc, seed_rngs, split_frames
+from marlkit.collectors._base import (
+    CollectorBase,
+    Policy,
+    PostProc,
+    resume_seed,
+    seed_rngs,
+    split_frames,
+)
 from marlkit.collectors._weights import Weights, WeightsLayout, load_weights_, policy_tensors
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.exploration import Exploration, set_exploration
@@ -144,6 +151,8 @@ class Collector(CollectorBase):
         self._traj_counter = 0
         self._traj_ids = torch.zeros(self.env.batch_size, dtype=torch.int64, device=self.env.device)
         self._root: TensorDictBase | None = None
+        #: The seed of the last set_seed (None: never seeded here), kept by state_dict.
+        self._seed: int | None = None
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -289,27 +298,37 @@ class Collector(CollectorBase):
         """
         self._check_open()
         following = self.env.set_seed(seed)
+        self._seed = seed
         seed_rngs(seed)
         self._root = None
         return following
 
     def state_dict(self) -> dict[str, Any]:
-        """Frames and batches so far, the trajectory counter, and the env's own state when it
-        has a ``state_dict``. A collector loaded from it restarts its envs from a reset."""
-        state = {**self._counters(), "traj_counter": self._traj_counter}
+        """Frames and batches so far, the trajectory counter, the seed of the last
+        :meth:`set_seed`, and the env's own state when it has a ``state_dict``. A collector
+        loaded from it restarts its envs from a reset."""
+        state = {**self._counters(), "traj_counter": self._traj_counter, "seed": self._seed}
         env_state = getattr(self._inner_env, "state_dict", None)
         if callable(env_state):
             state["env"] = env_state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved; the next batch starts from a reset."""
+        """Restore what :meth:`state_dict` saved; the next batch starts from a reset.
+
+        An env without a state of its own (most simulators: their random streams and
+        episodes are not saved) is re-seeded before that reset, from a seed derived from the
+        saved seed and the batches done (:func:`resume_seed`; fresh OS entropy when the
+        collector was never seeded): a resumed run does not replay the episodes it began with.
+        """
         self._check_open()
         state = dict(state)
         self._load_counters(state)
         if "traj_counter" not in state:
             raise KeyError(f"the collector state has no 'traj_counter'; keys: {sorted(state)}")
         self._traj_counter = check_int("traj_counter", state["traj_counter"], low=0)
+        seed = state.get("seed")
+        self._seed = None if seed is None else check_int("seed", seed, low=0)
         if "env" in state:
             load = getattr(self._inner_env, "load_state_dict", None)
             if not callable(load):
@@ -318,6 +337,8 @@ class Collector(CollectorBase):
                     "load_state_dict"
                 )
             load(state["env"])
+        else:
+            self.env.set_seed(resume_seed(self._seed, self.batches))
         self._root = None
 
     def _shutdown(self) -> None:
