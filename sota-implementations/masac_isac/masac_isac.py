@@ -50,6 +50,8 @@ from marlkit.record import TrainingRun, rng_state, set_rng_state
 from marlkit.replay import GroupReplayBuffers, RandomSampler, ReplayBuffer, TensorStorage
 
 OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
+# a resumed run keeps the first run's .hydra/ and writes its own config next to it
+OmegaConf.register_new_resolver("if_none", lambda a, b, c: b if a is None else c, replace=True)
 
 
 def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
@@ -202,10 +204,12 @@ def main(cfg: DictConfig) -> None:
     )
 
     # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
+    eval_seed = cfg.seed + 10_000  # apart from the training envs' seeds (cfg.seed, +1, ...)
     run = TrainingRun(
         cfg.run_dir,
-        resume=cfg.resume is not None,
-        eval_env=env_factory(cfg, cfg.eval.num_envs, cfg.seed + 10_000, evaluation=True)(),
+        resume=cfg.resume,  # a run folder, checked: it must hold a run, and be run_dir
+        eval_env=env_factory(cfg, cfg.eval.num_envs, eval_seed, evaluation=True)(),
+        eval_seed=eval_seed,  # every evaluation plays the same episodes
         eval_steps=cfg.env.max_steps,
         eval_every=cfg.eval.every,
         video=cfg.eval.video,

@@ -227,7 +227,15 @@ def test_summarise_run_writes_the_summary_curve_and_video(tmp_path):
 
 
 # ---------------------------------------------------------------------------- TrainingRun
-def _run_loop(folder, resume, iterations_before_kill=None, total=4):
+def _run_loop(
+    folder,
+    resume,
+    iterations_before_kill=None,
+    total=4,
+    checkpoint_every=1,
+    backends=("csv",),
+    **kwargs,
+):
     from marlkit.collectors import Collector
     from marlkit.record import TrainingRun
 
@@ -239,10 +247,11 @@ def _run_loop(folder, resume, iterations_before_kill=None, total=4):
         resume=resume,
         eval_env=nav(num_envs=2, max_steps=5),
         eval_steps=5,
-        eval_every=2,
+        eval_every=kwargs.pop("eval_every", 2),
         video=False,
-        checkpoint_every=1,
-        backends=["csv"],
+        checkpoint_every=checkpoint_every,
+        backends=list(backends),
+        **kwargs,
     )
     counter = {"updates": 0}
     state = run.restore()
@@ -385,3 +394,126 @@ def test_video_envs_films_the_first_envs_and_the_metrics_cover_all(tmp_path):
         with pytest.raises(error, match="video_envs must be an int >= 1 or None, got"):
             summarise_run(tmp_path / "bad", nav(), None, steps=5, rows=[], video_envs=bad)
         assert not (tmp_path / "bad").exists()
+
+
+# ---------------------------------------------------------------------------- resume checks
+def test_resume_checks_the_folder_before_writing_anything(tmp_path):
+    from marlkit.record import TrainingRun
+
+    def make(run_dir, resume):
+        return TrainingRun(run_dir, resume=resume, eval_env=nav(), eval_steps=5, video=False)
+
+    missing = tmp_path / "typo"
+    with pytest.raises(FileNotFoundError, match=r"cannot resume '.*typo': no such folder"):
+        make(missing, resume=missing)
+    with pytest.raises(FileNotFoundError, match=r"no such folder"):
+        make(missing, resume=True)
+    assert not missing.exists()
+    # what Hydra leaves for a mistyped resume=: the folder, its config, its log, and no run
+    (missing / ".hydra").mkdir(parents=True)
+    (missing / "mappo_ippo.log").write_text("")
+    with pytest.raises(FileNotFoundError, match=r"'.*typo': it holds no training run"):
+        make(missing, resume=str(missing))
+    assert sorted(p.name for p in missing.iterdir()) == [".hydra", "mappo_ippo.log"]
+
+    done = tmp_path / "done"
+    _run_loop(done, resume=False, total=2)
+    # go on from `done` but write elsewhere: refused, the run goes on in its own folder
+    with pytest.raises(ValueError, match=r"resume='.*done' goes on in its own folder, but "):
+        make(tmp_path / "fork", resume=done)
+    assert not (tmp_path / "fork").exists()
+    # a new run into a folder that holds one: the hint is the scripts' resume=<folder>
+    with pytest.raises(FileExistsError, match=rf"go on with it with resume={done} "):
+        make(done, resume=None)
+    with pytest.raises(TypeError, match=r"resume must be a bool, a run folder or None"):
+        make(done, resume=3)
+    # the same folder spelt otherwise is the same folder
+    other = TrainingRun(
+        tmp_path / "x" / ".." / "done", resume=done, eval_env=nav(), eval_steps=5, video=False
+    )
+    assert other.resume and other.restore()["iteration"] == 2
+    other.close()
+
+
+def test_resume_before_the_first_checkpoint_starts_over(tmp_path, caplog):
+    # killed after 2 iterations, before its first checkpoint: metrics rows but no checkpoint
+    assert _run_loop(tmp_path, resume=False, iterations_before_kill=2, checkpoint_every=3) is None
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == [1, 2]
+    assert Checkpointer(tmp_path / "checkpoints").latest() is None
+    with caplog.at_level("WARNING", logger="marlkit.record"):
+        summary = _run_loop(tmp_path, resume=tmp_path, checkpoint_every=3)
+    assert any("holds no checkpoint yet" in r.getMessage() for r in caplog.records)
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["frames"] for r in rows] == [10, 20, 30, 40]
+    assert summary["iterations"] == 4
+
+
+def test_resume_with_a_budget_already_spent_says_so(tmp_path, caplog):
+    _run_loop(tmp_path, resume=False, total=4)
+    with caplog.at_level("WARNING", logger="marlkit.record"):
+        summary = _run_loop(tmp_path, resume=True, total=2)
+    (warned,) = [r.getMessage() for r in caplog.records if "total_frames" in r.getMessage()]
+    assert "total_frames (20) is below the 40 frames already collected" in warned
+    assert summary["iterations"] == 4
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="marlkit.record"):
+        _run_loop(tmp_path, resume=True, total=4)  # a finished run, resumed to its summary
+    assert not caplog.records
+
+
+def test_resume_purges_the_tensorboard_steps_after_the_checkpoint(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # killed after iteration 3, its checkpoint at 2: step 3 is logged again by the resumed run
+    kept = {"iterations_before_kill": 3, "checkpoint_every": 2, "backends": ["csv", "tensorboard"]}
+    assert _run_loop(tmp_path, resume=False, **kept) is None
+    kept.pop("iterations_before_kill")
+    _run_loop(tmp_path, resume=True, eval_every=1, **kept)
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    updates = [(e.step, e.value) for e in events.Scalars("train/updates")]
+    assert updates == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+    # eval/ at 2 (first run), then at 3 and 4 (resumed, eval_every=1): step 3 once
+    assert [e.step for e in events.Scalars("eval/episode_length")] == [2, 3, 4]
+    csv_steps = [r["step"] for r in read_metrics(tmp_path / "metrics.csv")]
+    assert csv_steps == [1, 2, 3, 4]
+
+
+# ---------------------------------------------------------------------------- evaluation seeds
+def test_evaluate_with_a_seed_plays_the_same_episodes(tmp_path):
+    from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor
+
+    env = nav(num_envs=3, max_steps=6)
+    first = evaluate(env, None, steps=6, seed=11)
+    unseeded = evaluate(env, None, steps=6)  # the env goes on from where it was
+    again = evaluate(env, None, steps=6, seed=11)
+    filmed = evaluate(env, None, steps=6, seed=11, video=tmp_path / "v.mp4")
+    assert first.metrics == again.metrics == filmed.metrics
+    assert not torch.equal(first.returns["agents"], unseeded.returns["agents"])
+    actor = ProbabilisticActor(  # samples its actions: the seed fixes them too
+        torch.nn.Sequential(MultiAgentMLP(10, 4, 3, num_cells=8), NormalParamExtractor())
+    )
+    a, b = (evaluate(env, actor, steps=6, exploration="random", seed=2) for _ in range(2))
+    torch.testing.assert_close(a.returns["agents"], b.returns["agents"])
+    with pytest.raises(ValueError, match="seed must be an int >= 0 or None"):
+        evaluate(env, None, steps=6, seed=-1)
+
+
+def test_eval_seed_makes_evaluations_independent_of_eval_every_and_resumes(tmp_path):
+    def evals(folder):
+        rows = read_metrics(folder / "metrics.csv")
+        key = "eval/agents/episode_reward"
+        return {r["step"]: r[key] for r in rows if key in r}
+
+    every = _run_loop(tmp_path / "every", resume=False, eval_every=1, eval_seed=5)
+    _run_loop(tmp_path / "resumed", resume=False, iterations_before_kill=3, eval_seed=5)
+    resumed = _run_loop(tmp_path / "resumed", resume=True, eval_seed=5)
+    one, two = evals(tmp_path / "every"), evals(tmp_path / "resumed")
+    assert sorted(one) == [1, 2, 3, 4] and sorted(two) == [2, 4]
+    # a random policy on the same episodes: every evaluation, however the run went, the same
+    assert len({*one.values(), *two.values()}) == 1
+    # the summary's trained and random policies (both random here) played the same episodes
+    for summary in (every, resumed):
+        assert summary["trained"] == summary["random"]
+        assert summary["improvement"]["agents/episode_reward"] == 0

@@ -121,11 +121,20 @@ def test_killed_run_resumes_to_the_same_frames_with_one_metrics_file(tmp_path):
 
 def test_a_finished_run_resumes_to_its_summary(tmp_path):
     run_dir = tmp_path / "run"
-    budget = (*BUDGET, "eval.every=0", "eval.video=false")
+    budget = (*BUDGET, "eval.video=false")  # evaluations at iterations 1 and 2
     run("mappo_ippo", run_dir, budget)
+    first = summary(run_dir)
     out = run("mappo_ippo", run_dir, (*budget, f"resume={run_dir}")).stdout
     assert "iteration" not in out
     assert len(read_metrics(run_dir / "metrics.csv")) == 2
+    # the evaluation env is seeded before each evaluation: the resumed run's first evaluation
+    # of the same policy plays the episodes of the first run's last one
+    again = summary(run_dir)
+    assert again["trained"] == first["trained"] and again["random"] == first["random"]
+    # Hydra's copy of the first run's config is kept; the resumed run's goes next to it
+    assert "resume=" not in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    (resumed,) = run_dir.glob(".hydra-resumed-*")
+    assert f"resume={run_dir}" in (resumed / "overrides.yaml").read_text()
 
 
 def test_unknown_env_is_named(tmp_path):

@@ -3,8 +3,9 @@
 :func:`evaluate` runs one rollout of an env (usually a separate evaluation env) under
 ``set_exploration("deterministic")`` and ``torch.no_grad``, and reports each group's mean
 first-episode return (:func:`~marlkit.record.episodes.episode_returns`); with ``video`` it
-films the rollout through :class:`~marlkit.record.VideoRecorder`. :func:`summarise_run` ends a
-training run: the trained policy next to a random one, the curve, ``summary.json``.
+films the rollout through :class:`~marlkit.record.VideoRecorder`; with ``seed`` it seeds the
+env first, so that evaluations play the same episodes. :func:`summarise_run` ends a training
+run: the trained policy next to a random one, the curve, ``summary.json``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def evaluate(
     env_indices: int | Sequence[int] | str = (0,),
     tile: bool = False,
     fps: float = 30.0,
+    seed: int | None = None,
 ) -> Evaluation:
     """Run ``steps`` steps of ``env`` (from a reset; done envs are reset and go on) with
     ``policy`` and measure each env's first episode.
@@ -73,15 +75,22 @@ def evaluate(
             ``"random"``.
         video: film the rollout into this ``.mp4``/``.gif`` (needs the ``video`` extra).
         env_indices, tile, fps: see :class:`~marlkit.record.VideoRecorder`.
+        seed: seed ``env`` (:meth:`~marlkit.envs.EnvBase.set_seed`) and torch's CPU generator
+            (within the evaluation only) with it before the rollout: evaluations with the same
+            seed play the same episodes (the same starts; the same random actions for
+            ``policy=None``), so they compare. ``None``: the env goes on from its current
+            random state.
 
     Raises:
-        ValueError: ``steps < 1``.
+        TypeError: ``seed`` that is not an int (nor ``None``).
+        ValueError: ``steps < 1``, a negative ``seed``.
 
     torch's global RNG is the same afterwards as before: evaluating does not change what a
     training run draws next.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    seed = check_int("seed", seed, low=0, allow_none=True)
     recorder = None
     run: EnvBase = env
     if video is not None:
@@ -91,6 +100,10 @@ def evaluate(
         # On a fork of torch's global RNG: simulators that draw from it (VMAS's resets) and
         # sampling policies leave the training's random stream as it was.
         with torch.random.fork_rng(devices=[]), torch.no_grad(), set_exploration(exploration):
+            if seed is not None:
+                # the wrapper that films has a random-action generator of its own: seed it too
+                run.set_seed(seed)
+                torch.random.default_generator.manual_seed(seed)  # CPU only: CUDA not forked
             rollout = run.rollout(steps, policy, break_when_any_done=False)
     finally:
         if recorder is not None:
@@ -130,6 +143,7 @@ def summarise_run(
     fps: float = 30.0,
     info: Mapping[str, Any] | None = None,
     trained: Evaluation | None = None,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """The end of a training run: the trained policy next to a random one, the training curve.
 
@@ -154,6 +168,9 @@ def summarise_run(
             evaluates it): reported instead of a new rollout, and its video, when it has one,
             copied to ``rollout.mp4``. Without one (or filming but given one without a video),
             ``policy`` is evaluated here.
+        seed: seed each evaluation with it (:func:`evaluate`): the trained and the random
+            policy then play the same episodes (give ``trained`` only when it was evaluated
+            with the same seed).
 
     Returns:
         the summary: ``info``, ``"trained"`` and ``"random"`` (each :attr:`Evaluation.metrics`),
@@ -166,6 +183,7 @@ def summarise_run(
     from marlkit.record.plot import plot_curves
 
     filmed = _filmed_envs(env, video_envs)  # checked before anything is written
+    seed = check_int("seed", seed, low=0, allow_none=True)
     folder = pathlib.Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     rollout = folder / "rollout.mp4"
@@ -181,8 +199,9 @@ def summarise_run(
             env_indices=filmed,
             tile=True,
             fps=fps,
+            seed=seed,
         )
-    random = evaluate(env, None, steps=steps, exploration="random")
+    random = evaluate(env, None, steps=steps, exploration="random", seed=seed)
     curves = list(dict.fromkeys(k for row in rows for k in row if _is_training_reward(k)))
     curve = None
     if curves and any("frames" in row for row in rows):

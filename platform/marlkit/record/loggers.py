@@ -370,14 +370,20 @@ class TensorBoardLogger(Logger):
 
     Args:
         log_dir: the folder of the event files (created); ``tensorboard --logdir`` reads it.
+        purge_step: a resumed run's first step (the checkpoint's step + 1): TensorBoard hides
+            the events that earlier writers of ``log_dir`` logged at this step and after it
+            (they are logged again), as :meth:`CSVLogger.truncate` drops those rows. The
+            events stay in the older files; TensorBoard's readers skip them
+            (``SummaryWriter(purge_step=...)``).
     """
 
-    def __init__(self, log_dir: str | os.PathLike[str]):
+    def __init__(self, log_dir: str | os.PathLike[str], *, purge_step: int | None = None):
+        purge_step = check_int("purge_step", purge_step, low=0, allow_none=True)
         import_optional("tensorboard", extra=_TRAIN_EXTRA, purpose="TensorBoardLogger")
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = pathlib.Path(log_dir)
-        self.writer = SummaryWriter(log_dir=str(self.log_dir))
+        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge_step)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         for key, value in metrics.items():
@@ -529,6 +535,7 @@ def make_logger(
     *,
     backends: Sequence[Backend] | Backend | Literal["auto"] = "auto",
     resume: bool = False,
+    purge_step: int | None = None,
     project: str = "marlkit",
     name: str | None = None,
     config: Mapping[str, Any] | None = None,
@@ -547,6 +554,10 @@ def make_logger(
             or a sequence of names), each of which must work.
         resume: reopen ``metrics.csv`` to go on with it (then ``logger.csv.truncate(step)``);
             without it, an existing ``metrics.csv`` is an error.
+        purge_step: with ``resume``, the first step the run logs again (the checkpoint's step
+            + 1): TensorBoard hides the events logged before at this step and after it
+            (:class:`TensorBoardLogger`); ``logger.csv.truncate(purge_step - 1)`` does the same
+            for the CSV file.
         project: the wandb project.
         name: the wandb run's name; the name of ``run_dir`` when ``None``.
         config: the run's configuration, given to wandb.
@@ -572,7 +583,11 @@ def make_logger(
                 if backend == "csv":
                     made.append(CSVLogger(run_dir / "metrics.csv", resume=resume))
                 elif backend == "tensorboard":
-                    made.append(TensorBoardLogger(run_dir / "tensorboard"))
+                    made.append(
+                        TensorBoardLogger(
+                            run_dir / "tensorboard", purge_step=purge_step if resume else None
+                        )
+                    )
                 else:
                     made.append(
                         WandbLogger(

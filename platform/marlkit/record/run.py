@@ -3,15 +3,16 @@
 A training script owns its algorithm (modules, losses, the update); the run folder's chores
 are the same for every algorithm, and live here:
 
-* **resume**: :meth:`TrainingRun.restore` loads the latest checkpoint (``None`` on a fresh
-  run) and drops the metrics rows logged after it, so a run killed at any moment and resumed
-  leaves one unbroken ``metrics.csv``;
+* **resume**: ``resume=<the run folder>`` is checked (a folder that holds no run, or a
+  ``run_dir`` elsewhere, is an error); :meth:`TrainingRun.restore` loads the latest checkpoint
+  (``None`` on a fresh run) and drops the metrics rows logged after it (TensorBoard hides
+  them), so a run killed at any moment and resumed leaves one unbroken ``metrics.csv``;
 * **timing**: :meth:`TrainingRun.batches` yields the collector's batches and times the
   collection; :meth:`TrainingRun.end_iteration` times the training since the batch came;
 * **each iteration**: the frame counts, frames/s, each group's episode rewards
   (:func:`~marlkit.record.episode_metrics`), an evaluation every ``eval_every`` iterations
-  (exploration off, filmed), the metrics logged, a checkpoint every ``checkpoint_every``
-  iterations and at the last;
+  (exploration off, filmed, the evaluation env seeded with ``eval_seed``), the metrics
+  logged, a checkpoint every ``checkpoint_every`` iterations and at the last;
 * **the end**: :meth:`TrainingRun.finish` writes ``summary.json``, ``reward.png`` and
   ``rollout.mp4`` (:func:`~marlkit.record.summarise_run`) and closes the loggers.
 
@@ -35,7 +36,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int
+from marlkit._utils import check_int, get_logger
 from marlkit.envs import EnvBase
 from marlkit.record.checkpoint import Checkpointer
 from marlkit.record.episodes import episode_metrics
@@ -44,14 +45,76 @@ from marlkit.record.loggers import Backend, MultiLogger, make_logger
 
 __all__ = ["TrainingRun"]
 
+_logger = get_logger("record")
+_CHECKPOINTS = "checkpoints"
+_METRICS = "metrics.csv"
+
+
+def _holds_a_run(folder: pathlib.Path) -> bool:
+    """Whether ``folder`` holds a training run: its metrics file or its checkpoints (a folder
+    that Hydra has just made for a mistyped ``resume=`` holds neither)."""
+    return (folder / _METRICS).exists() or (folder / _CHECKPOINTS).is_dir()
+
+
+def _resume_folder(
+    run_dir: pathlib.Path, resume: bool | str | os.PathLike[str] | None
+) -> pathlib.Path | None:
+    """The folder to go on from (``run_dir``), or ``None`` for a new run; checks both.
+
+    Raises:
+        ValueError: ``resume`` names a folder other than ``run_dir``.
+        FileNotFoundError: the folder to resume does not exist or holds no run.
+        FileExistsError: a new run (no ``resume``) into a folder that holds one.
+    """
+    if resume is None or resume is False:
+        if _holds_a_run(run_dir):
+            raise FileExistsError(
+                f"{str(run_dir)!r} already holds a training run ({_METRICS} or "
+                f"{_CHECKPOINTS}/): go on with it with resume={run_dir} (TrainingRun: "
+                "resume=True), or choose another run_dir"
+            )
+        return None
+    if resume is True:
+        folder = run_dir
+    elif isinstance(resume, (str, os.PathLike)):
+        folder = pathlib.Path(resume)
+        if folder.resolve() != run_dir.resolve():
+            raise ValueError(
+                f"resume={str(folder)!r} goes on in its own folder, but run_dir={str(run_dir)!r} "
+                f"is another one: leave run_dir out (or set it to {str(folder)!r}); to start a "
+                "new run elsewhere, leave resume out"
+            )
+    else:
+        raise TypeError(
+            f"resume must be a bool, a run folder or None, got {type(resume).__name__}: {resume!r}"
+        )
+    if not folder.is_dir():
+        raise FileNotFoundError(f"cannot resume {str(folder)!r}: no such folder")
+    if not _holds_a_run(folder):
+        raise FileNotFoundError(
+            f"cannot resume {str(folder)!r}: it holds no training run (neither {_METRICS} nor "
+            f"{_CHECKPOINTS}/); a mistyped folder? (the scripts' Hydra creates the folder, "
+            "with its .hydra*/ and log, before the run starts)"
+        )
+    return folder
+
 
 class TrainingRun:
     """A training run's folder: its loggers, checkpoints, evaluations and summary.
 
     Args:
         run_dir: the folder (created when missing); a resumed run goes on in the same one.
-        resume: go on from the folder's latest checkpoint (:meth:`restore`).
+        resume: go on from the run in ``run_dir`` (``True``, or the folder itself: the scripts
+            pass ``resume=<folder>`` through): its latest checkpoint (:meth:`restore`), or,
+            when it was killed before its first checkpoint, from iteration 1 (with a logged
+            warning). ``False``/``None``: a new run, into a folder that holds none.
         eval_env: the evaluation env (a separate env: evaluations do not disturb training).
+        eval_seed: seed the evaluation env (and torch, within the evaluation) with this before
+            every evaluation and the summary's random baseline: every evaluation then plays
+            the same episodes (so evaluations of different iterations compare, whatever
+            ``eval_every`` and however often the run was resumed), and ``"trained"`` and
+            ``"random"`` of the summary are the same episodes. ``None``: the env goes on from
+            wherever the previous evaluation left it.
         eval_steps: evaluation rollout length (the episode length).
         eval_every: evaluate every this many iterations (0: only at the last).
         video: film each evaluation into ``videos/eval-<n>.mp4`` and the final one into
@@ -68,20 +131,27 @@ class TrainingRun:
         project, config: the wandb project and the run's config (logged by wandb).
 
     Raises:
-        TypeError: ``eval_steps``, ``eval_every``, ``checkpoint_every`` or ``video_envs`` that
-            is not an int.
+        TypeError: ``eval_steps``, ``eval_every``, ``checkpoint_every``, ``video_envs`` or
+            ``eval_seed`` that is not an int.
         ValueError: ``eval_every`` negative; ``eval_steps``, ``checkpoint_every`` or
             ``video_envs`` below 1; ``video`` with an ``eval_env`` that does not render
-            ``rgb_array`` frames (raised here, not at the first evaluation).
+            ``rgb_array`` frames (raised here, not at the first evaluation); ``resume=<folder>``
+            with a ``run_dir`` that is another folder.
+        FileNotFoundError: ``resume`` of a folder that does not exist or holds no run (neither
+            ``metrics.csv`` nor ``checkpoints/``).
+        FileExistsError: a new run (no ``resume``) into a folder that holds a run.
+
+    Every check is made before anything is written.
     """
 
     def __init__(
         self,
         run_dir: str | os.PathLike[str],
         *,
-        resume: bool = False,
+        resume: bool | str | os.PathLike[str] | None = False,
         eval_env: EnvBase,
         eval_steps: int,
+        eval_seed: int | None = None,
         eval_every: int = 0,
         video: bool = True,
         video_envs: int | None = None,
@@ -93,9 +163,9 @@ class TrainingRun:
         config: Mapping[str, Any] | None = None,
     ):
         self.run_dir = pathlib.Path(run_dir)
-        self.resume = bool(resume)
         self.eval_env = eval_env
         self.eval_steps = check_int("eval_steps", eval_steps, low=1)
+        self.eval_seed = check_int("eval_seed", eval_seed, low=0, allow_none=True)
         self.eval_every = check_int("eval_every", eval_every, low=0)
         self.video = bool(video)
         if self.video and "rgb_array" not in eval_env.render_modes:  # before anything is written
@@ -109,11 +179,17 @@ class TrainingRun:
         self.video_envs = check_int("video_envs", video_envs, low=1, allow_none=True)
         self.fps = float(fps)
         self.checkpoint_every = check_int("checkpoint_every", checkpoint_every, low=1)
-        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", keep=keep)
+        #: Whether the run goes on from the one in :attr:`run_dir`.
+        self.resume = _resume_folder(self.run_dir, resume) is not None
+        self.checkpointer = Checkpointer(self.run_dir / _CHECKPOINTS, keep=keep)
+        latest = self.checkpointer.latest() if self.resume else None
+        # the iteration the run goes on from (that of the checkpoint's folder, step-<n>)
+        self._resumed_from = Checkpointer.step_of(latest) if latest is not None else 0
         self.logger: MultiLogger = make_logger(
             self.run_dir,
             backends=backends,  # type: ignore[arg-type]
             resume=self.resume,
+            purge_step=self._resumed_from + 1,
             project=project,
             name=self.run_dir.name,
             config=config,
@@ -140,6 +216,12 @@ class TrainingRun:
             if "iteration" not in state:
                 raise KeyError(f"{self.checkpointer.latest()} has no 'iteration'")
             self.iteration = check_int("iteration", state["iteration"], low=0)
+        elif self.resume:
+            _logger.warning(
+                "resuming %s: it holds no checkpoint yet (killed before its first): training "
+                "starts from iteration 1 and the metrics logged so far are dropped",
+                self.run_dir,
+            )
         csv = self.logger.csv
         if csv is not None:
             csv.truncate(self.iteration)
@@ -155,6 +237,15 @@ class TrainingRun:
     def batches(self, collector: Iterable[TensorDictBase]) -> Iterator[TensorDictBase]:
         """The collector's batches, each timed from the end of the previous iteration."""
         self.total_iterations = getattr(collector, "num_batches", None)
+        frames, total = getattr(collector, "frames", None), getattr(collector, "total_frames", None)
+        if isinstance(frames, int) and isinstance(total, int) and 0 <= total < frames:
+            _logger.warning(
+                "the collector's total_frames (%d) is below the %d frames already collected "
+                "(the resumed checkpoint's): nothing more is trained; raise total_frames to "
+                "train on",
+                total,
+                frames,
+            )
         self._batch_came = time.perf_counter()
         for batch in collector:
             now = time.perf_counter()
@@ -224,6 +315,7 @@ class TrainingRun:
             env_indices=_filmed_envs(self.eval_env, self.video_envs),
             tile=True,
             fps=self.fps,
+            seed=self.eval_seed,
         )
         self._evaluated = (self.iteration, result)
         return {f"eval/{k}": v for k, v in result.metrics.items()}
@@ -248,6 +340,7 @@ class TrainingRun:
                 video_envs=self.video_envs,
                 fps=self.fps,
                 info={**dict(info or {}), "iterations": self.iteration},
+                seed=self.eval_seed,
                 trained=done[1] if done is not None and done[0] == self.iteration else None,
             )
         finally:
