@@ -78,11 +78,11 @@ class TanhNormal(D.Independent):
         self._loc = loc
         super().__init__(base, 1, validate_args=False)
 
-    def rsample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+    def rsample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
         self._sampled = super().rsample(torch.Size(sample_shape))
         return self._sampled
 
-    def sample(self, sample_shape: torch.Size | tuple[int, ...] = ()) -> torch.Tensor:
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()) -> torch.Tensor:
         self._sampled = super().sample(torch.Size(sample_shape))
         return self._sampled
 

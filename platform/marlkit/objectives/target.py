@@ -44,8 +44,8 @@ class TargetNetUpdater:
                     t = t_mod._parameters[key]
                     if o is not None and t is not None and o.dtype.is_floating_point:
                         params.append((o, t))
-                for key, o in o_mod._buffers.items():
-                    if o is not None and o.dtype.is_floating_point:
+                for key, buffer in o_mod._buffers.items():
+                    if buffer is not None and buffer.dtype.is_floating_point:
                         buffers.append((o_mod, t_mod, key))
         if not params and not buffers:
             raise ValueError(
@@ -62,8 +62,11 @@ class TargetNetUpdater:
             return self._online, self._target
         online, target = list(self._online), list(self._target)
         for o_mod, t_mod, key in self._buffers:
-            online.append(o_mod._buffers[key])
-            target.append(t_mod._buffers[key])
+            o, t = o_mod._buffers[key], t_mod._buffers[key]
+            if o is None or t is None:  # the module dropped the buffer since
+                raise RuntimeError(f"{type(self).__name__}: the buffer {key!r} is gone")
+            online.append(o)
+            target.append(t)
         return online, target
 
     @torch.no_grad()
