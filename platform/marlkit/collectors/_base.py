@@ -152,6 +152,13 @@ def tag_worker(batch: TensorDictBase, worker: int, num_workers: int) -> TensorDi
     return batch
 
 
+def _derived_seed(*parts: object) -> int:
+    """A 64-bit seed derived from ``parts`` (a purpose and the numbers it depends on), the same
+    in every process and run."""
+    text = ":".join(map(str, parts))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
 def seed_rngs(seed: int | None) -> None:
     """Seed this process's global generators, the ones a policy draws its exploration from:
     torch's (every device), NumPy's and Python's ``random``.
@@ -166,8 +173,7 @@ def seed_rngs(seed: int | None) -> None:
         np.random.seed()
         random.seed()
         return
-    digest = hashlib.blake2b(f"marlkit.collectors:{seed}".encode(), digest_size=8).digest()
-    derived = int.from_bytes(digest, "little")
+    derived = _derived_seed("marlkit.collectors", seed)
     torch.manual_seed(derived)
     np.random.seed([derived & 0xFFFFFFFF, derived >> 32])
     random.seed(derived)
@@ -180,8 +186,7 @@ def resume_seed(seed: int | None, batches: int) -> int:
     In ``[0, 2**31)``, which every simulator takes."""
     if seed is None:
         return random.SystemRandom().randrange(2**31)
-    digest = hashlib.blake2b(f"marlkit.resume:{seed}:{batches}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % 2**31
+    return _derived_seed("marlkit.resume", seed, batches) % 2**31
 
 
 class CollectorBase(abc.ABC):
