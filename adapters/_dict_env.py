@@ -703,7 +703,9 @@ class DictEnv(EnvBase):
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
-        if env_mask is None:
+        if env_mask is None or not all(self._started):
+            # The first reset resets every env, whatever the mask: an env never reset has no
+            # episode to keep (as the Gymnasium adapter does).
             indices = list(range(self.num_envs))
             frame = self._blank()
         else:

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 import marlkit
 from marlkit.adapters.pettingzoo import PettingZooEnv, list_scenarios
@@ -113,6 +114,17 @@ def test_partial_reset_of_a_batch():
         assert torch.equal(out[OBS][e], td[OBS][e]) and torch.equal(out["state"][e], td["state"][e])
     assert not torch.equal(out[OBS][1], td[OBS][1])
     assert (out[OBS][1, :, :2] == 0).all()  # a fresh episode: velocities are zero
+
+
+def test_a_first_reset_with_a_mask_resets_every_env():
+    # No env has an episode to keep before the first reset: all start one, as with a full reset
+    mask = torch.tensor([[False], [True], [False]])
+    out = spread(num_envs=3).reset(TensorDict({"_reset": mask}, batch_size=[3]))
+    full = spread(num_envs=3).reset()
+    assert torch.equal(out[OBS], full[OBS]) and torch.equal(out["state"], full["state"])
+    env = spread(num_envs=3)
+    td = env.reset(TensorDict({"_reset": mask}, batch_size=[3]))
+    assert env.step(env.rand_action(td))["next", OBS].shape == (3, 3, 18)
 
 
 @pytest.mark.parametrize(
