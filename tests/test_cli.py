@@ -165,3 +165,21 @@ def test_unknown_env_arg_is_refused_with_close_matches() -> None:
         "marlkit: error: env 'navigation' got an unexpected keyword argument 'n_agent' "
         "(did you mean 'n_agents'?); it accepts: num_envs, n_agents," in out.stderr
     )
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    import argparse
+
+    from marlkit.cli import _parser
+
+    def undocumented(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+        missing = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    missing += undocumented(sub, f"{prefix} {name}")
+            elif action.help is None and not isinstance(action, argparse._HelpAction):
+                missing.append(f"{prefix} {'/'.join(action.option_strings) or action.dest}")
+        return missing
+
+    assert undocumented(_parser(), "marlkit") == []

@@ -1,4 +1,4 @@
-"""The ``marlkit`` command: ``list``, ``run``, ``demo`` and ``record``.
+"""The ``marlkit`` command: ``list``, ``run``, ``demo``, ``record`` and ``bench``.
 
 ``marlkit run navigation --agents 4 --envs 32 --steps 200`` steps a random policy with a progress
 bar and prints env-steps/s, agent-steps/s and the mean episode reward of each group.
@@ -250,7 +250,12 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument(
         "--max-episode-steps", type=int, default=100, help="truncate episodes (default 100)"
     )
-    p_run.add_argument("--seed", type=int, default=0)
+    p_run.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the env and its random actions: the same seed repeats the run (default 0)",
+    )
     p_run.add_argument(
         "--env-arg",
         action="append",
@@ -270,8 +275,8 @@ def _parser() -> argparse.ArgumentParser:
         "in seconds (`make demo` trains a policy)",
     )
     p_demo.add_argument("--out", default="runs", help="parent folder of the run (default runs)")
-    p_demo.add_argument("--steps", type=int, default=200)
-    p_demo.add_argument("--no-progress", action="store_true")
+    p_demo.add_argument("--steps", type=int, default=200, help="steps to run (default 200)")
+    p_demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p_demo.set_defaults(func=_cmd_demo)
     add_record_parser(sub)  # --- section: record
     add_bench_parser(sub)  # --- section: bench

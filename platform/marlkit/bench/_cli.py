@@ -85,7 +85,12 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
             "skipped with the reason. Writes OUT/scaling.json and OUT/scaling.png."
         ),
     )
-    p.add_argument("--scenario", default="navigation", choices=sorted(SCENARIOS))
+    p.add_argument(
+        "--scenario",
+        default="navigation",
+        choices=sorted(SCENARIOS),
+        help="native scenario to scale (default navigation)",
+    )
     p.add_argument(
         "--agents",
         dest="agent_counts",
@@ -159,7 +164,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
             "included; the default) or knn (native defaults: different work)"
         ),
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of every env and its random actions (default 0)"
+    )
     p.add_argument("--no-plot", action="store_true", help="write the JSON only")
     p.add_argument("--json", action="store_true", help="print the JSON (table to stderr)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
