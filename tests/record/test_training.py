@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import random
 import signal
 import subprocess
@@ -460,6 +461,25 @@ def test_resume_with_a_budget_already_spent_says_so(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="marlkit.record"):
         _run_loop(tmp_path, resume=True, total=4)  # a finished run, resumed to its summary
     assert not caplog.records
+
+
+def test_resume_names_each_setting_that_differs_from_the_checkpoints(tmp_path, caplog):
+    first = {"model": {"hidden": 64, "path": pathlib.Path("a")}, "lr": 3e-4, "resume": None}
+    _run_loop(tmp_path, resume=False, total=2, config=first)
+    later = {
+        "model": {"hidden": 128, "path": pathlib.Path("a")},
+        "lr": 3e-4,
+        "resume": "x",
+        "run_dir": "y",
+    }
+    with caplog.at_level("WARNING", logger="marlkit.record"):
+        _run_loop(tmp_path, resume=True, total=3, config={**later, "extra": 1})
+    (warned,) = [r.getMessage() for r in caplog.records if "differs" in r.getMessage()]
+    assert warned.endswith("extra: '<unset>' -> 1; model.hidden: 64 -> 128")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="marlkit.record"):  # the same settings: no word
+        _run_loop(tmp_path, resume=True, total=3, config={**later, "extra": 1})
+    assert not [r for r in caplog.records if "differs" in r.getMessage()]
 
 
 def test_resume_purges_the_tensorboard_steps_after_the_checkpoint(tmp_path):

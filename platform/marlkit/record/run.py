@@ -28,6 +28,7 @@ Example (a random policy "trained" for two iterations)::
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import time
@@ -48,6 +49,21 @@ __all__ = ["TrainingRun"]
 _logger = get_logger("record")
 _CHECKPOINTS = "checkpoints"
 _METRICS = "metrics.csv"
+_UNSET = object()
+#: Top-level config keys naming the run's folder: they may be spelt otherwise when resuming.
+_WHERE = frozenset({"resume", "run_dir"})
+
+
+def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"hidden": 64}}`` -> ``{"model.hidden": 64}``."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
 
 
 def _holds_a_run(folder: pathlib.Path) -> bool:
@@ -185,6 +201,9 @@ class TrainingRun:
         latest = self.checkpointer.latest() if self.resume else None
         # the iteration the run goes on from (that of the checkpoint's folder, step-<n>)
         self._resumed_from = Checkpointer.step_of(latest) if latest is not None else 0
+        #: The run's config, saved with each checkpoint and compared with the checkpoint's when
+        #: resuming; through JSON (what loads with ``weights_only``; other values as text).
+        self.config = None if config is None else json.loads(json.dumps(config, default=str))
         self.logger: MultiLogger = make_logger(
             self.run_dir,
             backends=backends,  # type: ignore[arg-type]
@@ -216,6 +235,7 @@ class TrainingRun:
             if "iteration" not in state:
                 raise KeyError(f"{self.checkpointer.latest()} has no 'iteration'")
             self.iteration = check_int("iteration", state["iteration"], low=0)
+            self._compare_config(state.get("config"))
         elif self.resume:
             _logger.warning(
                 "resuming %s: it holds no checkpoint yet (killed before its first): training "
@@ -226,6 +246,29 @@ class TrainingRun:
         if csv is not None:
             csv.truncate(self.iteration)
         return state
+
+    def _compare_config(self, saved: Any) -> None:
+        """Warn about every setting that differs from the checkpoint's config (but where the
+        run lives: ``resume``, ``run_dir``, checked already): changed networks do not load into
+        the checkpoint's weights, and other changes make a run that no config describes."""
+        if self.config is None or not isinstance(saved, Mapping):
+            return
+        old, new = _flat(saved), _flat(self.config)
+        changed = [
+            f"{key}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}"
+            for key in sorted(old.keys() | new.keys())
+            if key not in _WHERE and old.get(key, _UNSET) != new.get(key, _UNSET)
+        ]
+        if changed:
+            kept = self.run_dir / ".hydra" / "config.yaml"
+            _logger.warning(
+                "resuming %s with a config that differs from its checkpoint's (a network or "
+                "optimiser of another size will not load; resume with the first run's "
+                "settings%s): %s",
+                self.run_dir,
+                f", kept in {kept}" if kept.exists() else "",
+                "; ".join(changed),
+            )
 
     def restore_buffers(self, buffers: Mapping[str, Any]) -> None:
         """Restore replay buffers saved with :meth:`end_iteration`'s ``buffers``, when
@@ -300,9 +343,14 @@ class TrainingRun:
         self.logger.log(out, step=self.iteration)
         if last or self.iteration % self.checkpoint_every == 0:
             self.checkpointer.save(
-                self.iteration, {**state(), "iteration": self.iteration}, buffers=buffers
+                self.iteration,
+                {**state(), "iteration": self.iteration, **self._config_entry()},
+                buffers=buffers,
             )
         return out
+
+    def _config_entry(self) -> dict[str, Any]:
+        return {} if self.config is None else {"config": self.config}
 
     def evaluate(self, policy: Policy, tag: str) -> dict[str, float]:
         """Evaluate ``policy`` on the evaluation env (filmed into ``videos/<tag>.mp4`` with
