@@ -9,13 +9,12 @@ VMAS's LiDAR (``obs_mode="lidar"``, :func:`marlkit.native.lidar.lidar`).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_flag, check_int
+from marlkit._utils import check_flag, check_int, check_real
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
@@ -59,6 +58,26 @@ def resolve_backend(backend: Backend, device: torch.device) -> Literal["native",
     return "torch"
 
 
+def check_physics(
+    mass: object, drag: object, dt: object, substeps: object, contact_stiffness: object
+) -> dict[str, Any]:
+    """The ``particle_step`` keyword arguments a scenario's physics arguments give, each
+    checked and named as the scenario's argument (``contact_stiffness``, not ``stiffness``).
+
+    Raises:
+        TypeError: a value that is not a number (``substeps``: not an int).
+        ValueError: ``mass`` or ``dt`` not ``> 0``, ``drag`` outside ``[0, 1)``,
+            ``contact_stiffness`` negative, ``substeps < 1``, or a value not finite.
+    """
+    return {
+        "mass": check_real("mass", mass),
+        "drag": check_real("drag", drag, strict=False, below=1.0),
+        "dt": check_real("dt", dt),
+        "substeps": check_int("substeps", substeps, low=1),
+        "stiffness": check_real("contact_stiffness", contact_stiffness, strict=False),
+    }
+
+
 class HomogeneousScenario(EnvBase):
     """Base of navigation and swarm: agents, groups, action specs and forces, group outputs.
 
@@ -97,10 +116,7 @@ class HomogeneousScenario(EnvBase):
         if obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode must be one of {list(OBS_MODES)}, got {obs_mode!r}")
         n_lidar_rays = check_int("n_lidar_rays", n_lidar_rays, low=1)
-        if isinstance(lidar_range, bool) or not isinstance(lidar_range, (int, float)):
-            raise TypeError(f"lidar_range must be a number, got {type(lidar_range).__name__}")
-        if not (math.isfinite(lidar_range) and lidar_range > 0):
-            raise ValueError(f"lidar_range must be a finite number > 0, got {lidar_range!r}")
+        lidar_range = check_real("lidar_range", lidar_range)
         num_envs = check_int("num_envs", num_envs, low=1)
         n_agents = check_int("n_agents", n_agents, low=1)
         k_nearest = check_int("k_nearest", k_nearest, low=0)
@@ -108,12 +124,12 @@ class HomogeneousScenario(EnvBase):
         self.num_envs, self.n_agents = num_envs, n_agents
         self.k = min(k_nearest, n_agents - 1)
         self.continuous_actions = check_flag("continuous_actions", continuous_actions)
-        self.max_force = float(max_force)
+        self.max_force = check_real("max_force", max_force, strict=False)
         self.backend = resolve_backend(backend, self.device)
-        self.render_size = int(render_size)
+        self.render_size = check_int("render_size", render_size, low=1)
         self.obs_mode: ObsMode = obs_mode
         self.n_lidar_rays = n_lidar_rays
-        self.lidar_range = float(lidar_range)
+        self.lidar_range = lidar_range
         names = [f"agent_{i}" for i in range(n_agents)]
         self.group_map = make_group_map(names, group_map)
         index = {name: i for i, name in enumerate(names)}

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_flag
+from marlkit._utils import check_flag, check_real
 from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, group_color, lighten, render_frame
@@ -42,6 +42,7 @@ from marlkit.scenarios._homogeneous import (
     Backend,
     HomogeneousScenario,
     ObsMode,
+    check_physics,
 )
 
 __all__ = ["DISCRETE_DIRECTIONS", "NavigationEnv"]
@@ -132,26 +133,24 @@ class NavigationEnv(HomogeneousScenario):
         if color_by not in ("agent", "group"):
             raise ValueError(f"color_by must be 'agent' or 'group', got {color_by!r}")
         self.color_by = color_by
-        self.half_extent = (
-            float(world_size) if world_size is not None else max(1.0, 0.25 * math.sqrt(n_agents))
+        default_size = max(1.0, 0.25 * math.sqrt(n_agents))
+        self.half_extent = check_real(
+            "world_size", world_size if world_size is not None else default_size
         )
+        radius = check_real("agent_radius", agent_radius)
+        if self.half_extent <= radius:
+            raise ValueError(f"world_size {self.half_extent} must exceed agent_radius {radius}")
         self.physics = {
-            "radius": float(agent_radius),
-            "mass": float(mass),
-            "drag": float(drag),
-            "dt": float(dt),
-            "substeps": int(substeps),
-            "stiffness": float(contact_stiffness),
+            "radius": radius,
+            **check_physics(mass, drag, dt, substeps, contact_stiffness),
             "half_extent": self.half_extent,
         }
-        if self.half_extent <= agent_radius:
-            raise ValueError(
-                f"world_size {self.half_extent} must exceed agent_radius {agent_radius}"
-            )
-        self.goal_radius = float(goal_radius if goal_radius is not None else agent_radius)
-        self.shaping_factor = float(shaping_factor)
-        self.collision_penalty = float(collision_penalty)
-        self.final_reward = float(final_reward)
+        self.goal_radius = check_real(
+            "goal_radius", goal_radius if goal_radius is not None else radius
+        )
+        self.shaping_factor = check_real("shaping_factor", shaping_factor, strict=False)
+        self.collision_penalty = check_real("collision_penalty", collision_penalty, strict=False)
+        self.final_reward = check_real("final_reward", final_reward, strict=False)
         self.shared_reward = check_flag("shared_reward", shared_reward)
 
         self._build_specs(self.observation_dim, 6 * n_agents)

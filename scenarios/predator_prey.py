@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_flag, check_int
+from marlkit._utils import check_flag, check_int, check_real
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, agent_type, make_group_map
@@ -76,7 +76,7 @@ from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import GROUP_COLORS, LANDMARK_COLOR, Circles, lighten, render_frame
-from marlkit.scenarios._homogeneous import DISCRETE_DIRECTIONS, resolve_backend
+from marlkit.scenarios._homogeneous import DISCRETE_DIRECTIONS, check_physics, resolve_backend
 
 __all__ = [
     "PREDATOR_COLOR",
@@ -102,16 +102,6 @@ PREDATOR_COLOR = GROUP_COLORS[3]
 PREY_COLOR = GROUP_COLORS[2]
 
 _PREDATOR, _PREY = "predator", "prey"
-
-
-def _number(name: str, value: object, *, low: float = 0.0, strict: bool = True) -> float:
-    """A finite real number ``> low`` (``>= low`` when not ``strict``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    v = float(value)
-    if not (math.isfinite(v) and (v > low if strict else v >= low)):
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low}, got {v}")
-    return v
 
 
 def _nearest_all(rel: torch.Tensor, d2: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,19 +250,19 @@ class PredatorPreyEnv(EnvBase):
         self._check_sizes(world_size, predator_radius, prey_radius, landmark_radius)
         self._check_physics(mass, drag, dt, substeps, contact_stiffness)
         self.max_force = {
-            _PREDATOR: _number("predator_max_force", predator_max_force),
-            _PREY: _number("prey_max_force", prey_max_force),
+            _PREDATOR: check_real("predator_max_force", predator_max_force),
+            _PREY: check_real("prey_max_force", prey_max_force),
         }
         self.max_speed = {
-            _PREDATOR: _number("predator_max_speed", predator_max_speed),
-            _PREY: _number("prey_max_speed", prey_max_speed),
+            _PREDATOR: check_real("predator_max_speed", predator_max_speed),
+            _PREY: check_real("prey_max_speed", prey_max_speed),
         }
         reach = 1.5 * (self.radius[_PREDATOR] + self.radius[_PREY])
-        self.catch_distance = _number(
+        self.catch_distance = check_real(
             "catch_distance", reach if catch_distance is None else catch_distance
         )
         self.rewards = {
-            name: _number(name, value, strict=False)
+            name: check_real(name, value, strict=False)
             for name, value in (
                 ("catch_reward", catch_reward),
                 ("catch_penalty", catch_penalty),
@@ -313,13 +303,13 @@ class PredatorPreyEnv(EnvBase):
         landmark_radius: float,
     ) -> None:
         self.radius = {
-            _PREDATOR: _number("predator_radius", predator_radius),
-            _PREY: _number("prey_radius", prey_radius),
+            _PREDATOR: check_real("predator_radius", predator_radius),
+            _PREY: check_real("prey_radius", prey_radius),
         }
-        self.landmark_radius = _number("landmark_radius", landmark_radius, strict=False)
+        self.landmark_radius = check_real("landmark_radius", landmark_radius, strict=False)
         total = self.n_predators + self.n_prey + self.n_landmarks
         default = max(1.0, 0.25 * math.sqrt(total))
-        self.half_extent = _number("world_size", default if world_size is None else world_size)
+        self.half_extent = check_real("world_size", default if world_size is None else world_size)
         largest = max(*self.radius.values(), self.landmark_radius)
         if self.half_extent <= largest:
             raise ValueError(
@@ -329,15 +319,8 @@ class PredatorPreyEnv(EnvBase):
     def _check_physics(
         self, mass: float, drag: float, dt: float, substeps: int, contact_stiffness: float
     ) -> None:
-        drag_value = _number("drag", drag, strict=False)
-        if drag_value >= 1.0:
-            raise ValueError(f"drag must be in [0, 1), got {drag_value}")
         self.physics: dict[str, Any] = {  # particle_step keyword arguments
-            "mass": _number("mass", mass),
-            "drag": drag_value,
-            "dt": _number("dt", dt),
-            "substeps": check_int("substeps", substeps, low=1),
-            "stiffness": _number("contact_stiffness", contact_stiffness, strict=False),
+            **check_physics(mass, drag, dt, substeps, contact_stiffness),
             "half_extent": self.half_extent,
         }
 
@@ -646,7 +629,7 @@ class PredatorPreyEnv(EnvBase):
                 )
             if not bool(torch.isfinite(value).all()):
                 raise ValueError(f"place(): {name} holds a non-finite position")
-            checked[name] = value.to(self.device, torch.float32)
+            checked[name] = value.detach().to(self.device, torch.float32)
         for name, span in (("predators", slice(0, p)), ("prey", slice(p, p + q))):
             if name in checked:
                 self._pos[:, span] = checked[name]

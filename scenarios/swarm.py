@@ -41,23 +41,13 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int
+from marlkit._utils import check_int, check_real
 from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, render_frame
-from marlkit.scenarios._homogeneous import Backend, HomogeneousScenario, ObsMode
+from marlkit.scenarios._homogeneous import Backend, HomogeneousScenario, ObsMode, check_physics
 
 __all__ = ["SwarmEnv"]
-
-
-def _positive(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    v = float(value)
-    ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-    if not ok:
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {v}")
-    return v
 
 
 def _heading_colors(vel: np.ndarray) -> np.ndarray:
@@ -151,7 +141,7 @@ class SwarmEnv(HomogeneousScenario):
             n_agents=n_agents,
             k_nearest=k_nearest,
             continuous_actions=continuous_actions,
-            max_force=_positive("max_force", max_force, allow_zero=True),
+            max_force=max_force,
             group_map=group_map,
             device=device,
             backend=backend,
@@ -161,27 +151,23 @@ class SwarmEnv(HomogeneousScenario):
             n_lidar_rays=n_lidar_rays,
             lidar_range=lidar_range,
         )
-        self.sensing_radius = _positive("sensing_radius", sensing_radius)
-        default_size = max(1.0, 0.5 * math.sqrt(n_agents / _positive("density", density)))
-        self.half_extent = _positive(
+        self.sensing_radius = check_real("sensing_radius", sensing_radius)
+        default_size = max(1.0, 0.5 * math.sqrt(n_agents / check_real("density", density)))
+        self.half_extent = check_real(
             "world_size", world_size if world_size is not None else default_size
         )
-        radius = _positive("agent_radius", agent_radius)
+        radius = check_real("agent_radius", agent_radius)
         if self.half_extent <= radius:
             raise ValueError(f"world_size {self.half_extent} must exceed agent_radius {radius}")
         self.physics = {
             "radius": radius,
-            "mass": float(mass),
-            "drag": float(drag),
-            "dt": float(dt),
-            "substeps": int(substeps),
-            "stiffness": float(contact_stiffness),
+            **check_physics(mass, drag, dt, substeps, contact_stiffness),
             "half_extent": self.half_extent,
-            "max_speed": _positive("max_speed", max_speed),
+            "max_speed": check_real("max_speed", max_speed),
         }
-        self.target_speed = _positive("target_speed", target_speed, allow_zero=True)
+        self.target_speed = check_real("target_speed", target_speed, strict=False)
         self.weights = {
-            name: _positive(f"{name}_weight", value, allow_zero=True)
+            name: check_real(f"{name}_weight", value, strict=False)
             for name, value in (
                 ("cohesion", cohesion_weight),
                 ("alignment", alignment_weight),

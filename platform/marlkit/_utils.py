@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import math
 import numbers
 import os
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -183,6 +184,31 @@ def check_int(name: str, value: object, *, low: int, allow_none: bool = False) -
     if value < low:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     return int(value)
+
+
+def check_real(
+    name: str, value: object, *, low: float = 0.0, strict: bool = True, below: float | None = None
+) -> float:
+    """``value`` as a finite ``float > low`` (``>= low`` when not ``strict``, and ``< below``
+    when given); NumPy numbers too, never a bool.
+
+    Raises:
+        TypeError: not a real number, e.g. ``"mass must be a number, got str: 'x'"``.
+        ValueError: out of range or not finite, e.g. ``"mass must be a finite number > 0, got
+            0.0"`` or ``"drag must be a finite number in [0, 1), got 1.5"``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}: {value!r}")
+    number = float(value)
+    above = number > low if strict else number >= low
+    if not (math.isfinite(number) and above and (below is None or number < below)):
+        low_text = f"{low:g}"
+        if below is None:
+            expected = f"{'>' if strict else '>='} {low_text}"
+        else:
+            expected = f"in {'(' if strict else '['}{low_text}, {below:g})"
+        raise ValueError(f"{name} must be a finite number {expected}, got {number!r}")
+    return number
 
 
 def check_flag(name: str, value: object) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 
@@ -281,9 +282,23 @@ def test_lidar_observation_equals_vmas() -> None:
         ({"n_lidar_rays": 0}, ValueError, r"n_lidar_rays must be an int >= 1, got 0"),
         ({"lidar_range": -1.0}, ValueError, r"lidar_range must be a finite number > 0, got -1.0"),
         ({"lidar_range": "far"}, TypeError, r"lidar_range must be a number, got str"),
+        # physics, rewards and rendering: refused when built, named as the argument
+        ({"mass": 0.0}, ValueError, r"mass must be a finite number > 0, got 0.0"),
+        ({"drag": 1.5}, ValueError, r"drag must be a finite number in \[0, 1\), got 1.5"),
+        ({"dt": math.inf}, ValueError, r"dt must be a finite number > 0, got inf"),
+        ({"substeps": 0}, ValueError, r"substeps must be an int >= 1, got 0"),
+        ({"contact_stiffness": -1}, ValueError, r"contact_stiffness must be a finite number >= 0"),
+        ({"agent_radius": -0.1}, ValueError, r"agent_radius must be a finite number > 0"),
+        ({"world_size": math.nan}, ValueError, r"world_size must be a finite number > 0, got nan"),
+        ({"max_force": math.nan}, ValueError, r"max_force must be a finite number >= 0, got nan"),
+        ({"max_force": -1.0}, ValueError, r"max_force must be a finite number >= 0, got -1.0"),
+        ({"goal_radius": -1.0}, ValueError, r"goal_radius must be a finite number > 0"),
+        ({"collision_penalty": math.nan}, ValueError, r"collision_penalty must be a finite"),
+        ({"shaping_factor": "x"}, TypeError, r"shaping_factor must be a number, got str: 'x'"),
+        ({"render_size": 0}, ValueError, r"render_size must be an int >= 1, got 0"),
     ],
 )
-def test_bad_lidar_construction(kwargs: dict, error: type, match: str) -> None:
+def test_bad_lidar_physics_and_reward_arguments(kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         NavigationEnv(num_envs=2, n_agents=2, **kwargs)
 

@@ -334,7 +334,7 @@ def test_registry_and_cli_run(capsys: pytest.CaptureFixture[str]) -> None:
         ({"prey_radius": 0.0}, ValueError, r"prey_radius must be a finite number > 0"),
         ({"predator_max_speed": math.nan}, ValueError, "predator_max_speed must be a finite"),
         ({"prey_max_force": "fast"}, TypeError, "prey_max_force must be a number, got str"),
-        ({"drag": 1.0}, ValueError, r"drag must be in \[0, 1\)"),
+        ({"drag": 1.0}, ValueError, r"drag must be a finite number in \[0, 1\), got 1.0"),
         ({"catch_penalty": -1.0}, ValueError, "catch_penalty must be a finite number >= 0"),
         ({"world_size": 0.1}, ValueError, r"world_size 0.1 must exceed every radius"),
         ({"backend": "gpu"}, ValueError, "backend must be"),
@@ -395,3 +395,11 @@ def test_bad_place(kwargs: dict, error: type, match: str) -> None:
     env.reset()
     with pytest.raises(error, match=match):
         env.place(**kwargs)
+
+
+def test_place_takes_positions_without_their_autograd_history() -> None:
+    env = PredatorPreyEnv(num_envs=2, n_predators=2, n_prey=2, n_landmarks=0, seed=0)
+    td = env.reset()
+    env.place(predators=torch.zeros(2, 2, 2, requires_grad=True))
+    out = env.step(env.rand_action(td))["next"]
+    assert not any(v.requires_grad for v in out.values(True, True))

@@ -220,6 +220,9 @@ def test_render_colours_agents_by_heading() -> None:
         ({"group_map": {"a": ["agent_0"]}}, ValueError, "in no group"),
         ({"obs_mode": "sonar"}, ValueError, r"obs_mode must be one of \['knn', 'lidar'\]"),
         ({"n_lidar_rays": -1}, ValueError, r"n_lidar_rays must be an int >= 1, got -1"),
+        ({"mass": 0.0}, ValueError, r"mass must be a finite number > 0, got 0.0"),
+        ({"dt": math.inf}, ValueError, r"dt must be a finite number > 0, got inf"),
+        ({"render_size": -3}, ValueError, r"render_size must be an int >= 1, got -3"),
     ],
 )
 def test_bad_construction(kwargs: dict, error: type, match: str) -> None:

@@ -10,8 +10,6 @@ the collector kills the remaining actors.
 from __future__ import annotations
 
 import contextlib
-import math
-import numbers
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +20,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from marlkit._utils import check_int, import_optional
+from marlkit._utils import check_int, check_real, import_optional
 from marlkit.collectors._base import (
     CollectorBase,
     Policy,
@@ -98,16 +96,6 @@ class _RemoteCollector:
         if self._collector is not None:
             self._collector.shutdown()
         self._env.close()
-
-
-def _check_positive(name: str, value: object, *, allow_zero: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}: {value!r}")
-    number = float(value)
-    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return number
 
 
 class RayCollector(CollectorBase):
@@ -237,10 +225,8 @@ class RayCollector(CollectorBase):
             "storing_device": _device(storing_device, "storing_device"),
             "exploration": exploration,
         }
-        self.num_cpus_per_actor = _check_positive(
-            "num_cpus_per_actor", num_cpus_per_actor, allow_zero=True
-        )
-        self.timeout = _check_positive("timeout", timeout, allow_zero=False)
+        self.num_cpus_per_actor = check_real("num_cpus_per_actor", num_cpus_per_actor, strict=False)
+        self.timeout = check_real("timeout", timeout)
         if ray_init_kwargs is not None and not isinstance(ray_init_kwargs, Mapping):
             raise TypeError(
                 f"ray_init_kwargs must be a mapping or None, got {type(ray_init_kwargs).__name__}"
