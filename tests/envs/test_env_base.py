@@ -661,3 +661,20 @@ def test_closing_a_transformed_env_closes_the_inner_one_and_vice_versa(point_mas
     inner.close()
     with pytest.raises(RuntimeError, match="PointMassEnv is closed"):
         env.rollout(2)
+
+
+def test_an_env_pickles_after_use_and_the_copy_steps_alike(nav, td_equal):
+    import pickle
+
+    env = nav()
+    env.set_seed(0)
+    _, root = env.step_and_maybe_reset(env.rand_action(env.reset()))  # caches step_mdp
+    copy = pickle.loads(pickle.dumps(env))
+    a, b = env.rollout(3, tensordict=root), copy.rollout(3, tensordict=root.clone())
+    td_equal(a, b)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
+def test_an_unavailable_device_is_named(nav):
+    with pytest.raises(ValueError, match="device 'cuda' is not available here"):
+        nav(device="cuda")

@@ -136,3 +136,25 @@ def test_a_set_seed_that_does_not_advance_is_refused() -> None:
 
     with pytest.raises(RuntimeError, match=r"_set_seed\(4\) returned 4"):
         _Stuck(num_envs=2).set_seed(4)
+
+
+def test_seeds_are_checked_before_anything_is_seeded() -> None:
+    import numpy as np
+
+    env = marlkit.make("navigation", num_envs=2, seed=0)
+    rng = env._rng.get_state().clone()
+    with pytest.raises(ValueError, match=r"seed must be an int in \[-2\*\*63, 2\*\*63\), got 1844"):
+        env.set_seed(2**64)
+    with pytest.raises(TypeError, match="seed must be an int, got float"):
+        env.set_seed(1.0)
+    assert torch.equal(env._rng.get_state(), rng)
+    # a seed the simulator refuses (VMAS: [0, 2**32)) leaves the action generator alone too
+    vmas = marlkit.make("vmas/balance", num_envs=2, seed=0)
+    rng = vmas._rng.get_state().clone()
+    with pytest.raises(ValueError, match="VMAS seeds must be in"):
+        vmas.set_seed(-1)
+    assert torch.equal(vmas._rng.get_state(), rng)
+    # NumPy integers are ints: the same rollout as the Python int
+    a = marlkit.make("navigation", num_envs=2, seed=np.int64(3)).rollout(4)
+    b = marlkit.make("navigation", num_envs=2, seed=3).rollout(4)
+    assert torch.equal(a["next", OBS], b["next", OBS])

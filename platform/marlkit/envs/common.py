@@ -43,6 +43,7 @@ specs):
 from __future__ import annotations
 
 import abc
+import numbers
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -117,7 +118,10 @@ class EnvBase(abc.ABC):
             raise ValueError(f"device {device!r} is not a torch device: {err}") from None
         self.validate_actions = validate_actions
         self.group_map: dict[str, list[str]] = {}
-        self._rng = torch.Generator(device=self._device)
+        try:
+            self._rng = torch.Generator(device=self._device)
+        except RuntimeError as err:  # e.g. "cuda" with a CPU-only torch
+            raise ValueError(f"device {device!r} is not available here: {err}") from None
         self._rng.seed()
         self._closed = False
         self._specs: dict[str, Composite] = {
@@ -177,6 +181,12 @@ class EnvBase(abc.ABC):
         lambda self, spec: self._set_spec("done", spec),
         doc="Done flags: root ``[*B, 1]`` and per group ``[*B, n, 1]``, all bool.",
     )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The cache holds closures (step_mdp's), which do not pickle; it is rebuilt on demand.
+        state = self.__dict__.copy()
+        state["_cache"] = {}
+        return state
 
     def _cached(self, name: str, build: Callable[[], Any]) -> Any:
         value = self._cache.get(name)
@@ -516,10 +526,13 @@ class EnvBase(abc.ABC):
             built alongside with it, and no two instances share a seed.
         """
         self._check_open()
-        if isinstance(seed, bool) or not isinstance(seed, int):
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        seed = int(seed)
+        if not -(2**63) <= seed < 2**63:  # what torch's generators take, with room for offsets
+            raise ValueError(f"seed must be an int in [-2**63, 2**63), got {seed}")
+        following = self._set_seed(seed)  # first: a simulator refusing the seed changes nothing
         self._rng.manual_seed(seed)
-        following = self._set_seed(seed)
         following = seed + 1 if following is None else int(following)
         if following <= seed:
             raise RuntimeError(
