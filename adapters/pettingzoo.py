@@ -60,6 +60,7 @@ from marlkit.adapters._dict_env import (
     StepView,
 )
 from marlkit.data.group_map import GroupMapLike
+from marlkit.envs.registry import UnknownEnvError
 
 __all__ = [
     "ACTING",
@@ -138,7 +139,7 @@ def _import_scenario(name: str) -> ModuleType:
                 f"installed ({err})"
             ) from err
         hint = did_you_mean(name, _SCENARIOS, n=3, cutoff=0.6)
-        raise KeyError(
+        raise UnknownEnvError(
             f"no PettingZoo env module {name!r}.{hint} Known here: {', '.join(list_scenarios())}"
         ) from None
 
@@ -299,7 +300,9 @@ def _constructor(module: ModuleType, api: Api) -> tuple[str, Callable[..., Any]]
     attr = "parallel_env" if api in ("auto", "parallel") and has_parallel else "env"
     build = getattr(module, attr, None)
     if not callable(build):
-        raise KeyError(f"{module.__name__} is not a PettingZoo env module (no env/parallel_env)")
+        raise UnknownEnvError(
+            f"{module.__name__} is not a PettingZoo env module (no env/parallel_env)"
+        )
     return attr, build
 
 
@@ -325,7 +328,7 @@ def accepted_kwargs(scenario: str) -> list[str] | None:
     (it takes ``**kwargs`` and its module has no ``raw_env`` that says more).
 
     Raises:
-        KeyError: no such module.
+        UnknownEnvError: no such module (a ``KeyError``).
     """
     module = _import_scenario(scenario)
     names = _constructor_kwargs(module, _constructor(module, "auto")[1])
@@ -356,7 +359,8 @@ def make_env(
         others: see :class:`PettingZooEnv`.
 
     Raises:
-        KeyError: no such module (the message lists the known scenarios).
+        UnknownEnvError: no such module (a ``KeyError``; the message lists the known
+            scenarios).
         ValueError: ``api="parallel"`` for an env that only has an AEC version.
         TypeError: a keyword that neither this function nor the constructor takes (the message
             suggests the closest ones and lists them all).

@@ -183,3 +183,21 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
         return missing
 
     assert undocumented(_parser(), "marlkit") == []
+
+
+def test_user_mistakes_are_one_line_and_status_2(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "a_file").write_text("")
+    blocked = str(tmp_path / "a_file" / "out")  # a folder inside a file: cannot be made
+    cases = [
+        (["run", "pettingzoo/nope", "--steps", "2"], "no PettingZoo env module 'nope'"),
+        (["run", "navigation", "--env-arg", "seed=3"], "use --seed"),
+        (["run", "navigation", "--steps", "2", "--out", blocked], "File exists"),
+        (["demo", "--steps", "2", "--out", blocked], "File exists"),
+    ]
+    for argv, message in cases:
+        assert main([*argv, "--no-progress"]) == 2, argv
+        captured = capsys.readouterr()
+        assert captured.err.startswith("marlkit: error: ") and message in captured.err, argv
+        assert "env-steps/s" not in captured.out, argv  # refused before running

@@ -169,6 +169,8 @@ def _write_summary(summary: RunSummary, out: pathlib.Path) -> pathlib.Path:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.out:  # an unwritable --out fails now, not after the run
+        pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
     summary = run_random(
         args.env,
         steps=args.steps,
@@ -290,10 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_positive_flags(args, ("agents", "envs", "steps", "max_episode_steps"))
         return int(args.func(args))
-    except UnknownEnvError as err:
-        print(f"marlkit: error: {err}", file=sys.stderr)
-        return 2
-    except (ValueError, TypeError, ImportError) as err:
+    # UnknownEnvError (a KeyError), bad values, a missing extra, an --out that cannot be
+    # written (OSError): one line, status 2
+    except (UnknownEnvError, ValueError, TypeError, ImportError, OSError) as err:
         print(f"marlkit: error: {err}", file=sys.stderr)
         return 2
 

@@ -145,7 +145,7 @@ def test_fixed_envs_variant_and_torch_backend() -> None:
     assert data["ratios"] == [{"agents": 2, "envs": 5}, {"agents": 3, "envs": 5}]  # no native
 
 
-def test_budget_skips_a_vmas_cell_and_its_larger_cells() -> None:
+def test_budget_skips_a_vmas_cell_and_its_larger_cells(tmp_path: pathlib.Path) -> None:
     config = ScalingConfig(
         agents=(2, 4, 8),
         total_agents=16,
@@ -168,6 +168,8 @@ def test_budget_skips_a_vmas_cell_and_its_larger_cells() -> None:
     assert "[4] vmas 4x4: not run: the 2-agent cell" in table
     assert "native >= 10x VMAS at 4 agents: not measured (native 4x4 skipped: not run" in table
     assert all(r["native_over_vmas"] is None for r in report.ratios())
+    # nothing measured: the plot still draws (no log axis without a positive point)
+    check_png(plot_scaling(report.to_dict(), tmp_path / "none.png"))
 
 
 def test_estimate_over_budget_skips_with_a_one_step_estimate(tmp_path: pathlib.Path) -> None:

@@ -133,6 +133,11 @@ def build(env):
 def too_strong(env):
     return lambda td: td.set(("agents", "action"), td["agents", "observation"][..., :2] * 0 + 5)
 
+def crashing(env):
+    def policy(td):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied\\n(more lines)")
+    return policy
+
 NOT_CALLABLE = 3
 """
 
@@ -192,6 +197,34 @@ def test_policy_with_bad_actions_keeps_the_frames(
     assert read_video(out).shape[0] == 1  # the reset frame
 
 
+def test_a_policy_that_raises_is_named_and_its_frames_kept(
+    tmp_path: pathlib.Path, policy_module: str, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "crash.mp4"
+    argv = ["record", "navigation", "--policy", f"{policy_module}:crashing", "--steps", "3"]
+    assert main([*argv, "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"marlkit record: error: --policy '{policy_module}:crashing' failed on the env's data: "
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied\n"
+    )
+    assert f"the frames recorded before the error are in {out}" in err
+    assert read_video(out).shape[0] == 1
+
+
+def test_an_error_does_not_claim_an_earlier_video(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "old.gif"
+    argv = ["record", "navigation", "--steps", "2", "--env-arg", "render_size=16", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 0
+    before = out.read_bytes()
+    assert main([*argv, "--envs", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--envs must be >= 1" in err and "frames recorded before" not in err
+    assert out.read_bytes() == before
+
+
 def test_bad_inputs_exit_2(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -217,7 +250,11 @@ def test_bad_inputs_exit_2(
         (["navigation", "--out", mp4, "--agents", "0"], "--agents must be >= 1, got 0"),
         (["predator_prey", "--out", mp4, "--agents", "3"], "counts are: n_predators, n_prey"),
         (["navigation", "--out", mp4, "--envs", "65", "--tile"], "at most 64"),
+        (["navigation", "--out", mp4, "--env-arg", "seed=3"], "use --seed"),
+        (["pettingzoo/nope", "--out", mp4], "no PettingZoo env module 'nope'"),
+        (["navigation", "--out", str(tmp_path / "a_file" / "x.mp4")], "File exists"),
     ]
+    (tmp_path / "a_file").write_text("")
     for args, message in cases:
         assert main(["record", *args, "--no-progress"]) == 2, args
         err = capsys.readouterr().err

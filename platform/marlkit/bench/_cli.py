@@ -191,14 +191,15 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         isolate=args.isolate,
         startup_allowance_s=args.startup_allowance,
     )
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the run
     report = run_scaling(config, progress=not args.no_progress)
-    paths = report.write(pathlib.Path(args.out), plot=not args.no_plot)
+    print(report.table(), file=sys.stderr if args.json else sys.stdout)
+    paths = report.write(out, plot=not args.no_plot)
     written = ", ".join(str(p) for p in paths.values())
     if args.json:
-        print(report.table(), file=sys.stderr)
         print(f"written: {written}", file=sys.stderr)
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        print(report.table())
         print(f"written: {written}")
     return 0

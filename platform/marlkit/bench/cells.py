@@ -320,7 +320,7 @@ def measure_cell(
         result = CellResult.for_spec(spec, setup_s=setup_s, info=dict(stepper.info))
         if setup_s > budget:
             result.status = "skipped"
-            result.reason = f"construction took {setup_s:.1f} s, over the {budget:g} s budget"
+            result.reason = f"construction took {setup_s:.2g} s, over the {budget:g} s budget"
             return result
         probe = time.perf_counter()
         stepper.step()

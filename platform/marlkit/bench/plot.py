@@ -71,7 +71,18 @@ def _throughput_panel(ax: Any, data: dict[str, Any]) -> None:
                 label=f"{backend}: skipped, estimated from one step",
             )
     _agents_axis(ax, data["agents"])
-    ax.set_yscale("log")
+    measured = any(c["status"] == "ok" or c["estimated_agent_steps_per_s"] for c in data["cells"])
+    if measured:  # a log axis with no positive point cannot be drawn
+        ax.set_yscale("log")
+    else:
+        ax.text(
+            0.5,
+            0.5,
+            "every cell skipped (reasons in the JSON and the table)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_ylabel("agent-steps/s")
     ax.set_title("throughput")
     ax.grid(True, which="both", alpha=0.3)

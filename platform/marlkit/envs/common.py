@@ -121,7 +121,8 @@ class EnvBase(abc.ABC):
         try:
             self._rng = torch.Generator(device=self._device)
         except RuntimeError as err:  # e.g. "cuda" with a CPU-only torch
-            raise ValueError(f"device {device!r} is not available here: {err}") from None
+            reason = str(err).split(". ")[0]  # torch goes on for a paragraph
+            raise ValueError(f"device {device!r} is not available here: {reason}") from None
         self._rng.seed()
         self._closed = False
         self._specs: dict[str, Composite] = {

@@ -95,6 +95,8 @@ def flag_env_kwargs(
         except ValueError as err:
             raise RecordError(f"--agents: {err}; --env-arg KEY=VALUE sets any of them") from None
     extra = parse_env_args(env_args)
+    if "seed" in extra:  # the commands seed the env (and the random actions) with --seed
+        raise RecordError("--env-arg seed=...: use --seed, which also seeds the random actions")
     clash = sorted(set(extra) & set(kwargs))
     if clash:
         raise RecordError(f"--env-arg repeats {clash}, already set by their own flags")
@@ -256,7 +258,7 @@ def run_record(args: argparse.Namespace) -> int:
         torch.manual_seed(args.seed)
     env = _make_env(args)
     try:
-        policy = load_policy(args.policy, env) if args.policy else None
+        policy = _Reported(load_policy(args.policy, env), args.policy) if args.policy else None
         indices, tile = _indices(args, env)
     except BaseException:
         env.close()
@@ -307,14 +309,39 @@ def demo_video(
         )
 
 
+class _Reported:
+    """A ``--policy`` whose failures (a shape its module was not made for, ...) are a
+    :class:`RecordError` that names it: one line and status 2, as any user mistake."""
+
+    def __init__(self, policy: Policy, spec: str):
+        self.policy, self.spec = policy, spec
+
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        try:
+            return self.policy(tensordict)
+        except RecordError:
+            raise
+        except Exception as err:
+            text = str(err).strip()
+            first = text.splitlines()[0] if text else ""
+            raise RecordError(
+                f"--policy {self.spec!r} failed on the env's data: {type(err).__name__}: {first}"
+            ) from err
+
+
+def _mtime(path: pathlib.Path) -> int | None:
+    return path.stat().st_mtime_ns if path.is_file() else None
+
+
 def _cmd(args: argparse.Namespace) -> int:
+    out = pathlib.Path(args.out)
+    before = _mtime(out)  # a video left by an earlier run is not this run's frames
     try:
         return run_record(args)
-    except (KeyError, ValueError, TypeError, ImportError, IndexError) as err:
+    except (KeyError, ValueError, TypeError, ImportError, IndexError, OSError) as err:
         message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
         print(f"marlkit record: error: {message}", file=sys.stderr)
-        out = pathlib.Path(args.out)
-        if out.is_file():  # the rollout failed midway: the frames before it are kept
+        if _mtime(out) not in (None, before):  # the rollout failed midway: frames are kept
             print(
                 f"marlkit record: the frames recorded before the error are in {out}",
                 file=sys.stderr,
