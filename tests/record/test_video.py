@@ -88,6 +88,14 @@ def test_mp4_pads_odd_sizes_to_even(tmp_path: pathlib.Path) -> None:
     assert int(back[0, 47, 10, 0]) > int(back[0, 46, 10, 0]) + 60 and back[0, 47, 10, 2] < 60
 
 
+def test_gif_rates_above_50_fps_are_written_at_50_with_a_warning(tmp_path: pathlib.Path) -> None:
+    with pytest.warns(UserWarning, match="GIFs play at most 50 frames per second"):
+        video = GIFWriter(tmp_path / "fast.gif", fps=150)
+    with video:
+        video.extend(ramp(8, 8, 3))
+    assert read_video(tmp_path / "fast.gif")[1]["duration"] == 20  # not 0: shown at 100 ms
+
+
 def test_writer_accepts_torch_frames(tmp_path: pathlib.Path) -> None:
     with GIFWriter(tmp_path / "t.gif", fps=20) as video:
         for frame in ramp(16, 16, 3):

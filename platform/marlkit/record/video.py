@@ -56,6 +56,8 @@ X264Preset = Literal[
 _X264_PRESETS: tuple[str, ...] = get_args(X264Preset)
 _SUFFIXES: dict[str, VideoFormat] = {".mp4": "mp4", ".gif": "gif"}
 _logger = get_logger("record")
+#: The shortest GIF frame delay that players honour (browsers show 0 and 10 ms as 100 ms).
+_GIF_MIN_DELAY_MS = 20.0
 
 
 def video_format(path: str | os.PathLike[str]) -> VideoFormat:
@@ -290,8 +292,10 @@ def _write_gif(
 ) -> None:
     if not frames:
         return
-    # GIF delays are in 10 ms units; Pillow takes milliseconds per frame.
-    imwrite(path, np.stack(frames), extension=".gif", duration=1000.0 / fps, loop=0)
+    # GIF delays are in 10 ms units; Pillow takes milliseconds per frame. Delays under 20 ms
+    # (fps above 50) are shown at 100 ms by browsers, hence the floor (see GIFWriter).
+    delay = max(1000.0 / fps, _GIF_MIN_DELAY_MS)
+    imwrite(path, np.stack(frames), extension=".gif", duration=delay, loop=0)
 
 
 class GIFWriter(VideoWriter):
@@ -299,7 +303,9 @@ class GIFWriter(VideoWriter):
 
     Args:
         path: a ``.gif`` file.
-        fps: frames per second (GIF delays are rounded to 10 ms).
+        fps: frames per second (GIF delays are rounded to 10 ms). GIFs play at most 50 frames
+            per second: browsers slow delays under 20 ms to 100 ms, so a higher ``fps`` is
+            written as 50, with a warning (use ``.mp4`` for more).
         max_frames: refuse frames beyond this many (they are held in memory until
             :meth:`close`); ``None`` for no limit.
     """
@@ -315,6 +321,14 @@ class GIFWriter(VideoWriter):
         ):
             raise ValueError(f"max_frames must be an int >= 1 or None, got {max_frames!r}")
         self.max_frames = max_frames
+        if self.fps > 1000.0 / _GIF_MIN_DELAY_MS:
+            warnings.warn(
+                f"GIFs play at most {1000.0 / _GIF_MIN_DELAY_MS:g} frames per second (browsers "
+                f"slow shorter delays to 100 ms): {str(self.path)!r} is written at that rate, "
+                f"not {self.fps:g}; write an .mp4 for a higher rate",
+                UserWarning,
+                stacklevel=2,
+            )
         self._iio = import_optional("imageio.v3", extra="video", purpose="GIF videos")
         self._frames: list[NDArray[np.uint8]] = []
 
