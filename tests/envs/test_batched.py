@@ -14,12 +14,14 @@ import threading
 import cloudpickle
 import pytest
 import torch
+from tensordict import TensorDict
 
 import marlkit
 from marlkit.envs import (
     EnvBase,
     InvalidActionError,
     ParallelEnv,
+    RewardSum,
     SerialEnv,
     StepCounter,
     TransformedEnv,
@@ -368,5 +370,58 @@ def test_validate_actions_is_settable_on_batched_envs(cls: type) -> None:
         env.validate_actions = True
         with pytest.raises(InvalidActionError, match=r"out of bounds|outside"):
             env.step(td)
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------------- transforms inside workers
+def _counted(**kwargs) -> EnvBase:  # type: ignore[no-untyped-def]
+    """Navigation with transforms that carry entries from step to step, for the workers."""
+    return TransformedEnv(marlkit.make(**NAV, **kwargs), [StepCounter(10), RewardSum()])
+
+
+CARRIED = ["step_count", ("agents", "episode_reward")]
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
+def test_partial_resets_keep_the_carried_entries_of_every_env_not_reset(cls: type) -> None:
+    # The regressions: SerialEnv zeroed the counts of every worker for an input with only the
+    # mask, ParallelEnv read the previous step's counts left in its input buffer; now the last
+    # step's TensorDict keeps them, and a mask alone is refused, the same way by both.
+    env = cls(2, _counted)
+    try:
+        env.set_seed(0)
+        td = env.reset()
+        for _ in range(2):
+            _, td = env.step_and_maybe_reset(env.rand_action(td))
+        mask = torch.zeros(2, 3, 1, dtype=torch.bool)
+        mask[0, 0] = True
+        error = KeyError if cls is SerialEnv else WorkerError
+        with pytest.raises(error, match="StepCounter: the input of a partial reset has no"):
+            env.reset(TensorDict({"_reset": mask}, batch_size=[2, 3]))
+        td["_reset"] = mask
+        out = env.reset(td)
+        keep = ~mask.squeeze(-1)
+        for key in CARRIED:
+            assert torch.equal(out[key][keep], td[key][keep]), key
+            assert not out[key][0, 0].any(), key
+        assert out["step_count"].flatten().tolist() == [0, 2, 2, 2, 2, 2]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
+def test_a_worker_never_reads_what_the_input_lacks(cls: type) -> None:
+    # ParallelEnv's workers read their input from a shared buffer: a key absent from this call's
+    # input held the previous call's value there, and a step went on from a stale count.
+    env = cls(2, _counted)
+    try:
+        td = env.rand_action(env.reset())
+        env.step(td)
+        error = KeyError if cls is SerialEnv else WorkerError
+        with pytest.raises(error, match="StepCounter: the step input has no 'step_count'"):
+            env.step(td.exclude("step_count"))
+        with pytest.raises(error, match=r"RewardSum: the step input has no \('agents', 'episode"):
+            env.step(td.exclude(("agents", "episode_reward")))
     finally:
         env.close()

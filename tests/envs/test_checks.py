@@ -188,6 +188,10 @@ def test_transformed_env_is_checked_against_its_own_specs(point_mass_cls):
     class BadCounter(StepCounter):
         """Writes the step count as int32 while declaring int64."""
 
+        def inv(self, tensordict):  # reads its own int32 back (the input check wants int64)
+            count = tensordict.get(self.step_count_key).long()
+            return super().inv(tensordict.clone(False).set(self.step_count_key, count))
+
         def step(self, tensordict, next_tensordict):
             next_tensordict = super().step(tensordict, next_tensordict)
             count = next_tensordict.get(self.step_count_key)

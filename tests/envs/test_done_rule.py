@@ -368,3 +368,70 @@ def test_the_rule_matches_a_plain_loop_on_random_flags(host: bool, seed: int) ->
             truncated,
             terminated,
         )
+
+
+class _DoneOnly(EnvBase):
+    """One group of two agents that declares only "done" (its terminations, by the done rule):
+    agent i ends when its position passes 2 (actions add to it); with ``truncated``, the group
+    also declares and reports "truncated" (always false)."""
+
+    def __init__(self, truncated: bool = False):
+        super().__init__(batch_size=(2,))
+        self.group_map = {"agents": ["a0", "a1"]}
+        b = (2,)
+        self.observation_spec = Composite(agents=_group(observation=Unbounded((*b, 2, 1))), shape=b)
+        self.action_spec = Composite(agents=_group(action=Unbounded((*b, 2, 1))), shape=b)
+        self.reward_spec = make_reward_spec(b, {"agents": 2})
+        keys = ("done", "truncated") if truncated else ("done",)
+        self.done_spec = make_done_spec(b, {"agents": 2}, keys=keys)
+        self.truncated = truncated
+        self.x = torch.zeros(2, 2, 1)
+
+    def _reset(self, tensordict, env_mask):  # type: ignore[no-untyped-def]
+        if env_mask is None:
+            self.x.zero_()
+        else:
+            self.x[env_mask] = 0
+        return TensorDict({"agents": {"observation": self.x.clone()}}, (2,))
+
+    def _step(self, tensordict):  # type: ignore[no-untyped-def]
+        self.x = self.x + tensordict["agents", "action"]
+        agents = {"observation": self.x.clone(), "reward": torch.zeros(2, 2, 1)}
+        agents["done"] = self.x > 2
+        if self.truncated:  # never a truncation here
+            agents["truncated"] = torch.zeros(2, 2, 1, dtype=torch.bool)
+        return TensorDict({"agents": agents}, (2,))
+
+    def _set_seed(self, seed: int) -> None:
+        pass
+
+
+def _moves(*per_agent: float):  # type: ignore[no-untyped-def]
+    step = torch.tensor(per_agent).reshape(1, 2, 1).expand(2, 2, 1)
+    return lambda td: td.set(("agents", "action"), step.clone())
+
+
+@pytest.mark.parametrize("limit", [None, 10, 3])
+def test_a_done_only_group_keeps_its_terminations_under_a_step_counter(limit) -> None:
+    # The regression: StepCounter added "truncated" beside "done", and the rule then read the
+    # missing "terminated" as false: the simulator's done flags vanished, or came out as
+    # truncations. limit=3 ends both agents on the limit's step: a termination.
+    env = TransformedEnv(_DoneOnly(), StepCounter(limit))
+    out = env.rollout(4, _moves(1.0, 0.0), break_when_any_done=False)["next"]
+    done = out["agents", "done"][0, :3, :, 0].tolist()
+    assert done[:2] == [[False, False], [False, False]] and done[2][0]  # agent 0 at step 3
+    assert not out["agents", "truncated"][:, :3, 0].any()  # a termination, not a truncation
+    if limit == 3:  # the limit truncates agent 1 at step 3: the episode is cut short
+        assert out["agents", "truncated"][:, 2, 1].all() and out["truncated"][:, 2].all()
+    else:
+        assert not out["done"][:, :3].any() and not done[2][1]  # agent 1 still playing
+    out = env.rollout(3, _moves(1.0, 1.0), break_when_any_done=False)["next"]
+    assert out["done"][:, 2].all() and not out["truncated"].any()  # every agent terminated
+    assert not out["agents", "truncated"].any()
+
+
+def test_done_without_terminated_is_a_termination_where_it_is_not_a_truncation() -> None:
+    env = _DoneOnly(truncated=True)  # done and truncated, no terminated: done is terminations
+    out = env.rollout(3, _moves(1.0, 1.0))["next"]
+    assert out["agents", "done"][:, 2].all() and not out["agents", "truncated"].any()
+    assert out["done"][:, 2].all() and not out["truncated"].any()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
@@ -485,9 +485,10 @@ def test_transform_argument_forms(nav):
     env = TransformedEnv(nav(), [counter, summer])
     assert isinstance(env.transform, Compose) and list(env.transform) == [counter, summer]
     assert len(env.transform) == 2 and env.transform[1] is summer
-    single = TransformedEnv(nav(), counter)
-    assert isinstance(single.transform, Compose) and single.transform[0] is counter
-    compose = Compose(counter)
+    other = StepCounter(3)  # a transform belongs to one env
+    single = TransformedEnv(nav(), other)
+    assert isinstance(single.transform, Compose) and single.transform[0] is other
+    compose = Compose(StepCounter(3))
     assert TransformedEnv(nav(), compose).transform is compose
     assert "StepCounter(max_steps=3)" in repr(env)
 
@@ -629,3 +630,170 @@ def test_wrapped_seeded_env_replays_the_same_rollout(nav, td_equal):
     first = env.rollout(8, break_when_any_done=False)
     env.set_seed(2)
     td_equal(first, env.rollout(8, break_when_any_done=False))
+
+
+# --------------------------------------------------------------------------- carried entries
+
+CARRIED = {
+    "StepCounter": (lambda: StepCounter(10), "step_count"),
+    "RewardSum": (RewardSum, ("agents", "episode_reward")),
+    "InitTracker": (InitTracker, ("agents", "is_init")),
+}
+
+
+@pytest.mark.parametrize("name", list(CARRIED))
+def test_a_partial_reset_without_the_carried_entries_is_refused(nav, name):
+    # Guessing them (zeros, as before) silently restarted the episodes of the envs kept running.
+    make, key = CARRIED[name]
+    env = TransformedEnv(nav(num_envs=2), make())
+    td = _advance(env, 3)
+    mask = torch.tensor([[True], [False]])
+    pattern = f"{name}: the input of a partial reset has no {re.escape(repr(key))}.*last step's"
+    with pytest.raises(KeyError, match=pattern):
+        env.reset(TensorDict({"_reset": mask}, batch_size=[2]))
+    with pytest.raises(KeyError, match=pattern):  # rollout(tensordict=...) resets with it
+        env.rollout(3, tensordict=TensorDict({"_reset": mask}, batch_size=[2]))
+    td["_reset"] = mask  # the last step's TensorDict: the env kept running keeps its entry
+    out = env.reset(td)
+    assert torch.equal(out[key][1], td[key][1])
+
+
+def test_a_rollout_continued_from_a_partial_reset_keeps_counting(nav):
+    env = TransformedEnv(nav(num_envs=2), [StepCounter(5), RewardSum()])
+    first = env.rollout(3)
+    root = env._step_mdp(first[:, -1])
+    root["_reset"] = torch.tensor([[True], [False]])
+    out = env.rollout(5, tensordict=root, break_when_any_done=False)
+    assert out["next", "step_count"][1, :2, 0].tolist() == [4, 5]  # truncated on time
+    assert out["next", "truncated"][1, :, 0].tolist() == [False, True, False, False, False]
+    assert out["next", "step_count"][0, :, 0].tolist() == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("step_count", torch.zeros(3, 1), r"dtype float32 != spec dtype int64"),
+        ("step_count", torch.zeros(3, dtype=torch.long), r"shape \[3\] != spec shape \[3, 1\]"),
+        (("agents", "episode_reward"), torch.zeros(3, 3), r"shape \[3, 3\] != spec shape"),
+        (("agents", "episode_reward"), torch.zeros(3, 3, 2), r"shape \[3, 3, 2\] != spec shape"),
+    ],
+)
+def test_carried_entries_that_do_not_fit_their_spec_are_refused(nav, key, value, reason):
+    env = TransformedEnv(nav(num_envs=3), [StepCounter(5), RewardSum()])
+    td = env.rand_action(env.reset())
+    td[key] = value
+    inner = env.base_env
+    pos = inner._pos.clone()
+    owner = "StepCounter" if key == "step_count" else "RewardSum"
+    with pytest.raises(ValueError, match=f"{owner}: the input's {re.escape(repr(key))} .*{reason}"):
+        env.step(td)
+    assert torch.equal(inner._pos, pos)  # refused before the simulator ran
+    td = _advance(env, 1)
+    td[key] = value
+    td["_reset"] = torch.tensor([[True], [False], [False]])
+    with pytest.raises(ValueError, match=f"{owner}: the input's {re.escape(repr(key))}"):
+        env.reset(td)
+
+
+def test_reward_sum_without_its_sums_in_the_step_input_is_refused(nav):
+    env = TransformedEnv(nav(num_envs=2), RewardSum())
+    td = env.rand_action(env.reset()).exclude(("agents", "episode_reward"))
+    with pytest.raises(KeyError, match=r"RewardSum: the step input has no \('agents', 'episode"):
+        env.step(td)
+
+
+def test_reward_sum_sums_what_a_later_transform_renamed(nav):
+    # Each transform reads the input under its own names: the sums renamed after RewardSum are
+    # mapped back for it (they restarted at every step before).
+    env = TransformedEnv(
+        nav(num_envs=2),
+        [RewardSum(), RenameKeys([("agents", "episode_reward")], [("agents", "ret")])],
+    )
+    r = env.rollout(4, break_when_any_done=False)
+    expected = r["next", "agents", "reward"].cumsum(1)
+    assert torch.allclose(r["next", "agents", "ret"], expected)
+    check_env_specs(env)
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+@pytest.mark.parametrize(
+    "out_key", [("agents", "observation"), ("agents", "reward"), ("agents", "done"), "step_count"]
+)
+def test_reward_sum_refuses_out_keys_that_exist(nav, out_key):
+    with pytest.raises(
+        ValueError, match=rf"RewardSum: the out_key {re.escape(repr(out_key))} already exists"
+    ):
+        TransformedEnv(
+            nav(),
+            [StepCounter(5), RewardSum(in_keys=[("agents", "reward")], out_keys=[out_key])],
+        )
+
+
+def test_reward_sum_twice_on_one_reward_is_refused(nav):
+    with pytest.raises(ValueError, match="episode_reward'\\) already exists"):
+        TransformedEnv(nav(), [RewardSum(), RewardSum()])
+
+
+def test_a_single_key_where_a_list_is_expected_is_named():
+    with pytest.raises(TypeError, match=r"RewardSum: in_keys takes a list of keys, got the single"):
+        RewardSum(in_keys=("agents", "reward"))
+    with pytest.raises(TypeError, match=r"RenameKeys: in_keys takes a list of keys.*'obs'"):
+        RenameKeys("obs", "ob")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"DoubleToFloat: in_keys takes a list of keys"):
+        DoubleToFloat(("agents", "observation"))
+    with pytest.raises(TypeError, match="step_count_key must be a str or a tuple of strs, got 3"):
+        StepCounter(5, step_count_key=3)  # type: ignore[arg-type]
+
+
+def test_a_transform_belongs_to_one_env(nav):
+    counter = StepCounter(5)
+    first = TransformedEnv(nav(num_envs=4), counter)
+    with pytest.raises(
+        RuntimeError, match=r"StepCounter\(max_steps=5\) is already attached.*clone"
+    ):
+        TransformedEnv(nav(num_envs=2), counter)
+    with pytest.raises(RuntimeError, match="already attached to another env"):
+        TransformedEnv(nav(num_envs=2), StepCounter(3)).append_transform(counter)
+    with pytest.raises(ValueError, match="appears twice"):
+        TransformedEnv(nav(num_envs=2), [RewardSum(in_keys=[("agents", "reward")])] * 2)
+    assert first.reset()["step_count"].shape == (4, 1)  # the first env is intact
+    assert first.rollout(6)["next", "truncated"][:, -1].all()
+    copy = counter.clone()
+    assert copy.parent is None and copy.max_steps == 5
+    second = TransformedEnv(nav(num_envs=2), copy)
+    assert second.reset()["step_count"].shape == (2, 1)
+    composed = TransformedEnv(nav(num_envs=2), first.transform.clone())
+    assert composed.rollout(6)["next", "truncated"][:, -1].all()
+
+
+# --------------------------------------------------------------------------- masked actions
+
+
+def _tictactoe() -> EnvBase:
+    pytest.importorskip("pettingzoo")
+    return marlkit.make("pettingzoo/pettingzoo.classic.tictactoe_v3", seed=0)
+
+
+def test_rename_keys_keeps_a_masked_action_next_to_its_mask():
+    with pytest.raises(
+        ValueError,
+        match=r"cannot move the action \('agents', 'action'\) to 'act': its action mask",
+    ):
+        TransformedEnv(_tictactoe(), RenameKeys([("agents", "action")], ["act"]))
+    # Within the group the mask still guards it: random actions stay legal, illegal ones refused.
+    env = TransformedEnv(_tictactoe(), RenameKeys([("agents", "action")], [("agents", "act")]))
+    for _ in range(5):
+        env.rollout(9)
+    td = env.reset()
+    td["agents", "act"] = torch.zeros(1, 2, dtype=torch.int64)
+    td = env._step_mdp(env.step(td))
+    td["agents", "act"] = torch.zeros(1, 2, dtype=torch.int64)  # square 0 again
+    with pytest.raises(InvalidActionError, match=r"\('agents', 'act'\).*masked out by"):
+        env.step(td)
+
+
+def test_rename_keys_refuses_to_name_something_a_mask(nav):
+    with pytest.raises(ValueError, match=r"cannot touch \('agents', 'action_mask'\)"):
+        RenameKeys([("agents", "observation")], [("agents", "action_mask")])

@@ -1,6 +1,7 @@
 """The done rule of :mod:`marlkit.envs.common`, in one place, cheap on the step path.
 
-1. per agent, ``done = terminated | truncated``;
+1. per agent, ``done = terminated | truncated``; a level that gives ``done`` without
+   ``terminated`` has its done flags that are not truncations taken as terminations;
 2. root ``done``: every agent is done, or the simulator ended the episode (a root flag given),
    in which case the agents not done yet are truncated;
 3. root ``truncated``: the episode is over and an agent present at its end (its group's
@@ -173,8 +174,13 @@ def _level_flags(
     made: tuple[str, ...] = ()
     if sub is not None:
         term, trunc = ops.view(get_entry(sub, TERMINATED)), ops.view(get_entry(sub, TRUNCATED))
-        if term is None and trunc is None:  # only done: taken as the agents' terminations
-            term, made = ops.view(get_entry(sub, DONE)), (TERMINATED,)
+        if term is None:
+            # done without terminated: the agents' done flags that are not truncations are
+            # their terminations (a group that declares only done, also once StepCounter adds
+            # its truncated flags beside them)
+            done = ops.view(get_entry(sub, DONE))
+            if done is not None:
+                term, made = (done if trunc is None else done & ~trunc), (TERMINATED,)
     if term is None and trunc is None:  # a simulator that decides whole envs
         root_done, root_term, root_trunc = root
         if root_done is None and root_term is None and root_trunc is None:

@@ -9,7 +9,10 @@ same API and specs as any env: every spec gains a leading ``num_workers`` dimens
   ``__main__`` or a notebook cell work with every start method.
 * Seeds are chained: worker ``w`` is seeded with the seed worker ``w - 1`` did not use, so no two
   env instances of any nesting share a seed (see :meth:`EnvBase.set_seed`).
-* Partial resets reach only the workers whose envs are selected, each with its own mask.
+* Partial resets reach only the workers whose envs are selected, each with its own mask and
+  its part of the input; the other workers report what they last returned (their current
+  state). A worker sees only the keys the input holds: ``ParallelEnv`` tells its workers which
+  keys the input lacks, so none reads a value its shared buffer kept from an earlier call.
 * Actions are validated once, in the parent, with the workers' masking policy.
 * A worker that raises sends its exception and traceback back and the parent raises
   :class:`WorkerError` naming the worker; a worker that dies (killed, segfault) is detected while
@@ -24,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from marlkit._utils import check_int, get_logger
 from marlkit.data._fast import stack_tensordicts
@@ -223,6 +226,9 @@ class SerialEnv(_BatchedEnv):
         for i, env in enumerate(self.envs[1:], start=1):
             if _specs_of(env) != _specs_of(first):
                 raise ValueError(f"env {i} has other specs than env 0; a batch needs equal specs")
+        # Each worker's last output (reset or step): what it reports when a partial reset
+        # leaves it alone, as a ParallelEnv worker's slice of the output buffer does.
+        self._last: list[TensorDictBase | None] = [None] * num_workers
         self._reseed_if_overlapping([env.seed_range for env in self.envs])
 
     def _reset(
@@ -235,27 +241,24 @@ class SerialEnv(_BatchedEnv):
                 self._reset_worker(w, tensordict, mask)
                 for w, mask in enumerate(self._worker_masks(env_mask))
             ]
-        return stack_tensordicts(
-            [_select(out, self._reset_keys, w, "reset") for w, out in enumerate(outs)], 0
-        )
+        outs = [_select(out, self._reset_keys, w, "reset") for w, out in enumerate(outs)]
+        self._last = list(outs)
+        return stack_tensordicts(outs, 0)
 
     def _reset_worker(
         self, w: int, tensordict: TensorDictBase | None, mask: torch.Tensor | None
     ) -> TensorDictBase:
-        """Worker ``w``'s part of a partial reset: reset when selected, else its current data
-        (from the input when it holds every key, else reported by the env)."""
-        sub = tensordict[w] if tensordict is not None else None
-        if mask is None and sub is not None:
-            have = set(sub.keys(True, True))
-            if all(k in have for k in self._reset_keys):
-                return sub
+        """Worker ``w``'s part of a partial reset: reset when selected (with its part of the
+        input), else its last output (asked from the env if it has none yet)."""
+        last = self._last[w]
+        if mask is None and last is not None:
+            return last
         if mask is None:
             mask = torch.zeros(*self.sub_batch_size, 1, dtype=torch.bool, device=self.device)
-        inner = (
-            sub.select(*self._root_keys, strict=False)
-            if sub is not None
-            else self._root_spec.zero()[w]
-        )
+        if tensordict is None:  # only the mask: the worker's env refuses what it cannot guess
+            inner = TensorDict(batch_size=self.sub_batch_size, device=self.device)
+        else:
+            inner = tensordict[w].select(*self._root_keys, strict=False)
         inner.set(RESET, mask)
         return self.envs[w].reset(inner)
 
@@ -263,7 +266,9 @@ class SerialEnv(_BatchedEnv):
         outs = []
         for w, env in enumerate(self.envs):
             sub = tensordict[w].select(*self._root_keys, strict=False)
-            outs.append(_select(env.step(sub).get(NEXT), self._next_keys, w, "step"))
+            out = _select(env.step(sub).get(NEXT), self._next_keys, w, "step")
+            self._last[w] = out  # as it goes: a later worker that raises leaves these current
+            outs.append(out)
         return stack_tensordicts(outs, 0)
 
     def _set_seed(self, seed: int) -> int:
@@ -321,15 +326,21 @@ class _EnvServer:
         my_in, my_out, my_reset = self._in, self._out, self._reset_out
         if my_in is None or my_out is None or my_reset is None:
             raise RuntimeError(f"{cmd!r} before the shared buffers arrived")
-        if cmd == "step":
-            self._write(my_out, env.step(my_in.read()).get(NEXT), "step")
+        if cmd == "step":  # arg: the keys the parent's input lacked (their buffers are stale)
+            sub = my_in.read()
+            if arg:
+                sub = sub.exclude(*arg)
+            self._write(my_out, env.step(sub).get(NEXT), "step")
             return None
-        if cmd == "reset":
-            sub = None
+        if cmd == "reset":  # arg: None (reset every env), or (mask, the keys the input lacked)
+            given: TensorDictBase | None = None
             if arg is not None:
-                sub = my_in.read()
-                sub.set(RESET, arg)
-            self._write(my_reset, env.reset(sub), "reset")
+                mask, missing = arg
+                given = my_in.read()
+                if missing:
+                    given = given.exclude(*missing)
+                given.set(RESET, mask)
+            self._write(my_reset, env.reset(given), "reset")
             return None
         raise ValueError(f"unknown command {cmd!r}")
 
@@ -402,6 +413,9 @@ class ParallelEnv(_BatchedEnv):
         buffers = (self._shared_in, self._shared_out, self._next_keys, self._reset_keys)
         self._call({i: ("buffers", buffers) for i in range(num_workers)}, "start")
         self._step_calls = {w: ("step", None) for w in range(num_workers)}
+        # Workers whose slice of the output buffer holds an output (reported as they are when
+        # a partial reset leaves them alone); the others are asked, with an all-false mask.
+        self._has_output = [False] * num_workers
         self._reseed_if_overlapping([m["seed_range"] for _, m in answers])
 
     def _call(self, calls: Mapping[int, tuple[str, Any]], what: str) -> dict[int, Any]:
@@ -416,20 +430,33 @@ class ParallelEnv(_BatchedEnv):
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
-        if tensordict is not None:
-            self._inputs.write(tensordict)
-        calls: dict[int, tuple[str, torch.Tensor | None]]
+        # The keys the input lacks keep stale values in the buffer: the workers leave them out.
+        missing = self._root_keys if tensordict is None else self._inputs.write(tensordict)
+        calls: dict[int, tuple[str, Any]]
         if env_mask is None:
             calls = {w: ("reset", None) for w in range(self.num_workers)}
         else:  # only the workers with a selected env; the others' outputs are current already
-            masks = self._worker_masks(env_mask)
-            calls = {w: ("reset", m) for w, m in enumerate(masks) if m is not None}
+            calls = {}
+            for w, mask in enumerate(self._worker_masks(env_mask)):
+                if mask is None and not self._has_output[w]:
+                    mask = torch.zeros(
+                        *self.sub_batch_size, 1, dtype=torch.bool, device=self.device
+                    )
+                if mask is not None:
+                    calls[w] = ("reset", (mask, tuple(missing)))
         self._call(calls, "reset")
+        for w in calls:
+            self._has_output[w] = True
         return self._reset_outputs.read()
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._inputs.write(tensordict)  # the keys it lacks keep their last values
-        self._call(self._step_calls, "step")
+        missing = self._inputs.write(tensordict)
+        if missing:  # rare: the workers leave out what the input lacks (stale in the buffer)
+            calls = {w: ("step", tuple(missing)) for w in range(self.num_workers)}
+            self._call(calls, "step")
+        else:
+            self._call(self._step_calls, "step")
+        self._has_output = [True] * self.num_workers
         return self._outputs.read()
 
     def _set_seed(self, seed: int) -> int:

@@ -5,6 +5,11 @@ step output; transforms that rename or cast entries also map the inputs back to 
 env expects (``inv`` for a step input, ``inv_reset`` for a partial reset's input). Every
 transform updates the specs it changes, so ``check_env_specs`` holds on the transformed env.
 
+In a :class:`Compose`, each transform reads the input as the transforms after it mapped it
+back (its own names and dtypes): a ``RewardSum`` followed by a ``RenameKeys`` of its sums finds
+them under the name it wrote. A transform belongs to one env: attaching one that already has a
+parent is refused (make a new one, or :meth:`Transform.clone` it).
+
 ``TransformedEnv`` reaches its inner env through the wrapper API of
 :mod:`marlkit.envs.common` only (``_wrapped_reset``, ``_wrapped_step``, ``illegal_actions``,
 ``_rng``) and its public methods.
@@ -12,6 +17,7 @@ transform updates the specs it changes, so ``check_env_specs`` holds on the tran
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -59,6 +65,12 @@ class Transform:
         inner env is set), for transforms that need the env itself (e.g. to render it)."""
         self.parent = env
 
+    def clone(self) -> Transform:
+        """A new copy of this transform with the same settings, attached to no env."""
+        # The parent (and its simulator) is not copied: the memo maps it to None.
+        memo = {} if self.parent is None else {id(self.parent): None}
+        return copy.deepcopy(self, memo)
+
     def close(self) -> None:
         """Release what the transform holds (files, processes); called when its env closes."""
 
@@ -73,7 +85,9 @@ class Transform:
         env_mask: torch.Tensor | None,
     ) -> TensorDictBase:
         """Transform a reset output. ``tensordict`` is the reset input (may be ``None``);
-        ``env_mask`` ``[*B]`` bool selects the envs that were reset (``None`` = all)."""
+        ``env_mask`` ``[*B]`` bool selects the envs that were reset (``None`` = all). A
+        transform that carries entries keeps the input's for the envs not reset, and refuses a
+        partial reset whose input lacks them (``MissingCarriedError``) rather than guess."""
         return tensordict_reset
 
     def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
@@ -109,6 +123,9 @@ class Compose(Transform):
         for t in self.transforms:
             t.set_parent(env)
 
+    def clone(self) -> Compose:
+        return Compose(*(t.clone() for t in self.transforms))
+
     @property
     def changes_done_flags(self) -> bool:  # type: ignore[override]
         return any(t.changes_done_flags for t in self.transforms)
@@ -135,24 +152,56 @@ class Compose(Transform):
         tensordict_reset: TensorDictBase,
         env_mask: torch.Tensor | None,
     ) -> TensorDictBase:
-        for t in self.transforms:
-            tensordict_reset = t.reset(tensordict, tensordict_reset, env_mask)
-        return tensordict_reset
+        views = None if tensordict is None else self._views(tensordict, reset=True)[0]
+        return self._reset_views(views, tensordict_reset, env_mask)
 
     def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        for t in self.transforms:
-            next_tensordict = t.step(tensordict, next_tensordict)
-        return next_tensordict
+        return self._step_views(self._views(tensordict, reset=False)[0], next_tensordict)
 
     def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
-        for t in reversed(self.transforms):
-            tensordict = t.inv(tensordict)
-        return tensordict
+        return self._views(tensordict, reset=False)[1]
 
     def inv_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
-        for t in reversed(self.transforms):
-            tensordict = t.inv_reset(tensordict)
-        return tensordict
+        return self._views(tensordict, reset=True)[1]
+
+    def _views(
+        self, tensordict: TensorDictBase, *, reset: bool
+    ) -> tuple[list[TensorDictBase], TensorDictBase]:
+        """``(views, inner)``: the input as each transform reads it (mapped back by the
+        transforms after it, by ``inv_reset`` for a reset, ``inv`` for a step) and as the
+        inner env gets it (mapped back by all of them)."""
+        views: list[TensorDictBase] = [tensordict] * len(self.transforms)
+        for i in range(len(self.transforms) - 1, -1, -1):
+            views[i] = tensordict
+            t = self.transforms[i]
+            tensordict = t.inv_reset(tensordict) if reset else t.inv(tensordict)
+        return views, tensordict
+
+    def _reset_views(
+        self,
+        views: list[TensorDictBase] | None,
+        tensordict_reset: TensorDictBase,
+        env_mask: torch.Tensor | None,
+    ) -> TensorDictBase:
+        for i, t in enumerate(self.transforms):
+            tensordict_reset = t.reset(
+                None if views is None else views[i], tensordict_reset, env_mask
+            )
+        return tensordict_reset
+
+    def _step_views(
+        self, views: list[TensorDictBase], next_tensordict: TensorDictBase
+    ) -> TensorDictBase:
+        for t, view in zip(self.transforms, views):
+            next_tensordict = t.step(view, next_tensordict)
+        return next_tensordict
+
+    def _flat(self) -> list[Transform]:
+        """This Compose and every transform in it, nested Composes included."""
+        out: list[Transform] = [self]
+        for t in self.transforms:
+            out.extend(t._flat() if isinstance(t, Compose) else [t])
+        return out
 
     def append(self, transform: Transform) -> None:
         if not isinstance(transform, Transform):
@@ -219,6 +268,7 @@ class TransformedEnv(EnvBase):
             transform = Compose(*transform)
         elif not isinstance(transform, Compose):
             transform = Compose(transform)
+        _check_unattached(transform._flat())
         self.transform: Compose = transform
         self._refresh_specs()
         transform.set_parent(self)
@@ -238,6 +288,10 @@ class TransformedEnv(EnvBase):
 
     def append_transform(self, transform: Transform) -> TransformedEnv:
         """Add a transform at the end and recompute the specs; returns ``self``."""
+        if not isinstance(transform, Transform):
+            raise TypeError(f"append_transform takes a Transform, got {type(transform).__name__}")
+        flat = transform._flat() if isinstance(transform, Compose) else [transform]
+        _check_unattached([*self.transform._flat(), *flat], skip=len(self.transform._flat()))
         self.transform.append(transform)
         self._refresh_specs()
         transform.set_parent(self)
@@ -264,14 +318,16 @@ class TransformedEnv(EnvBase):
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
-        inner = None if tensordict is None else self.transform.inv_reset(tensordict)
+        views, inner = None, None
+        if tensordict is not None:
+            views, inner = self.transform._views(tensordict, reset=True)
         out = self.base_env._wrapped_reset(inner, env_mask)
-        return self.transform.reset(tensordict, out, env_mask)
+        return self.transform._reset_views(views, out, env_mask)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        inner = self.transform.inv(tensordict)
+        views, inner = self.transform._views(tensordict, reset=False)
         next_td = self.base_env._wrapped_step(inner)
-        return self.transform.step(tensordict, next_td)
+        return self.transform._step_views(views, next_td)
 
     def _apply_done_rule(
         self, next_td: TensorDictBase, tensordict: TensorDictBase | None = None
@@ -306,3 +362,23 @@ class TransformedEnv(EnvBase):
         inner = repr(self.base_env).replace("\n", "\n    ")
         transform = repr(self.transform).replace("\n", "\n    ")
         return f"TransformedEnv(\n    env={inner},\n    transform={transform})"
+
+
+def _check_unattached(transforms: list[Transform], skip: int = 0) -> None:
+    """Refuse to attach a transform that already belongs to an env (or appears twice): it keeps
+    state from its env's specs (batch size, keys), so a second env would silently break the
+    first. The first ``skip`` transforms are the env's own, already attached."""
+    seen: set[int] = set()
+    for i, t in enumerate(transforms):
+        if id(t) in seen:
+            raise ValueError(
+                f"{t!r} appears twice in the transforms; a transform holds its env's state: "
+                "make a new instance (or transform.clone()) for each place"
+            )
+        seen.add(id(t))
+        if i >= skip and t.parent is not None:  # its state, not the argument: as VideoRecorder
+            raise RuntimeError(
+                f"{t!r} is already attached to another env (a {type(t.parent).__name__}); a "
+                "transform belongs to one env (it keeps state from that env's specs): make a "
+                "new instance for this env, or pass transform.clone()"
+            )

@@ -17,13 +17,14 @@ from marlkit.data.keys import (
     IS_INIT,
     MASK,
     STEP_COUNT,
+    TERMINATED,
     TRUNCATED,
     NestedKey,
     join_key,
     key_path,
 )
 from marlkit.data.keys import unravel_key as _unravel
-from marlkit.data.specs import Bounded, Categorical, TensorSpec, Unbounded
+from marlkit.data.specs import Bounded, Categorical, TensorSpec, Unbounded, format_shape
 from marlkit.envs._spec_utils import done_levels, reshape_env_mask
 from marlkit.envs.transforms.base import EnvSpecs, Transform
 
@@ -31,6 +32,7 @@ __all__ = [
     "DoubleToFloat",
     "ExcludeKeys",
     "InitTracker",
+    "MissingCarriedError",
     "RenameKeys",
     "RewardSum",
     "StepCounter",
@@ -50,17 +52,95 @@ def _refuse_contract_leaf(transform: str, key: NestedKey) -> None:
         )
 
 
-def _keep_where_not_reset(
-    fresh: torch.Tensor,
+def _key_list(owner: str, name: str, keys: object) -> list[NestedKey]:
+    """``keys`` (a list of keys) as unravelled keys; a lone key is refused with a hint, since
+    a str or a tuple of strs would otherwise be read as a list of one-letter or root keys."""
+    if isinstance(keys, str) or (isinstance(keys, tuple) and all(isinstance(k, str) for k in keys)):
+        raise TypeError(
+            f"{owner}: {name} takes a list of keys, got the single key {keys!r}; write "
+            f"{name}=[{keys!r}]"
+        )
+    if not isinstance(keys, Sequence):
+        raise TypeError(f"{owner}: {name} takes a list of keys, got {type(keys).__name__}")
+    out = []
+    for key in keys:
+        if not (isinstance(key, str) or (isinstance(key, tuple) and key)):
+            raise TypeError(
+                f"{owner}: each of {name} must be a str or a tuple of strs, got {key!r}"
+            )
+        out.append(_unravel(key))
+    return out
+
+
+class MissingCarriedError(KeyError):
+    """An entry a transform carries from step to step (``step_count``, ``episode_reward``,
+    ``is_init``) is absent from the input that needs it."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def _missing_carried(owner: str, key: NestedKey, reset: bool) -> MissingCarriedError:
+    if reset:
+        where = "the input of a partial reset"
+        why = "the envs that are not reset keep theirs"
+    else:
+        where, why = "the step input", "the step continues from it"
+    return MissingCarriedError(
+        f"{owner}: {where} has no {key!r} ({why}); pass the last step's TensorDict (the root "
+        "that env.reset(), step_and_maybe_reset or step_mdp returns; for a partial reset, with "
+        'the "_reset" mask set on it), not only the actions or the mask'
+    )
+
+
+def _check_carried(owner: str, key: NestedKey, value: object, spec: TensorSpec) -> None:
+    """Refuse a carried entry (``step_count``, ``episode_reward``, ...) whose dtype, shape or
+    device does not fit ``spec``, before anything is computed from it (its values are not
+    checked: this runs on every step)."""
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dtype == spec.dtype
+        and value.shape == spec.shape
+        and value.device == spec.device
+    ):
+        return
+    reason = spec.explain(value)
+    if reason is not None:
+        got = (
+            f"{str(value.dtype).replace('torch.', '')} {format_shape(value.shape)}"
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
+        raise ValueError(
+            f"{owner}: the input's {key!r} does not fit its spec ({reason}): expected "
+            f"{spec!r}, got {got}; carry it over unchanged from the env's last output"
+        )
+
+
+def _carried_before(
+    owner: str,
     tensordict: TensorDictBase | None,
     key: NestedKey,
+    spec: TensorSpec,
     env_mask: torch.Tensor | None,
-) -> torch.Tensor:
-    """``fresh`` for reset envs; the input's previous value for the others (partial resets)."""
-    if env_mask is None or tensordict is None:
-        return fresh
-    before = tensordict.get(key, None)
+) -> torch.Tensor | None:
+    """The value a partial reset keeps for the envs not reset (``None`` for a full reset):
+    the input's, checked against ``spec``. A partial reset without it is refused: guessing
+    (zeros, or a value left from an earlier call) would silently restart their episodes."""
+    if env_mask is None:
+        return None
+    before = None if tensordict is None else tensordict.get(key, None)
     if before is None:
+        raise _missing_carried(owner, key, reset=True)
+    _check_carried(owner, key, before, spec)
+    return before
+
+
+def _keep_where_not_reset(
+    fresh: torch.Tensor, before: torch.Tensor | None, env_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """``fresh`` for reset envs; ``before`` (the input's value) for the others."""
+    if env_mask is None or before is None:
         return fresh
     return torch.where(reshape_env_mask(env_mask, fresh.shape), fresh, before)
 
@@ -88,8 +168,17 @@ class StepCounter(Transform):
 
     Writes ``"step_count"`` ``[*B, 1]`` int64; when the count reaches ``max_steps`` it truncates
     every agent (``truncated`` and ``done`` of each group, ``[*B, n, 1]``; the root's in an env
-    without groups), adding ``truncated`` specs where the env had none. The episode's root flags
-    then follow by the done rule (:mod:`marlkit.envs.common`), as for any other truncation.
+    without groups), adding ``truncated`` specs where the env had none. In a group that
+    declares only ``done`` (its terminations, by the done rule), an agent the simulator ended
+    at that very step is left as it is: its termination stays one.
+    The episode's root flags then follow by the done rule (:mod:`marlkit.envs.common`), as for
+    any other truncation.
+
+    The count is carried by the env's TensorDicts: a step reads it from its input (a step input
+    without it, or with one that does not fit its spec, is refused before the simulator runs),
+    and a partial reset keeps the input's count for the envs that are not reset (a partial reset
+    whose input has none is refused: pass the last step's TensorDict with the ``"_reset"``
+    mask, as ``step_and_maybe_reset`` does).
 
     Args:
         max_steps: episode length limit, or ``None`` to only count.
@@ -98,17 +187,30 @@ class StepCounter(Transform):
 
     def __init__(self, max_steps: int | None = None, *, step_count_key: NestedKey = STEP_COUNT):
         self.max_steps = check_int("max_steps", max_steps, low=1, allow_none=True)
+        if not (
+            isinstance(step_count_key, str)
+            or (
+                isinstance(step_count_key, tuple)
+                and step_count_key
+                and all(isinstance(k, str) for k in step_count_key)
+            )
+        ):
+            raise TypeError(
+                f"StepCounter: step_count_key must be a str or a tuple of strs, got "
+                f"{step_count_key!r}"
+            )
         self.step_count_key = _unravel(step_count_key)
         self._levels: list[tuple[tuple[str, ...], torch.Size]] = []
         self._marked: list[tuple[tuple[str, ...], torch.Size]] = []
+        self._done_only: list[bool] = []
+        self._spec: TensorSpec | None = None
 
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         b = tuple(specs.observation.shape)
         # Not capped at max_steps: a loop that ignores done keeps counting.
         high = torch.iinfo(torch.int64).max
-        specs.observation[self.step_count_key] = Bounded(
-            0, high, (*b, 1), dtype=torch.int64, device=specs.observation.device
-        )
+        self._spec = Bounded(0, high, (*b, 1), dtype=torch.int64, device=specs.observation.device)
+        specs.observation[self.step_count_key] = self._spec
         self._levels = done_levels(specs.done)
         for prefix, shape in self._levels:
             key = join_key(prefix, TRUNCATED)
@@ -117,6 +219,8 @@ class StepCounter(Transform):
         # The agents' levels: the root is the done rule's, unless it is the one agent's.
         groups = [level for level in self._levels if level[0]]
         self._marked = groups or self._levels
+        # Levels without "terminated": their done flags are their terminations (done rule).
+        self._done_only = [join_key(p, TERMINATED) not in specs.done for p, _ in self._marked]
         self._batch = torch.Size(b)
         return specs
 
@@ -126,19 +230,25 @@ class StepCounter(Transform):
         tensordict_reset: TensorDictBase,
         env_mask: torch.Tensor | None,
     ) -> TensorDictBase:
+        before = _carried_before(
+            "StepCounter", tensordict, self.step_count_key, self._count_spec(), env_mask
+        )
         zeros = torch.zeros((*self._batch, 1), dtype=torch.int64, device=tensordict_reset.device)
-        count = _keep_where_not_reset(zeros, tensordict, self.step_count_key, env_mask)
-        tensordict_reset.set(self.step_count_key, count)
+        tensordict_reset.set(self.step_count_key, _keep_where_not_reset(zeros, before, env_mask))
         return tensordict_reset
 
     def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
         # Checked here, before the inner env steps, so that a bad input leaves its state alone.
-        if tensordict.get(self.step_count_key, None) is None:
-            raise KeyError(
-                f"StepCounter: the step input has no {self.step_count_key!r}; start from "
-                "env.reset() (or carry the count over with step_mdp)"
-            )
+        count = tensordict.get(self.step_count_key, None)
+        if count is None:
+            raise _missing_carried("StepCounter", self.step_count_key, reset=False)
+        _check_carried("StepCounter", self.step_count_key, count, self._count_spec())
         return tensordict
+
+    def _count_spec(self) -> TensorSpec:
+        if self._spec is None:
+            raise RuntimeError("StepCounter is not attached: use TransformedEnv(env, StepCounter)")
+        return self._spec
 
     def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         count = tensordict.get(self.step_count_key) + 1
@@ -146,12 +256,17 @@ class StepCounter(Transform):
         if self.max_steps is None:
             return next_tensordict
         trunc = count >= self.max_steps
-        for prefix, shape in self._marked:
-            level = reshape_env_mask(trunc.reshape(self._batch), shape)
+        for (prefix, shape), done_only in zip(self._marked, self._done_only):
             trunc_key, done_key = join_key(prefix, TRUNCATED), join_key(prefix, DONE)
+            done = next_tensordict.get(done_key)
+            level = reshape_env_mask(trunc.reshape(self._batch), shape)
+            if done_only:
+                # The done rule reads a done that is not a truncation as a termination: an
+                # agent the simulator ended at this step stays terminated, not truncated.
+                level = level & ~done
             before = next_tensordict.get(trunc_key, None)
             next_tensordict.set(trunc_key, level if before is None else before | level)
-            next_tensordict.set(done_key, next_tensordict.get(done_key) | level)
+            next_tensordict.set(done_key, done | level)
         return next_tensordict
 
     def __repr__(self) -> str:
@@ -161,9 +276,15 @@ class StepCounter(Transform):
 class RewardSum(Transform):
     """Sum rewards over the episode, per group: ``(group, "episode_reward")`` ``[*B, n, 1]``.
 
+    The sums are carried by the env's TensorDicts like ``StepCounter``'s count: a step adds its
+    rewards to the input's sums (a step input without them, or with sums of another shape, is
+    refused before the simulator runs), and a partial reset keeps the input's sums for the envs
+    that are not reset (a partial reset whose input has none is refused).
+
     Args:
-        in_keys: reward keys to sum (default: every reward key of the env).
-        out_keys: where the sums go (default: ``"episode_reward"`` next to each reward).
+        in_keys: a list of reward keys to sum (default: every reward key of the env).
+        out_keys: a list of where the sums go, one per in_key (default: ``"episode_reward"``
+            next to each reward); each must be a new key.
     """
 
     changes_done_flags = False
@@ -175,15 +296,14 @@ class RewardSum(Transform):
     ):
         if (in_keys is None) != (out_keys is None) and out_keys is not None:
             raise ValueError("RewardSum: out_keys need in_keys")
-        if in_keys is not None and out_keys is not None and len(in_keys) != len(out_keys):
-            raise ValueError(
-                f"RewardSum: {len(in_keys)} in_keys but {len(out_keys)} out_keys; they pair up"
-            )
-        self._in_keys = None if in_keys is None else [_unravel(k) for k in in_keys]
-        self._out_keys = None if out_keys is None else [_unravel(k) for k in out_keys]
+        self._in_keys = None if in_keys is None else _key_list("RewardSum", "in_keys", in_keys)
+        self._out_keys = None if out_keys is None else _key_list("RewardSum", "out_keys", out_keys)
+        n_in, n_out = len(self._in_keys or ()), len(self._out_keys or ())
+        if out_keys is not None and n_in != n_out:
+            raise ValueError(f"RewardSum: {n_in} in_keys but {n_out} out_keys; they pair up")
         self.in_keys: list[NestedKey] = []
         self.out_keys: list[NestedKey] = []
-        self._shapes: list[tuple[torch.Size, torch.dtype]] = []
+        self._specs: list[TensorSpec] = []
 
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         if self._in_keys is not None and not self._in_keys:
@@ -192,17 +312,26 @@ class RewardSum(Transform):
         self.out_keys = self._out_keys or [
             join_key(key_path(k)[:-1], EPISODE_REWARD) for k in self.in_keys
         ]
-        self._shapes = []
+        if len(set(self.out_keys)) != len(self.out_keys):
+            raise ValueError(f"RewardSum: out_keys {self.out_keys} name a key more than once")
+        self._specs = []
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             if in_key not in specs.reward:
                 raise KeyError(
                     f"RewardSum: {in_key!r} is not a reward key; reward keys: "
                     f"{specs.reward.keys(True, True)}"
                 )
+            taken = [name for name, composite in _named_specs(specs) if out_key in composite]
+            if taken:
+                raise ValueError(
+                    f"RewardSum: the out_key {out_key!r} already exists (in the {taken[0]} "
+                    "spec); pass out_keys naming new keys"
+                )
             reward = specs.reward[in_key]
             dtype = reward.dtype if reward.dtype is not None else torch.float32
-            specs.observation[out_key] = Unbounded(reward.shape, dtype=dtype, device=reward.device)
-            self._shapes.append((reward.shape, dtype))
+            spec = Unbounded(reward.shape, dtype=dtype, device=reward.device)
+            specs.observation[out_key] = spec
+            self._specs.append(spec)
         return specs
 
     def reset(
@@ -211,22 +340,52 @@ class RewardSum(Transform):
         tensordict_reset: TensorDictBase,
         env_mask: torch.Tensor | None,
     ) -> TensorDictBase:
-        for out_key, (shape, dtype) in zip(self.out_keys, self._shapes):
-            zeros = torch.zeros(shape, dtype=dtype, device=tensordict_reset.device)
-            tensordict_reset.set(
-                out_key, _keep_where_not_reset(zeros, tensordict, out_key, env_mask)
-            )
+        for out_key, spec in zip(self.out_keys, self._specs):
+            like = _like(spec, tensordict, out_key)
+            before = _carried_before("RewardSum", tensordict, out_key, like, env_mask)
+            zeros = torch.zeros(spec.shape, dtype=spec.dtype, device=tensordict_reset.device)
+            if before is not None:
+                before = before.to(spec.dtype)
+            tensordict_reset.set(out_key, _keep_where_not_reset(zeros, before, env_mask))
         return tensordict_reset
 
-    def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        for in_key, out_key in zip(self.in_keys, self.out_keys):
-            reward = next_tensordict.get(in_key)
+    def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
+        # Checked here, before the inner env steps, so that a bad input leaves its state alone.
+        for out_key, spec in zip(self.out_keys, self._specs):
             before = tensordict.get(out_key, None)
-            next_tensordict.set(out_key, reward.clone() if before is None else before + reward)
+            if before is None:
+                raise _missing_carried("RewardSum", out_key, reset=False)
+            _check_carried("RewardSum", out_key, before, _like(spec, tensordict, out_key))
+        return tensordict
+
+    def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        for in_key, out_key, spec in zip(self.in_keys, self.out_keys, self._specs):
+            reward = next_tensordict.get(in_key)
+            before = tensordict.get(out_key)
+            next_tensordict.set(out_key, (before + reward).to(spec.dtype))
         return next_tensordict
 
     def __repr__(self) -> str:
         return f"RewardSum(in_keys={self.in_keys}, out_keys={self.out_keys})"
+
+
+def _like(spec: TensorSpec, tensordict: TensorDictBase | None, key: NestedKey) -> TensorSpec:
+    """``spec`` with the dtype of the input's float entry at ``key``: a sum may come back in
+    another float dtype (a ``DoubleToFloat`` after ``RewardSum`` hands float32 sums)."""
+    value = None if tensordict is None else tensordict.get(key, None)
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != spec.dtype:
+        return Unbounded(spec.shape, dtype=value.dtype, device=spec.device)
+    return spec
+
+
+def _named_specs(specs: EnvSpecs) -> list[tuple[str, Composite]]:
+    return [
+        ("observation", specs.observation),
+        ("state", specs.state),
+        ("action", specs.action),
+        ("reward", specs.reward),
+        ("done", specs.done),
+    ]
 
 
 def _with_dtype(spec: TensorSpec, dtype: torch.dtype) -> TensorSpec:
@@ -248,7 +407,7 @@ class DoubleToFloat(_OutputTransform):
     changes_done_flags = False
 
     def __init__(self, in_keys: Sequence[NestedKey] | None = None):
-        self._in_keys = None if in_keys is None else [_unravel(k) for k in in_keys]
+        self._in_keys = None if in_keys is None else _key_list("DoubleToFloat", "in_keys", in_keys)
         self.out_keys: list[NestedKey] = []  # observation/state/reward keys cast on the way out
         self.action_keys: list[NestedKey] = []  # action keys cast on the way in
 
@@ -356,14 +515,14 @@ class RenameKeys(_OutputTransform):
     changes_done_flags = False
 
     def __init__(self, in_keys: Sequence[NestedKey], out_keys: Sequence[NestedKey]):
-        if len(in_keys) != len(out_keys) or not in_keys:
+        self.in_keys = _key_list("RenameKeys", "in_keys", in_keys)
+        self.out_keys = _key_list("RenameKeys", "out_keys", out_keys)
+        if len(self.in_keys) != len(self.out_keys) or not self.in_keys:
             raise ValueError(
                 f"RenameKeys needs as many out_keys as in_keys (at least one), got "
-                f"{len(in_keys)} and {len(out_keys)}"
+                f"{len(self.in_keys)} and {len(self.out_keys)}"
             )
-        self.in_keys = [_unravel(k) for k in in_keys]
-        self.out_keys = [_unravel(k) for k in out_keys]
-        for key in self.in_keys:
+        for key in (*self.in_keys, *self.out_keys):
             _refuse_contract_leaf("RenameKeys", key)
         self._outgoing: list[tuple[NestedKey, NestedKey]] = []
         self._actions: list[tuple[NestedKey, NestedKey]] = []
@@ -402,6 +561,7 @@ class RenameKeys(_OutputTransform):
                     break
             else:
                 if old in specs.action:
+                    _refuse_leaving_the_mask(old, new, specs)
                     self._move(specs.action, old, new)
                     self._actions.append((old, new))
                 elif old in specs.done:
@@ -417,30 +577,53 @@ class RenameKeys(_OutputTransform):
         return tensordict
 
     def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if not self._actions:
-            return tensordict
-        out = tensordict.clone(False)
-        for old, new in self._actions:
-            out.set(old, tensordict.get(new))
-        return out
+        # Actions under the inner env's names, and the renamed entries a step input carries
+        # (an episode_reward renamed after RewardSum) under the names the transforms before
+        # this one read.
+        return self._back(tensordict, self._actions + self._outgoing)
 
     def inv_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
-        present = [(old, new) for old, new in self._outgoing if new in tensordict.keys(True)]
+        return self._back(tensordict, self._outgoing)
+
+    @staticmethod
+    def _back(
+        tensordict: TensorDictBase, pairs: list[tuple[NestedKey, NestedKey]]
+    ) -> TensorDictBase:
+        """A shallow copy with the entries at the new names also under the old ones."""
+        present = [(old, tensordict.get(new, None)) for old, new in pairs]
+        present = [(old, value) for old, value in present if value is not None]
         if not present:
             return tensordict
         out = tensordict.clone(False)
-        for old, new in present:
-            out.set(old, tensordict.get(new))
+        for old, value in present:
+            out.set(old, value)
         return out
 
     def __repr__(self) -> str:
         return f"RenameKeys(in_keys={self.in_keys}, out_keys={self.out_keys})"
 
 
+def _refuse_leaving_the_mask(old: NestedKey, new: NestedKey, specs: EnvSpecs) -> None:
+    """A masked action must stay next to its ``action_mask``: validation and random actions
+    look for the mask beside the action, so moving it elsewhere would let masked-out actions
+    through (and the mask is never renamed)."""
+    parent = key_path(old)[:-1]
+    mask_key = join_key(parent, ACTION_MASK)
+    if mask_key not in specs.observation or key_path(new)[:-1] == parent:
+        return
+    raise ValueError(
+        f"RenameKeys cannot move the action {old!r} to {new!r}: its action mask {mask_key!r} "
+        f"must sit next to it (validation and random actions look for it there); rename it "
+        f"within {parent!r}, e.g. to {join_key(parent, key_path(new)[-1])!r}"
+    )
+
+
 class InitTracker(Transform):
     """Flag the first step of each episode: ``"is_init"`` True after a reset, False after a
     step, at every done level (root ``[*B, 1]``, groups ``[*B, n, 1]``). Recurrent policies
-    read it to reset their hidden state.
+    read it to reset their hidden state. A partial reset keeps the input's flags for the envs
+    that are not reset (a partial reset whose input has none is refused, as ``StepCounter``
+    refuses one without counts).
 
     Args:
         init_key: the flag's name at each level.
@@ -455,13 +638,15 @@ class InitTracker(Transform):
             )
         self.init_key = init_key
         self._levels: list[tuple[tuple[str, ...], torch.Size]] = []
+        self._specs: list[TensorSpec] = []
 
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         self._levels = done_levels(specs.done)
+        self._specs = []
         for prefix, shape in self._levels:
-            specs.observation[join_key(prefix, self.init_key)] = Categorical(
-                2, shape, dtype=torch.bool, device=specs.observation.device
-            )
+            spec = Categorical(2, shape, dtype=torch.bool, device=specs.observation.device)
+            specs.observation[join_key(prefix, self.init_key)] = spec
+            self._specs.append(spec)
         return specs
 
     def reset(
@@ -470,15 +655,13 @@ class InitTracker(Transform):
         tensordict_reset: TensorDictBase,
         env_mask: torch.Tensor | None,
     ) -> TensorDictBase:
-        for prefix, shape in self._levels:
+        for (prefix, shape), spec in zip(self._levels, self._specs):
             key = join_key(prefix, self.init_key)
-            if env_mask is None:
+            before = _carried_before("InitTracker", tensordict, key, spec, env_mask)
+            if before is None or env_mask is None:
                 flag = torch.ones(shape, dtype=torch.bool, device=tensordict_reset.device)
             else:  # envs not reset keep their flag (True if they were reset just before)
-                flag = reshape_env_mask(env_mask, shape).clone()
-                before = tensordict.get(key, None) if tensordict is not None else None
-                if before is not None:
-                    flag |= before
+                flag = reshape_env_mask(env_mask, shape) | before
             tensordict_reset.set(key, flag)
         return tensordict_reset
 
