@@ -98,6 +98,8 @@ def test_the_demo_recipe_evaluates_64_envs_and_films_4(tmp_path):
 
     cfg = _compose("demo")
     assert (cfg.eval.num_envs, cfg.eval.video_envs, cfg.env.kwargs.n_agents) == (64, 4, 4)
+    # mappo_fast's recipe for twice its frames (about three minutes on 2 cores)
+    assert (cfg.policy.num_cells, cfg.train.lr, cfg.collector.total_frames) == (64, 3e-3, 432000)
     run_dir = tmp_path / "run"
     demo_eval = ("eval.every=0", "eval.num_envs=64")  # TINY's eval.num_envs=2 undone
     out = run("mappo_ippo", run_dir, (*BUDGET, *demo_eval), config="demo").stdout
