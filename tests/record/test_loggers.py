@@ -413,6 +413,16 @@ def test_make_logger_explicit_backends(tmp_path: pathlib.Path) -> None:
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["tensorboard"]
 
 
+def test_a_refused_run_folder_gets_nothing_from_any_backend(tmp_path: pathlib.Path) -> None:
+    with make_logger(tmp_path, backends=["csv"]) as logger:
+        logger.log({"x": 1.0}, step=1)
+    with pytest.raises(FileExistsError, match="metrics.csv' already exists"):
+        make_logger(tmp_path, backends=["tensorboard", "csv"])  # csv is checked first
+    assert not (tmp_path / "tensorboard").exists()
+    with make_logger(tmp_path, backends=["tensorboard", "csv"], resume=True) as logger:
+        assert [type(lg) for lg in logger.loggers] == [TensorBoardLogger, CSVLogger]
+
+
 def test_make_logger_refuses_unknown_backends(tmp_path: pathlib.Path) -> None:
     with pytest.raises(
         ValueError, match=r"unknown logger backend 'mlflow'; choose among csv, tensorboard, wandb"

@@ -576,34 +576,32 @@ def make_logger(
     chosen = _backends(backends)
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    made: list[Logger] = []
+    made: dict[str, Logger] = {}
     try:
-        for backend in chosen:
+        # The CSV file first: refused (an existing run's metrics.csv without resume) before any
+        # other backend writes into that run's folder. The loggers keep the order asked for.
+        for backend in sorted(chosen, key=lambda b: b != "csv"):
             try:
                 if backend == "csv":
-                    made.append(CSVLogger(run_dir / "metrics.csv", resume=resume))
+                    made[backend] = CSVLogger(run_dir / "metrics.csv", resume=resume)
                 elif backend == "tensorboard":
-                    made.append(
-                        TensorBoardLogger(
-                            run_dir / "tensorboard", purge_step=purge_step if resume else None
-                        )
+                    made[backend] = TensorBoardLogger(
+                        run_dir / "tensorboard", purge_step=purge_step if resume else None
                     )
                 else:
-                    made.append(
-                        WandbLogger(
-                            project=project,
-                            name=name if name is not None else run_dir.resolve().name,
-                            dir=run_dir,
-                            config=config,
-                            mode=wandb_mode,
-                        )
+                    made[backend] = WandbLogger(
+                        project=project,
+                        name=name if name is not None else run_dir.resolve().name,
+                        dir=run_dir,
+                        config=config,
+                        mode=wandb_mode,
                     )
             except ImportError as err:
                 if not auto:
                     raise
                 _logger.warning("logger backend %s skipped: %s", backend, err)
     except BaseException:
-        for logger in made:
+        for logger in made.values():
             logger.close()
         raise
-    return MultiLogger(made)
+    return MultiLogger(made[b] for b in chosen if b in made)
