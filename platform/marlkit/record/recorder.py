@@ -251,8 +251,10 @@ class VideoRecorder(Transform):
         path (``None`` when no frame was captured since the last flush).
 
         Later frames go to a new file: ``rollout-1.mp4``, ``rollout-2.mp4``, ... next to the
-        first (``paths`` lists them), e.g. one file per episode. A recorder given a
-        :class:`VideoWriter` instead of a path stops recording after a flush.
+        first (``paths`` lists them), e.g. one file per episode: flush between ``step`` and the
+        ``reset`` of the finished env (``step_and_maybe_reset`` has already filmed the next
+        episode's first frame when it returns, so that frame ends the file flushed after it).
+        A recorder given a :class:`VideoWriter` instead of a path stops recording after a flush.
         """
         writer = self._writer
         if writer is None or writer.closed:
