@@ -193,8 +193,8 @@ def test_user_mistakes_are_one_line_and_status_2(
     cases = [
         (["run", "pettingzoo/nope", "--steps", "2"], "no PettingZoo env module 'nope'"),
         (["run", "navigation", "--env-arg", "seed=3"], "use --seed"),
-        (["run", "navigation", "--steps", "2", "--out", blocked], "File exists"),
-        (["demo", "--steps", "2", "--out", blocked], "File exists"),
+        (["run", "navigation", "--steps", "2", "--out", blocked], "Not a directory"),
+        (["demo", "--steps", "2", "--out", blocked], "Not a directory"),
     ]
     for argv, message in cases:
         assert main([*argv, "--no-progress"]) == 2, argv
