@@ -416,7 +416,7 @@ def test_make_logger_explicit_backends(tmp_path: pathlib.Path) -> None:
 def test_a_refused_run_folder_gets_nothing_from_any_backend(tmp_path: pathlib.Path) -> None:
     with make_logger(tmp_path, backends=["csv"]) as logger:
         logger.log({"x": 1.0}, step=1)
-    with pytest.raises(FileExistsError, match="metrics.csv' already exists"):
+    with pytest.raises(FileExistsError, match=r"metrics\.csv' already exists"):
         make_logger(tmp_path, backends=["tensorboard", "csv"])  # csv is checked first
     assert not (tmp_path / "tensorboard").exists()
     with make_logger(tmp_path, backends=["tensorboard", "csv"], resume=True) as logger:
