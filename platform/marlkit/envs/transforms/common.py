@@ -52,6 +52,13 @@ def _refuse_contract_leaf(transform: str, key: NestedKey) -> None:
         )
 
 
+def _is_key(key: object) -> bool:
+    """Whether ``key`` is a nested key: a str, or a non-empty tuple of strs."""
+    return isinstance(key, str) or (
+        isinstance(key, tuple) and bool(key) and all(isinstance(k, str) for k in key)
+    )
+
+
 def _key_list(owner: str, name: str, keys: object) -> list[NestedKey]:
     """``keys`` (a list of keys) as unravelled keys; a lone key is refused with a hint, since
     a str or a tuple of strs would otherwise be read as a list of one-letter or root keys."""
@@ -64,7 +71,7 @@ def _key_list(owner: str, name: str, keys: object) -> list[NestedKey]:
         raise TypeError(f"{owner}: {name} takes a list of keys, got {type(keys).__name__}")
     out = []
     for key in keys:
-        if not (isinstance(key, str) or (isinstance(key, tuple) and key)):
+        if not _is_key(key):
             raise TypeError(
                 f"{owner}: each of {name} must be a str or a tuple of strs, got {key!r}"
             )
@@ -187,14 +194,7 @@ class StepCounter(Transform):
 
     def __init__(self, max_steps: int | None = None, *, step_count_key: NestedKey = STEP_COUNT):
         self.max_steps = check_int("max_steps", max_steps, low=1, allow_none=True)
-        if not (
-            isinstance(step_count_key, str)
-            or (
-                isinstance(step_count_key, tuple)
-                and step_count_key
-                and all(isinstance(k, str) for k in step_count_key)
-            )
-        ):
+        if not _is_key(step_count_key):
             raise TypeError(
                 f"StepCounter: step_count_key must be a str or a tuple of strs, got "
                 f"{step_count_key!r}"
