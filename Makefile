@@ -71,11 +71,19 @@ lint: install
 	cd build/__editable__.marlkit-*/ && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml \
 	  --cache-dir ../mypy-cache -p marlkit
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist): most tests spend their time waiting
+# on worker processes, simulators or compilers. The tests that start a Ray share one process
+# (tests/conftest.py: one local Ray at a time); the `serial` tests, which count machine-wide
+# resources, run alone afterwards. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(PY) -m pytest -x -q -p no:cacheprovider
+	$(PY) -m pytest -x -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not serial"
+	$(PY) -m pytest -x -q -p no:cacheprovider -m serial
 
 test-fast: install
-	$(PY) -m pytest -x -q -m "not slow"
+	$(PY) -m pytest -x -q -n $(TEST_WORKERS) -m "not slow and not serial"
+	$(PY) -m pytest -x -q -m "serial and not slow" || [ $$? -eq 5 ]  # 5: none selected
 
 bench: install
 	$(PY) benchmarks/env_step.py

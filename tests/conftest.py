@@ -35,3 +35,28 @@ FORKSERVER_PRELOAD = [
 
 def pytest_configure(config: pytest.Config) -> None:
     multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
+
+
+def _starts_ray(nodeid: str) -> bool:
+    """Whether a test starts a local Ray: test_ray.py, a training script's ``collector=ray`` run,
+    and the Ray section of docs/collectors.md."""
+    return (
+        "/collectors/test_ray.py::" in nodeid
+        or nodeid.endswith("[ray]")
+        or nodeid.endswith("[docs/collectors.md]")
+    )
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (`make test` runs on -n 2)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Balance tests one by one over the xdist processes (as ``--dist load``), except those that
+    start a Ray: one process runs them all, one after the other, so one Ray runs at a time and
+    test_ray.py's module-wide Ray starts once. (``--dist loadgroup`` would do it with marks, but
+    it renames node ids, which pytest 9.2 no longer lets a plugin do.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RayTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "ray" if _starts_ray(nodeid) else nodeid
+
+    return RayTogether(config, log)  # type: ignore[arg-type]

@@ -514,6 +514,7 @@ def _open_fds(pid: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # /dev/shm is the machine's: another test's Ray or tensors would show here
 def test_500_iterations_keep_fds_shared_memory_and_children_flat() -> None:
     policy = constant_policy(0.1)
     with MultiSyncCollector([nav(2), nav(2)], policy, frames_per_batch=8, **FAST) as collector:
