@@ -343,6 +343,14 @@ def test_rename_to_the_root_drops_the_emptied_group_spec(point_mass_cls):
     check_env_specs(env)
 
 
+@pytest.mark.parametrize("old", [("a", "observation"), ("a", "action")])
+def test_rename_into_a_group_of_another_size_names_both_keys(point_mass_cls, old):
+    env = point_mass_cls(groups=GROUPS)  # "a" holds 1 agent, "b" 2
+    message = f"RenameKeys cannot move {old!r} to ('b', 'moved'): the spec for ('b', 'moved')"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TransformedEnv(env, RenameKeys([old], [("b", "moved")]))
+
+
 def test_rename_action_policy_writes_the_new_name(nav, td_equal):
     env = TransformedEnv(nav(seed=2), RenameKeys([ACT], [("agents", "force")]))
     assert env.action_keys == [("agents", "force")]

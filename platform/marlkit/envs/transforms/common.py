@@ -530,7 +530,12 @@ class RenameKeys(_OutputTransform):
     def _move(self, composite: Composite, old: NestedKey, new: NestedKey) -> None:
         if new in composite:
             raise ValueError(f"RenameKeys: {new!r} already exists")
-        composite[new] = composite.pop(old)
+        spec = composite.pop(old)
+        try:
+            composite[new] = spec
+        except ValueError as err:  # e.g. into a group of another size: the shapes disagree
+            composite[old] = spec
+            raise ValueError(f"RenameKeys cannot move {old!r} to {new!r}: {err}") from err
         parent = key_path(old)[:-1]
         if parent and parent in composite and not composite[parent].keys():  # type: ignore[union-attr]
             del composite[parent]
