@@ -253,6 +253,9 @@ def test_bad_inputs_exit_2(
         (["navigation", "--out", mp4, "--env-arg", "seed=3"], "use --seed"),
         (["pettingzoo/nope", "--out", mp4], "no PettingZoo env module 'nope'"),
         (["navigation", "--out", str(tmp_path / "a_file" / "x.mp4")], "File exists"),
+        # ffmpeg would only say "Broken pipe", and a GIF would fail after the whole rollout.
+        (["navigation", "--out", "/proc/marlkit.mp4"], "No such file or directory: '/proc/"),
+        (["navigation", "--out", "/proc/marlkit.gif"], "No such file or directory: '/proc/"),
     ]
     (tmp_path / "a_file").write_text("")
     for args, message in cases:

@@ -109,6 +109,25 @@ def test_no_frames_no_file(tmp_path: pathlib.Path) -> None:
         assert not (tmp_path / name).exists()
 
 
+@pytest.mark.parametrize("name", ["x.mp4", "x.gif"])
+def test_an_unwritable_path_fails_at_the_first_frame_with_the_os_reason(name: str) -> None:
+    video = open_video(pathlib.Path("/proc") / name)  # no file can be made in /proc
+    with pytest.raises(FileNotFoundError, match=f"No such file or directory: '/proc/{name}'"):
+        video.append(ramp(16, 16, 1)[0])
+    video.close()
+
+
+def test_the_write_check_leaves_an_existing_file_until_the_writer_replaces_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = tmp_path / "old.gif"
+    path.write_bytes(b"old")
+    with open_video(path) as video:
+        video.append(ramp(16, 16, 1)[0])
+        assert path.read_bytes() == b"old"  # a GIF is written when the writer closes
+    assert read_video(path)[0].shape == (1, 16, 16, 3)
+
+
 def test_bad_writer_inputs(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match=r"unknown suffix '\.avi'; use one of \.mp4, \.gif"):
         open_video(tmp_path / "x.avi")

@@ -32,7 +32,7 @@ from marlkit.data.keys import ACTION, OBSERVATION
 from marlkit.envs import EnvBase, StepCounter, TransformedEnv
 from marlkit.envs.registry import agent_count_kwarg
 from marlkit.record.recorder import RecordResult, record_rollout
-from marlkit.record.video import open_video
+from marlkit.record.video import open_video, prepare_path
 
 __all__ = [
     "add_record_parser",
@@ -254,6 +254,7 @@ def run_record(args: argparse.Namespace) -> int:
         raise RecordError(f"--fps must be > 0, got {args.fps}")
     # An unknown suffix or a missing video extra fails before the env is made (no file yet).
     open_video(out, fps=args.fps).close()
+    prepare_path(out)  # an unwritable --out fails now, with its reason, not at the first frame
     if args.seed is not None:
         torch.manual_seed(args.seed)
     env = _make_env(args)

@@ -76,6 +76,23 @@ def video_format(path: str | os.PathLike[str]) -> VideoFormat:
     return fmt
 
 
+def prepare_path(path: pathlib.Path) -> None:
+    """Create ``path``'s parent folders and check that the file can be written, so that an
+    unwritable path fails with the OS's own reason before any frame is made (ffmpeg only
+    reports a broken pipe, and a GIF is written at the end). A file this check creates is
+    removed; an existing one is left as it is.
+
+    Raises:
+        OSError: the folders cannot be created or the file cannot be opened for writing.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existed = path.exists()
+    with open(path, "ab"):
+        pass
+    if not existed:
+        path.unlink()
+
+
 def _check_fps(fps: float) -> float:
     if isinstance(fps, bool) or not isinstance(fps, (int, float)):
         raise TypeError(f"fps must be a number, got {type(fps).__name__}")
@@ -105,7 +122,8 @@ class VideoWriter(abc.ABC):
     """Writes ``uint8 [H, W, 3]`` frames, all of one size, to one video file.
 
     Args:
-        path: the file to write (parent folders are created).
+        path: the file to write (parent folders are created). A path that cannot be written
+            raises the OS's ``OSError`` at the first frame.
         fps: frames per second of the video.
 
     Use it as a context manager, or call :meth:`close` to finalise the file.
@@ -157,7 +175,7 @@ class VideoWriter(abc.ABC):
             raise RuntimeError(f"the video writer of {str(self.path)!r} is closed")
         array = _as_frame(frame)
         if self._frame_shape is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            prepare_path(self.path)
             self._open(array.shape[0], array.shape[1])
             self._frame_shape = array.shape
         elif array.shape != self._frame_shape:
