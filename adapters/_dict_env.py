@@ -53,7 +53,13 @@ from marlkit.adapters._dict_layout import (
     observation_leaves,
     space_from_spec,
 )
-from marlkit.adapters._spaces import spec_from_space, to_space
+from marlkit.adapters._spaces import (
+    SimulatorOutputError,
+    changes_on_cast,
+    check_seed,
+    spec_from_space,
+    to_space,
+)
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
@@ -86,11 +92,6 @@ __all__ = [
 
 #: Key of the turn flag of turn-based (AEC) envs: ``(group, "acting")`` ``[*B, n]`` bool.
 ACTING = "acting"
-
-
-class SimulatorOutputError(ValueError):
-    """The simulator returned something that does not fit its spaces: a wrong shape, a missing
-    agent, a non-finite value. The message names the agent, the key and the value."""
 
 
 @dataclass
@@ -478,6 +479,12 @@ class DictEnv(EnvBase):
     def _store(
         target: np.ndarray, e: int, i: int, value: Any, leaf: Leaf, agent: str, where: str
     ) -> None:
+        if target.dtype.kind in "biu" and changes_on_cast(np.asarray(value), target.dtype):
+            raise SimulatorOutputError(
+                f"{where} of env {e}: the observation of agent {agent!r} at key {leaf.key!r} "
+                f"holds values {leaf.dtype} cannot hold exactly (they would wrap or be "
+                f"truncated): {describe(value)}"
+            )
         try:
             target[e, i] = value
         except (TypeError, ValueError) as err:
@@ -606,8 +613,11 @@ class DictEnv(EnvBase):
         value = view.observations.get(agent)
         if getattr(value, "shape", None) != lay.leaves[0].value_shape or lay.masked:
             return False
+        target = arrays.obs[0]
+        if target.dtype.kind in "biu" and getattr(value, "dtype", None) != target.dtype:
+            return False  # the general path checks that the values fit the integer dtype
         try:
-            arrays.obs[0][e, i] = value
+            target[e, i] = value
         except (TypeError, ValueError):
             return False
         return True
@@ -688,7 +698,7 @@ class DictEnv(EnvBase):
 
     # ------------------------------------------------------------------ EnvBase hooks
     def _set_seed(self, seed: int) -> int:
-        self._pending_seeds = [seed + e for e in range(self.num_envs)]
+        check_seed(seed, "the simulator")  # before anything is seeded: a refusal changes nothing
         for e, sim in enumerate(self._sims):
             space_of = getattr(sim, "action_space", None)
             if not callable(space_of):
@@ -698,6 +708,7 @@ class DictEnv(EnvBase):
                     space_of(a).seed(seed + e)
                 except (AttributeError, KeyError, TypeError):
                     break
+        self._pending_seeds = [seed + e for e in range(self.num_envs)]
         return seed + self.num_envs
 
     def _reset(

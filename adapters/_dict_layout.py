@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from marlkit._utils import import_optional
-from marlkit.adapters._spaces import spec_from_space
+from marlkit.adapters._spaces import describe, spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.keys import ACTION_MASK, OBSERVATION
 from marlkit.data.specs import (
@@ -222,10 +222,3 @@ def observation_leaves(space: Any) -> tuple[list[Leaf], tuple[Any, ...] | None]:
             out += space_leaves(sub, (OBSERVATION, str(k)), (k,))
         return out, (ACTION_MASK,)
     return space_leaves(space, (OBSERVATION,), ()), None
-
-
-def describe(value: Any, limit: int = 120) -> str:
-    """A short one-line rendering of a simulator value, for error messages."""
-    text = np.array2string(value, threshold=12) if isinstance(value, np.ndarray) else repr(value)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

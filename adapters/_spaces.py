@@ -117,6 +117,41 @@ def spec_from_space(
     )
 
 
+class SimulatorOutputError(ValueError):
+    """The simulator returned something that does not fit its spaces: a wrong shape, a missing
+    agent, a non-finite value, a value its integer dtype cannot hold. The message names the
+    agent, the key and the value."""
+
+
+def describe(value: Any, limit: int = 120) -> str:
+    """A short one-line rendering of a simulator value, for error messages."""
+    text = np.array2string(value, threshold=12) if isinstance(value, np.ndarray) else repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def changes_on_cast(array: np.ndarray, dtype: np.dtype[Any]) -> bool:
+    """Whether storing ``array`` in an integer or bool ``dtype`` would change a value (NumPy
+    wraps 300 to 44 in ``uint8`` and truncates 0.7 to 0, silently). Float targets are never
+    refused: their rounding is the float's own."""
+    if dtype.kind not in "biu" or array.dtype == dtype:
+        return False
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and overflow: caught below
+        back = array.astype(dtype).astype(array.dtype)
+    return not np.array_equal(back, array)
+
+
+def check_seed(seed: int, who: str) -> None:
+    """Refuse a negative seed, which NumPy's generators (Gymnasium's and PettingZoo's spaces and
+    envs) refuse, before anything is seeded.
+
+    Raises:
+        ValueError: ``seed < 0``.
+    """
+    if seed < 0:
+        raise ValueError(f"{who} takes seeds >= 0 (NumPy's generators refuse others), got {seed}")
+
+
 def to_tensor(
     space: Any, value: Any, *, device: str | torch.device | None = None
 ) -> torch.Tensor | dict[str, Any]:
@@ -133,6 +168,11 @@ def to_tensor(
         return {str(i): to_tensor(s, value[i], device=device) for i, s in enumerate(space.spaces)}
     array = np.asarray(value)
     if isinstance(space, spaces.Box):
+        if changes_on_cast(array, space.dtype):
+            raise SimulatorOutputError(
+                f"values of the space {space} that {space.dtype} cannot hold exactly (they would "
+                f"wrap or be truncated): {describe(array)}"
+            )
         return torch.as_tensor(array.astype(space.dtype, copy=False), device=device)
     if isinstance(space, spaces.Discrete):
         return torch.as_tensor(array.astype(np.int64) - int(space.start), device=device)

@@ -251,7 +251,18 @@ class BatchedEnv(EnvBase):
                 f"(env {where[0]}): {row.tolist()}"
             )
         # a copy: the simulator may reuse (or later overwrite) the memory it returned
-        return tensor.to(device=self.device, dtype=spec.dtype, copy=True)
+        out = tensor.to(device=self.device, dtype=spec.dtype, copy=True)
+        if out.dtype != tensor.dtype and not out.is_floating_point():
+            changed = out.to(tensor.dtype) != tensor.to(self.device)  # 300 wraps to 44 in uint8
+            if bool(changed.any()):
+                where = tuple(changed.nonzero()[0].tolist())
+                agent = self._agent(group, where) if group else "-"
+                raise SimulatorOutputError(
+                    f"{full!r}: value {tensor[where].item()} for agent {agent!r} (env "
+                    f"{where[0]}) does not fit {spec.dtype} exactly (it would wrap or be "
+                    "truncated)"
+                )
+        return out
 
     def _tree(self, value: Any, spec: Any, group: str, key: tuple) -> Any:
         if isinstance(spec, Composite):

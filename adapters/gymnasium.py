@@ -52,7 +52,7 @@ from marlkit._utils import (
     import_optional,
     keyword_names,
 )
-from marlkit.adapters._spaces import spec_from_space, to_space, to_tensor
+from marlkit.adapters._spaces import check_seed, spec_from_space, to_space, to_tensor
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import make_group_map
@@ -288,8 +288,9 @@ class GymnasiumEnv(EnvBase):
     def _set_seed(self, seed: int) -> int:
         # Each env takes its seed at its next reset (a partial reset seeds only the envs it
         # resets; the others keep theirs for later), as gymnasium's reset(seed=s) gives s + i.
-        self._seeds = [seed + i for i in range(self._num)]
+        check_seed(seed, "Gymnasium")  # before anything is seeded: a refused seed changes nothing
         self._env.action_space.seed(seed)
+        self._seeds = [seed + i for i in range(self._num)]
         return seed + self._num
 
     def _reset(

@@ -190,6 +190,54 @@ def test_seeding_repeats_and_distinguishes():
     assert not torch.equal(run(3), run(4))
 
 
+def test_a_refused_seed_changes_nothing():
+    env = from_parallel(Corridor, num_envs=2, seed=3)
+    first = env.rollout(6, break_when_any_done=False)["next", "agents", "observation"]
+    with pytest.raises(ValueError, match=r"the simulator takes seeds >= 0 .*, got -1"):
+        env.set_seed(-1)
+    env.set_seed(3)
+    again = env.rollout(6, break_when_any_done=False)["next", "agents", "observation"]
+    assert torch.equal(again, first)
+
+
+class Camera(Corridor):
+    """Corridor with ``uint8`` observations; its simulator returns ``value`` (any dtype) for
+    walker_1 on the second step."""
+
+    def __init__(self, value: np.ndarray):
+        super().__init__(length=40)
+        self.value = value
+
+    def observation_space(self, agent: str) -> Any:
+        return spaces.Box(0, 255, (2,), np.uint8)
+
+    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
+        obs = {a: np.array([self.pos[a], self.t], np.uint8) for a in agents}
+        if self.t == 2 and NAMES[1] in obs:
+            obs[NAMES[1]] = self.value
+        return obs
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.array([300.0, 1.0]), np.array([-1, 1]), np.array([0.7, 1.0]), np.array([np.nan, 1.0])],
+    ids=["wraps", "negative", "fraction", "nan"],
+)
+def test_values_an_integer_space_cannot_hold_are_refused_not_wrapped(value: np.ndarray):
+    env = from_parallel(lambda: Camera(value), seed=0)
+    td = env.step(env.rand_action(env.reset()))["next"]
+    message = r"agent 'walker_1' at key \('observation',\) holds values uint8 cannot hold exactly"
+    with pytest.raises(SimulatorOutputError, match=message):
+        env.step(env.rand_action(td))
+
+
+def test_integer_values_that_fit_are_stored_exactly():
+    env = from_parallel(lambda: Camera(np.array([255, 7], np.int64)), seed=0)
+    td = env.step(env.rand_action(env.reset()))["next"]
+    obs = env.step(env.rand_action(td))["next", "agents", "observation"]
+    assert obs.dtype == torch.uint8 and obs[0, 1].tolist() == [255, 7]
+
+
 @pytest.mark.parametrize(
     ("bad", "match"),
     [
@@ -424,6 +472,30 @@ def test_from_batched_torch_actions_and_gymnasium_spaces():
 def test_from_batched_bad_outputs(bad: str, match: str):
     env = _batched(bad=bad, seed=0)
     with pytest.raises(SimulatorOutputError, match=match):
+        env.rollout(2)
+
+
+def test_from_batched_values_an_integer_spec_cannot_hold_are_refused():
+    class Counts(Particles):  # whole counts at reset (they fit), 300 after a step
+        def reset(self, seed: int | None = None, env_mask: np.ndarray | None = None) -> dict:
+            super().reset(seed, env_mask)
+            return {"particles": np.full((self.e, self.n, 1), 3.0)}
+
+        def step(self, actions: dict) -> tuple:
+            out = super().step(actions)
+            return ({"particles": np.full((self.e, self.n, 1), 300.0)}, *out[1:])
+
+    env = from_batched(
+        Counts(3),
+        num_envs=3,
+        group_map={"particles": 2},
+        observation_spaces={"particles": Bounded(0, 255, (1,), dtype=torch.uint8)},
+        action_spaces={"particles": Bounded(-1.0, 1.0, (1,))},
+        seed=0,
+    )
+    assert env.reset()["particles", "observation"].unique().tolist() == [3]
+    message = r"value 300\.0 for agent 'particles_0' \(env 0\) does not fit torch\.uint8 exactly"
+    with pytest.raises(SimulatorOutputError, match=message):
         env.rollout(2)
 
 

@@ -23,6 +23,7 @@ from marlkit.envs.registry import UnknownEnvError
 from marlkit.testing import check_adapter
 
 gym = pytest.importorskip("gymnasium")
+from marlkit.adapters.custom import SimulatorOutputError  # noqa: E402
 from marlkit.adapters.gymnasium import GymnasiumEnv, list_scenarios  # noqa: E402
 
 spaces = gym.spaces
@@ -471,6 +472,36 @@ def test_seeding_reproduces_rollouts(closing: Any) -> None:
     a.set_seed(7)
     assert torch.equal(a.reset()["agents", "observation"], ra["agents", "observation"][:, 0])
     assert a.gym_env.action_space.sample().tolist() == b.gym_env.action_space.sample().tolist()
+
+
+def test_a_refused_seed_changes_nothing(closing: Any) -> None:
+    env = make(closing, "gymnasium/CartPole-v1", num_envs=2, seed=7)
+    first = env.reset()["agents", "observation"]
+    with pytest.raises(ValueError, match=r"Gymnasium takes seeds >= 0 .*, got -1"):
+        env.set_seed(-1)
+    env.set_seed(7)  # the env still resets, and seed 7 still replays
+    assert torch.equal(env.reset()["agents", "observation"], first)
+
+
+class _Camera(gym.Env):
+    """A uint8 observation space whose simulator returns floats: ``values`` at each reset."""
+
+    observation_space = spaces.Box(0, 255, (2,), np.uint8)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, values: list[float]):
+        self.values = np.array(values)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        return self.values, {}
+
+
+@pytest.mark.parametrize("values", [[300.0, 1.0], [-1.0, 1.0], [0.7, 1.0], [np.nan, 1.0]])
+def test_values_an_integer_space_cannot_hold_are_refused_not_wrapped(values: list) -> None:
+    with pytest.raises(SimulatorOutputError, match=r"that uint8 cannot hold exactly .*: \["):
+        GymnasiumEnv(_Camera(values)).reset()
+    fits = GymnasiumEnv(_Camera([255.0, 0.0])).reset()["agents", "observation"]  # exact: kept
+    assert fits.dtype == torch.uint8 and fits.tolist() == [[255, 0]]
 
 
 def test_single_env_seed_matches_gymnasium(closing: Any) -> None:
