@@ -144,6 +144,16 @@ def test_split_trajs_and_postproc_run_in_the_parent_on_whole_batches() -> None:
     assert seen == [batch.batch_size]
 
 
+def test_init_random_frames_counts_the_frames_of_all_workers() -> None:
+    """As in a Collector: ``init_random_frames=frames_per_batch`` makes one random batch (each
+    worker took the whole count before, so the policy waited ``num_workers`` batches)."""
+    with MultiSyncCollector(
+        [nav(), nav()], constant_policy(0.1), frames_per_batch=32, init_random_frames=32, **FAST
+    ) as collector:
+        first, second = collector.next(), collector.next()
+    assert not (first[ACT] == 0.1).all() and (second[ACT] == 0.1).all()
+
+
 # ---------------------------------------------------------------------- weights
 def test_sync_next_batch_uses_the_new_weights() -> None:  # the default start method: spawn
     policy = constant_policy(0.1)

@@ -98,6 +98,18 @@ def split_workers(frames_per_batch: int, num_workers: int) -> int:
     return frames // workers
 
 
+def split_random_frames(init_random_frames: int, num_workers: int) -> int:
+    """Each worker's share of ``init_random_frames``, which counts the frames of all the workers
+    together (as ``frames_per_batch`` does), rounded up: a whole first batch of random actions
+    stays one batch, not one per worker.
+
+    Raises:
+        TypeError, ValueError: ``init_random_frames`` is not an int >= 0.
+    """
+    frames = check_int("init_random_frames", init_random_frames, low=0)
+    return -(-frames // num_workers)
+
+
 def check_worker_batches(
     batches: list[tuple[int, ...]], frames_per_batch: int, *, stacked: bool, hint: str
 ) -> None:

@@ -39,6 +39,7 @@ from marlkit.collectors._base import (
     check_env_fns,
     check_worker_batches,
     seed_rngs,
+    split_random_frames,
     split_workers,
 )
 from marlkit.collectors._base import tag_worker as _tag_worker
@@ -222,7 +223,7 @@ class _MultiCollector(CollectorBase):
         worker_device = _device(device, "device")
         kwargs = {
             "frames_per_batch": per_worker,
-            "init_random_frames": check_int("init_random_frames", init_random_frames, low=0),
+            "init_random_frames": split_random_frames(init_random_frames, self.num_workers),
             "max_frames_per_traj": check_int(
                 "max_frames_per_traj", max_frames_per_traj, low=1, allow_none=True
             ),
@@ -450,8 +451,11 @@ class MultiSyncCollector(_MultiCollector):
         frames_per_batch: frames per yielded batch, over all workers (a multiple of
             ``num_workers``, each share a multiple of the env batch).
         total_frames: stop after this many frames (rounded up to whole batches); ``-1``: never.
-        init_random_frames, max_frames_per_traj, reset_at_each_iter, exploration: each worker's
-            :class:`Collector` (``init_random_frames`` counts that worker's frames).
+        init_random_frames: frames collected with random actions before the policy is used,
+            over all workers: each worker's :class:`Collector` takes ``init_random_frames /
+            num_workers`` of them, rounded up (a worker decides batch by batch, so an
+            asynchronous collector yields at least one random batch per worker).
+        max_frames_per_traj, reset_at_each_iter, exploration: each worker's :class:`Collector`.
         split_trajs: regroup each batch by trajectory (in this process, after stacking).
         device: where each worker runs its policy (default: the policy's parameters' device).
         storing_device: where yielded batches live (default: CPU; they cross as CPU shared

@@ -28,6 +28,7 @@ from marlkit.collectors._base import (
     check_env_fns,
     check_worker_batches,
     seed_rngs,
+    split_random_frames,
     split_workers,
     tag_worker,
 )
@@ -129,8 +130,9 @@ class RayCollector(CollectorBase):
             batch).
         total_frames: stop after this many frames (rounded up to whole batches); ``-1``: never.
         sync: stack one batch of every actor per iteration (True) or yield them as they come.
-        init_random_frames: frames each worker collects with random actions before its policy
-            is used (each counts its own frames, as in :class:`MultiSyncCollector`).
+        init_random_frames: frames collected with random actions before the policy is used,
+            over all actors: each takes ``init_random_frames / num_workers`` of them, rounded
+            up, as in :class:`MultiSyncCollector`.
         max_frames_per_traj: truncate trajectories at this many steps (see :class:`Collector`).
         reset_at_each_iter: every actor starts every batch from a reset.
         split_trajs: yield ``[n_trajectories, T_max]`` batches (:func:`split_trajectories`).
@@ -216,7 +218,7 @@ class RayCollector(CollectorBase):
             raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
         worker_kwargs: dict[str, Any] = {
             "frames_per_batch": self.worker_frames,
-            "init_random_frames": check_int("init_random_frames", init_random_frames, low=0),
+            "init_random_frames": split_random_frames(init_random_frames, self.num_workers),
             "max_frames_per_traj": check_int(
                 "max_frames_per_traj", max_frames_per_traj, low=1, allow_none=True
             ),
