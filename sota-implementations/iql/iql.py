@@ -126,7 +126,8 @@ def main(cfg: DictConfig) -> None:
 
     # --- the algorithm, per group: Q-actor, exploration, loss, optimiser, buffer
     actors = {g: make_actor(env, g, cfg.policy) for g in groups}
-    annealing = int(cfg.collector.total_frames * cfg.exploration.annealing_fraction)
+    # eps falls to eps_end over this many frames (a fraction of 0: at once)
+    annealing = max(1, int(cfg.collector.total_frames * cfg.exploration.annealing_fraction))
     explorers = torch.nn.ModuleDict(
         {
             g: EGreedy(actors[g], cfg.exploration.eps_init, cfg.exploration.eps_end, annealing)

@@ -56,6 +56,11 @@ MIXER_STATES = ("observation", "state")
 
 def check_config(cfg: DictConfig) -> None:
     """Refuse an unknown mixer or mixer state before anything is built."""
+    if not isinstance(cfg.loss, DictConfig):  # `loss=vdn` replaces the whole group
+        raise ValueError(
+            f"loss is a group of settings (loss.mixer, loss.mixer_state, ...), got "
+            f"loss={cfg.loss!r}; VDN is loss.mixer=vdn"
+        )
     if cfg.loss.mixer not in MIXERS:
         raise ValueError(f"loss.mixer must be one of {list(MIXERS)}, got {cfg.loss.mixer!r}")
     if cfg.loss.mixer_state not in MIXER_STATES:
@@ -168,7 +173,8 @@ def main(cfg: DictConfig) -> None:
 
     # --- the algorithm, per group: Q-actor, exploration, mixer, loss, optimiser, buffer
     actors = {g: make_actor(env, g, cfg.policy) for g in groups}
-    annealing = int(cfg.collector.total_frames * cfg.exploration.annealing_fraction)
+    # eps falls to eps_end over this many frames (a fraction of 0: at once)
+    annealing = max(1, int(cfg.collector.total_frames * cfg.exploration.annealing_fraction))
     explorers = torch.nn.ModuleDict(
         {
             g: EGreedy(actors[g], cfg.exploration.eps_init, cfg.exploration.eps_end, annealing)

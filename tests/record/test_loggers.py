@@ -495,6 +495,14 @@ def test_plot_curves_writes_a_png(tmp_path: pathlib.Path) -> None:
     assert ("matplotlib.pyplot" in sys.modules) == pyplot_loaded  # pyplot left alone
 
 
+def test_plot_curves_draws_a_single_point(tmp_path: pathlib.Path) -> None:
+    """A run of one iteration has a one-point curve: a line alone would draw nothing."""
+    out = plot_curves([{"frames": 400.0, "reward": 1.5}], tmp_path / "one.png", y="reward")
+    rgb = iio.imread(out)[..., :3].astype(int)
+    blue = np.abs(rgb - np.array([31, 119, 180])).sum(-1) < 30  # matplotlib's first colour
+    assert blue.sum() > 20
+
+
 def test_plot_curves_names_missing_keys(tmp_path: pathlib.Path) -> None:
     rows = [{"step": 0, "loss": 1.0}, {"step": 1, "loss": 0.5}]
     with pytest.raises(

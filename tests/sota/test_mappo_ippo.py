@@ -63,8 +63,14 @@ def test_a_registered_env_without_a_config_file_runs_from_the_command_line(tmp_p
     """As docs/training.md says: replace the default env's keyword arguments, do not merge
     into them (Gymnasium's single-agent Pendulum, one group "agents" of one agent)."""
     run_dir = tmp_path / "run"
-    env = ("env.name=gymnasium/Pendulum-v1", "~env.kwargs", "+env.kwargs={g: 9.81}")
-    run("mappo_ippo", run_dir, (*BUDGET, *env, "eval.video=false"))
+    env = (
+        "env.name=gymnasium/Pendulum-v1",
+        "~env.kwargs",
+        "+env.kwargs={g: 9.81}",
+        "+env.eval_kwargs.render_mode=rgb_array",
+    )
+    run("mappo_ippo", run_dir, (*BUDGET, *env))
+    assert list((run_dir / "videos").glob("*.mp4"))  # the evaluation filmed Pendulum
     info = summary(run_dir)
     assert info["env"] == "gymnasium/Pendulum-v1"
     assert info["random"]["agents/episode_reward"] < 0  # Pendulum's cost: always negative

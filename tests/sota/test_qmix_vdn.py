@@ -129,6 +129,7 @@ def test_killed_run_resumes_with_its_replay_buffer_and_epsilon(tmp_path):
     ("override", "message"),
     [
         ("loss.mixer=foo", r"loss.mixer must be one of \['qmix', 'vdn'\], got 'foo'"),
+        ("loss=vdn", r"loss is a group of settings .*, got loss='vdn'; VDN is loss.mixer=vdn"),
         ("loss.mixer_state=global", r"loss.mixer_state must be one of \['observation', 'state'\]"),
         (
             "+env.kwargs.continuous_actions=true",

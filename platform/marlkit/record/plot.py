@@ -152,7 +152,8 @@ def plot_curves(
     for name in names:
         points = [(row[x], row[name]) for row in rows if x in row and name in row]
         xs, ys = zip(*points) if points else ((), ())
-        axes.plot(xs, ys, label=name)
+        # A line through one point draws nothing: few points get markers.
+        axes.plot(xs, ys, label=name, marker="o" if len(points) <= 10 else None)
     axes.set_xlabel(x)
     if len(names) == 1:
         axes.set_ylabel(names[0])
