@@ -197,6 +197,14 @@ class DictEnv(EnvBase):
             g: self._layout(g, members, obs_spaces, act_spaces, first)
             for g, members in self.group_map.items()
         }
+        #: Agents with Discrete actions and no mask: masks are declared by the first reset's
+        #: infos, so one that shows up later in step infos is refused, not ignored.
+        self._unmasked = [
+            a
+            for lay in self._layouts.values()
+            if lay.n_actions is not None and not lay.masked
+            for a in lay.agents
+        ]
         self._slot = {
             a: (g, i) for g, lay in self._layouts.items() for i, a in enumerate(lay.agents)
         }
@@ -595,6 +603,8 @@ class DictEnv(EnvBase):
                     self._write_obs(arrays, lay, e, i, a, view, "step()", required=False)
                     if arrays.action_mask is not None:
                         arrays.action_mask[e, i] = True
+        if self._unmasked and view.infos:
+            self._refuse_undeclared_masks(e, view.infos)
         self._write_turn(frame, e, view)
         self._write_state(frame, e)
         over = True
@@ -603,6 +613,16 @@ class DictEnv(EnvBase):
             over = over and bool(self._term[g][e, i] or self._trunc[g][e, i])
         self._present[e] = present
         self._over[e] = over
+
+    def _refuse_undeclared_masks(self, e: int, infos: Mapping[str, Any]) -> None:
+        for a in self._unmasked:
+            info = infos.get(a)
+            if isinstance(info, Mapping) and ACTION_MASK in info:
+                raise SimulatorOutputError(
+                    f"step() of env {e}: the infos of agent {a!r} carry an {ACTION_MASK!r}, but "
+                    "the first reset's infos did not, so the env declared no action mask and "
+                    "would let forbidden actions through; return the mask from reset() too"
+                )
 
     @staticmethod
     def _store_simple(
@@ -811,6 +831,8 @@ class DictEnv(EnvBase):
 
     # ------------------------------------------------------------------ rendering, closing
     def _render(self, env_index: int) -> Any:
+        if not self._started[env_index]:  # the simulator's own error would be its assert
+            raise RuntimeError(f"{type(self).__name__}: call reset() before render()")
         return self._sims[env_index].render()
 
     def _close(self) -> None:

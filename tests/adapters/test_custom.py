@@ -169,6 +169,19 @@ def test_info_action_masks_are_honoured_and_illegal_moves_refused():
     assert (out["next", "agents", "reward"] == 1).all()
 
 
+def test_a_mask_that_only_steps_carry_is_refused_not_ignored():
+    class LateMasks(Corridor):  # masks in step infos only: the env could not declare one
+        def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+            obs, _ = super().reset(seed)
+            return obs, {a: {} for a in self.agents}
+
+    env = from_parallel(lambda: LateMasks(length=40), seed=0)  # no wall within reach
+    assert ("agents", "action_mask") not in env.observation_spec.keys(True, True)
+    message = r"infos of agent 'walker_0' carry an 'action_mask', but the first reset's infos"
+    with pytest.raises(SimulatorOutputError, match=message):
+        env.rollout(3)
+
+
 def test_partial_reset_resets_only_the_selected_instances():
     env = from_parallel(Corridor, num_envs=3, seed=0)
     td = env.reset()
@@ -435,6 +448,17 @@ def test_from_batched_passes_the_conformance_kit():
     assert torch.equal(
         rollout["next", "state"], rollout["next", "particles", "observation"].reshape(3, 5, 2)
     )
+
+
+def test_the_kit_catches_a_simulator_that_ignores_the_reset_mask():
+    class Stubborn(Particles):  # a partial reset resets nothing
+        def reset(self, seed: int | None = None, env_mask: np.ndarray | None = None) -> dict:
+            if env_mask is not None:
+                return {"particles": self.x.copy()}
+            return super().reset(seed)
+
+    with pytest.raises(AssertionError, match="the simulator seems to ignore the reset mask"):
+        check_adapter(_batched(sim=Stubborn(3, horizon=50), seed=0), steps=6)
 
 
 def test_from_batched_torch_actions_and_gymnasium_spaces():

@@ -382,6 +382,8 @@ def test_list_scenarios_and_the_registry():
 def test_rendering_headless():
     env = spread(num_envs=2, render_mode="rgb_array")
     assert os.environ.get("SDL_VIDEODRIVER")
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before render\(\)"):
+        env.render(1)  # PettingZoo's own error is a bare AssertionError
     env.reset()
     frame = env.render(1)
     assert frame.shape == (700, 700, 3) and frame.dtype == np.uint8 and frame.std() > 0

@@ -131,6 +131,13 @@ def test_agent_count_kwarg_of_registered_envs(point_mass_cls):
 
     register("test-open", open_ended)
     assert agent_count_kwarg("test-open") == "n_agents"  # cannot tell: marlkit's own name
+
+    def rps_like(num_actions: int = 3, max_cycles: int = 15):  # PettingZoo's rps_v2
+        return point_mass_cls()
+
+    register("test-rps", rps_like)  # a count of actions is not a count of agents
+    with pytest.raises(ValueError, match=r"; it accepts: num_actions, max_cycles$"):
+        agent_count_kwarg("test-rps")
     with pytest.raises(UnknownEnvError, match="Did you mean: navigation"):
         agent_count_kwarg("navigaton")
 

@@ -57,7 +57,14 @@ _log = get_logger("registry")
 AGENT_COUNT_KWARGS = ("n_agents", "num_agents", "N", "num_players", "n_pistons", "n_walkers")
 _COUNT_LIKE = re.compile(r"^(n|num)_\w+$")
 #: Counts that are marlkit's options, not the env's agents.
-_NOT_AGENT_COUNTS = ("num_envs", "num_threads")
+_NOT_AGENT_COUNTS = (
+    "num_envs",
+    "num_threads",
+    "num_actions",  # PettingZoo's rps_v2
+    "n_actions",
+    "num_steps",
+    "n_steps",
+)
 
 
 @dataclass(frozen=True)

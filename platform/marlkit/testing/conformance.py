@@ -13,7 +13,8 @@ It checks an env against the contract every marlkit component relies on, collect
 * **seeding**: the same seed gives the same random rollout (skip for nondeterministic sims);
 * **distinct instances**: where the simulator is stochastic (two seeds give two traces), no two
   instances of the batch replay one another under the same actions (a seed collision);
-* **partial resets**: resetting one env leaves the others' observations untouched;
+* **partial resets**: resetting one env leaves the others' observations untouched and
+  restarts that one (observations its steps changed do not stay as the steps left them);
 * **bad actions**: a missing key, a wrong shape, a NaN or out-of-range action raise a
   ``ValueError`` and leave the env's state as it was;
 * **rendering**, when ``"rgb_array"`` is declared: ``uint8 [H, W, 3]`` frames.
@@ -195,9 +196,12 @@ def _check_partial_reset(env: EnvBase, failures: list[str]) -> None:
     n = env.batch_size.numel()
     if n < 2 or not env.batch_size:
         return
-    root = env.reset()
+    first = root = env.reset()
+    ended = False  # env 0 finished (and was reset) during the steps
     for _ in range(3):  # the root after step_and_maybe_reset is the env's current state
-        _, root = env.step_and_maybe_reset(env.rand_action(root))
+        td, root = env.step_and_maybe_reset(env.rand_action(root))
+        done = td.get(("next", "done"), None)
+        ended = ended or (done is not None and bool(done.reshape(n, -1)[0].any()))
     mask = torch.zeros(*env.batch_size, 1, dtype=torch.bool, device=env.device)
     mask.view(-1)[0] = True
     root.set(RESET, mask)
@@ -213,6 +217,35 @@ def _check_partial_reset(env: EnvBase, failures: list[str]) -> None:
         value = out.get(key, None)
         if value is not None and bool(value[~keep].any()):
             failures.append(f"partial reset: {key!r} still true in the env that was reset")
+    if not ended:
+        _check_env0_restarted(env, first, root, out, failures)
+
+
+def _check_env0_restarted(
+    env: EnvBase,
+    first: TensorDictBase,
+    before: TensorDictBase,
+    after: TensorDictBase,
+    failures: list[str],
+) -> None:
+    """A simulator that ignores the reset mask: env 0's observations that the steps changed are,
+    after its partial reset, still what the steps made them."""
+    n = env.batch_size.numel()
+
+    def env0(td: TensorDictBase, key: NestedKey) -> torch.Tensor | None:
+        value = td.get(key, None)
+        return None if value is None else value.reshape(n, *value.shape[len(env.batch_size) :])[0]
+
+    moved = []
+    for key in env.observation_keys:
+        start, now, reset = env0(first, key), env0(before, key), env0(after, key)
+        if start is not None and now is not None and reset is not None and not _same(start, now):
+            moved.append(_same(now, reset))
+    if moved and all(moved):
+        failures.append(
+            "partial reset of env 0 left its observations as its steps had made them: the "
+            "simulator seems to ignore the reset mask (env_mask / _reset)"
+        )
 
 
 def _bad_values(spec: TensorSpec) -> list[tuple[str, torch.Tensor]]:
@@ -369,7 +402,7 @@ def check_adapter(
         seed: the seed used by the seeded checks.
         check_seeding: compare two seeded rollouts bit for bit.
         check_instances: check that the instances of a batch do not replay one another.
-        check_partial_reset: reset env 0 alone and compare the others.
+        check_partial_reset: reset env 0 alone, compare the others and check it restarted.
         check_render: render a frame when ``"rgb_array"`` is declared.
         extra_checks: callables returning failure messages, run last.
 
