@@ -239,7 +239,13 @@ def main(cfg: DictConfig) -> None:
 
     # --- the end: the trained (greedy) policy next to a random one, the curve, summary.json
     summary = run.finish(
-        policy, info={"algorithm": "iql", "env": cfg.env.name, "frames": collector.frames}
+        policy,
+        info={
+            "algorithm": cfg.algorithm,
+            "variant": "IQL",
+            "env": cfg.env.name,
+            "frames": collector.frames,
+        },
     )
     collector.shutdown()
     run.eval_env.close()

@@ -254,9 +254,9 @@ def main(cfg: DictConfig) -> None:
         print(f"iteration {run.iteration}: frames {collector.frames} {rewards}", flush=True)
 
     # --- the end: the trained policy next to a random one, the curve, summary.json
-    summary = run.finish(
-        policy, info={"algorithm": cfg.algorithm, "env": cfg.env.name, "frames": collector.frames}
-    )
+    variant = "MAPPO" if cfg.critic.centralised else "IPPO"
+    info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
+    summary = run.finish(policy, info={**info, "frames": collector.frames})
     collector.shutdown()
     run.eval_env.close()
     print(json.dumps(summary["trained"]), "random:", json.dumps(summary["random"]))

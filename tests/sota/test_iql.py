@@ -48,7 +48,7 @@ def test_native_navigation_end_to_end(tmp_path):
     assert [r["replay/agents/size"] for r in rows] == [400, 400]
     assert rows[0]["eps"] == pytest.approx(0.3) and rows[1]["eps"] == pytest.approx(0.0, abs=1e-6)
     info = summary(run_dir)
-    assert info["frames"] == 800 and info["env"] == "navigation" and info["algorithm"] == "iql"
+    assert info["frames"] == 800 and info["env"] == "navigation" and info["variant"] == "IQL"
     assert set(info["trained"]) == set(info["random"]) >= {"agents/episode_reward"}
     for name in ("rollout.mp4", "reward.png", "videos/eval-0001.mp4", "checkpoints/latest"):
         assert (run_dir / name).stat().st_size > 0, name

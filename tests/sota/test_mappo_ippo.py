@@ -43,7 +43,7 @@ def test_native_navigation_end_to_end(tmp_path):
     assert rows[-1]["frames"] == 800
     assert rows[-1]["episode_length"] == 25
     info = summary(run_dir)
-    assert info["frames"] == 800 and info["env"] == "navigation"
+    assert info["frames"] == 800 and info["env"] == "navigation" and info["variant"] == "MAPPO"
     assert set(info["trained"]) == set(info["random"]) >= {"agents/episode_reward"}
     for name in ("rollout.mp4", "reward.png", "videos/eval-0001.mp4", "checkpoints/latest"):
         assert (run_dir / name).stat().st_size > 0, name
@@ -55,7 +55,7 @@ def test_ippo_on_vmas(tmp_path):
     run_dir = tmp_path / "run"
     run("mappo_ippo", run_dir, (*BUDGET, "env=vmas/navigation", "critic.centralised=false"))
     info = summary(run_dir)
-    assert info["env"] == "vmas/navigation"
+    assert info["env"] == "vmas/navigation" and info["variant"] == "IPPO"
     assert "agents/episode_reward" in info["trained"]
 
 

@@ -51,7 +51,7 @@ def test_native_navigation_end_to_end(tmp_path):
     assert rows[0]["eps"] == pytest.approx(0.3) and rows[1]["eps"] == pytest.approx(0.0, abs=1e-6)
     info = summary(run_dir)
     assert info["frames"] == 800 and info["env"] == "navigation"
-    assert info["algorithm"] == "qmix"
+    assert info["algorithm"] == "qmix_vdn" and info["variant"] == "QMIX"
     assert set(info["trained"]) == set(info["random"]) >= {"agents/episode_reward"}
     for name in ("rollout.mp4", "reward.png", "videos/eval-0001.mp4", "checkpoints/latest"):
         assert (run_dir / name).stat().st_size > 0, name
@@ -64,7 +64,7 @@ def test_native_navigation_end_to_end(tmp_path):
 def test_vdn_sums_the_agents_values(tmp_path):
     run_dir = tmp_path / "run"
     run("qmix_vdn", run_dir, (*BUDGET, "loss.mixer=vdn", "eval.video=false"))
-    assert summary(run_dir)["algorithm"] == "vdn"
+    assert summary(run_dir)["variant"] == "VDN"
 
 
 def test_qmix_mixing_on_the_env_state(tmp_path):
