@@ -377,6 +377,20 @@ def test_wandb_offline_run(tmp_path: pathlib.Path) -> None:
         logger.run.log({"loss": 1.0}, step=20)
 
 
+def test_a_resumed_run_continues_its_wandb_run(tmp_path: pathlib.Path) -> None:
+    with make_logger(tmp_path, backends=["csv", "wandb"]) as logger:
+        logger.log({"loss": 1.0}, step=1)
+        first = logger.loggers[-1].run.id
+    assert (tmp_path / "wandb" / "run-id").read_text().strip() == first
+    with make_logger(tmp_path, backends=["csv", "wandb"], resume=True) as logger:
+        assert logger.loggers[-1].run.id == first  # the same wandb run, not a second one
+        logger.log({"loss": 0.5}, step=2)
+    folders = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2 and all(f.name.endswith(first) for f in folders)
+    with make_logger(tmp_path / "fresh", backends=["wandb"]) as logger:
+        assert logger.loggers[-1].run.id != first  # a new run folder: a new wandb run
+
+
 def test_wandb_checks_the_mode(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match=r"mode must be one of offline, online, disabled"):
         WandbLogger(dir=tmp_path, mode="cloud")  # type: ignore[arg-type]

@@ -429,6 +429,9 @@ class WandbLogger(Logger):
             (a Hydra ``DictConfig`` is fine).
         mode: ``"offline"``, ``"online"`` (needs a login) or ``"disabled"`` (wandb does
             nothing).
+        run_id: the wandb run id; an existing run with this id is continued (``resume=
+            "allow"``: online, its curves go on; offline, ``wandb sync`` uploads both folders
+            into that run). ``None``: a new run.
     """
 
     def __init__(
@@ -439,6 +442,7 @@ class WandbLogger(Logger):
         dir: str | os.PathLike[str],
         config: Mapping[str, Any] | None = None,
         mode: WandbMode = "offline",
+        run_id: str | None = None,
     ):
         if mode not in _WANDB_MODES:
             raise ValueError(f"mode must be one of {', '.join(_WANDB_MODES)}, got {mode!r}")
@@ -455,6 +459,8 @@ class WandbLogger(Logger):
             config=_plain(config) if config is not None else None,
             mode=mode,
             reinit=reinit,
+            id=run_id,
+            resume="allow" if run_id is not None else None,
             # console="off": wandb leaves sys.stdout and sys.stderr alone.
             settings=wandb.Settings(silent=True, console="off"),
         )
@@ -561,7 +567,9 @@ def make_logger(
         project: the wandb project.
         name: the wandb run's name; the name of ``run_dir`` when ``None``.
         config: the run's configuration, given to wandb.
-        wandb_mode: the wandb mode (see :class:`WandbLogger`); offline by default.
+        wandb_mode: the wandb mode (see :class:`WandbLogger`); offline by default. The wandb
+            run's id is kept in ``run_dir/wandb/run-id``: a resumed run continues that wandb run
+            instead of starting another.
 
     Returns:
         A :class:`MultiLogger`; its :attr:`~MultiLogger.csv` is the CSV logger.
@@ -589,13 +597,21 @@ def make_logger(
                         run_dir / "tensorboard", purge_step=purge_step if resume else None
                     )
                 else:
-                    made[backend] = WandbLogger(
+                    id_file = run_dir / "wandb" / "run-id"
+                    wandb_logger = WandbLogger(
                         project=project,
                         name=name if name is not None else run_dir.resolve().name,
                         dir=run_dir,
                         config=config,
                         mode=wandb_mode,
+                        run_id=id_file.read_text().strip()
+                        if resume and id_file.is_file()
+                        else None,
                     )
+                    made[backend] = wandb_logger
+                    if wandb_mode != "disabled":  # a disabled run's id names no run
+                        id_file.parent.mkdir(parents=True, exist_ok=True)
+                        id_file.write_text(wandb_logger.run.id + "\n")
             except ImportError as err:
                 if not auto:
                     raise
