@@ -205,6 +205,21 @@ class TestUnbounded:
         assert out.dtype == torch.float32
         assert spec.is_in(out)
 
+    @pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64])
+    def test_project_onto_integers_saturates(self, dtype):
+        info = torch.iinfo(dtype)
+        spec = Unbounded((5,), dtype=dtype)
+        floats = torch.tensor([math.inf, -math.inf, math.nan, 1e30, 2.6], dtype=torch.float64)
+        assert spec.project(floats).tolist() == [info.max, info.min, 0, info.max, 3]
+        if dtype != torch.int64:  # int64 holds every int64
+            wide = torch.tensor([info.max + 1, info.min - 1, 300, -300, 7])
+            assert spec.project(wide).tolist() == [
+                info.max,
+                info.min,
+                *[max(info.min, min(info.max, v)) for v in (300, -300)],
+                7,
+            ]
+
     def test_project_casts(self):
         spec = Unbounded((2,), dtype=torch.float64)
         out = spec.project(torch.tensor([1, 2]))
@@ -384,6 +399,20 @@ class TestBounded:
         assert out.dtype == torch.int32
         assert out.tolist() == [10, 0, 10, 3, 0]
 
+    @pytest.mark.parametrize(
+        ("low", "high", "inside"), [(-2.5, -0.5, [-2, -1]), (0.5, 2.5, [1, 2]), (-0.5, 0.5, [0])]
+    )
+    def test_integer_boxes_hold_the_integers_inside_fractional_bounds(self, low, high, inside):
+        spec = Bounded(low, high, (1000,), dtype=torch.int64)
+        assert sorted(spec.rand().unique().tolist()) == inside
+        assert spec.is_in(spec.zero())
+        for outside in (inside[0] - 1, inside[-1] + 1):
+            assert not spec.is_in(torch.full((1000,), outside))
+
+    def test_an_integer_box_without_an_integer_is_refused(self):
+        with pytest.raises(ValueError, match=r"low <= high .*\(integers: low rounded up"):
+            Bounded(0.2, 0.8, (2,), dtype=torch.int64)
+
     def test_project_does_not_wrap_narrow_ints(self):
         spec = Bounded(0, 100, (3,), dtype=torch.int8)
         out = spec.project(torch.tensor([300, -300, 50]))
@@ -431,6 +460,21 @@ class TestCategorical:
         # every sample is allowed by the mask
         assert mask.expand(10_000, 2, 5).gather(-1, sample.unsqueeze(-1)).all()
         assert spec.expand(10_000, 2).is_in(sample)
+
+    @pytest.mark.parametrize(("n", "dtype"), [(256, torch.uint8), (128, torch.int8)])
+    def test_classes_that_fill_their_dtype(self, n, dtype):
+        spec = Categorical(n, (64,), dtype=dtype)  # n itself does not fit the dtype
+        assert spec.is_in(spec.rand()) and spec.is_in(spec.zero())
+        assert spec.is_in(torch.full((64,), n - 1, dtype=dtype))
+
+    @pytest.mark.parametrize("cls", [Categorical, OneHot])
+    def test_a_mask_row_that_allows_nothing_is_refused_by_zero_and_project(self, cls):
+        mask = torch.tensor([[True, False, True], [False, False, False]])
+        spec = cls(3, (2, 3) if cls is OneHot else (2,), mask=mask)
+        value = torch.zeros(spec.shape, dtype=spec.dtype)  # [0, 0], or all-zero scores
+        for call in (spec.zero, lambda: spec.project(value)):
+            with pytest.raises(ValueError, match="allows no action at flat index 1"):
+                call()
 
     def test_mask_is_copied(self):
         mask = torch.tensor([True, True, False])

@@ -67,6 +67,10 @@ def test_masked_categorical_never_samples_masked_actions() -> None:
     assert bool(torch.isinf(d.log_prob(bad)[has_bad]).all())
     greedy = d.deterministic_sample.unsqueeze(-1)
     assert bool(mask.gather(-1, greedy).all())  # the greedy action is an allowed one
+    samples = d.sample((20,))  # log-probs of values with sample dims in front, as torch's
+    torch.testing.assert_close(
+        d.log_prob(samples), torch.distributions.Categorical(logits=d.logits).log_prob(samples)
+    )
     with pytest.raises(ValueError, match="allows no action"):
         MaskedCategorical(logits, torch.zeros_like(mask))
     with pytest.raises(ValueError, match="does not match logits"):

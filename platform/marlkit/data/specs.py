@@ -281,8 +281,22 @@ class Unbounded(TensorSpec):
         return None
 
     def _project(self, value: torch.Tensor) -> torch.Tensor:
-        value = value.to(self.dtype)
-        return torch.nan_to_num(value) if value.is_floating_point() else value
+        if self.dtype.is_floating_point:
+            return torch.nan_to_num(value.to(self.dtype))
+        if self.dtype == torch.bool:
+            return value.to(self.dtype)
+        # An integer dtype: saturate at its range (a cast wraps 300 to 44 in int8, and gives
+        # inf no defined value), NaN to 0, as floats project.
+        info = torch.iinfo(self.dtype)
+        if value.is_floating_point():
+            value = torch.nan_to_num(value.double().round(), nan=0.0)
+            low, high = float(info.min), float(info.max)
+            # float64 rounds int64's max up to 2**63: values there saturate in integers below.
+            big = value >= high
+            value = value.clamp(min=low, max=high).to(torch.int64)
+            value = torch.where(big, torch.full_like(value, info.max), value)
+            return value.to(self.dtype)
+        return value.long().clamp(min=info.min, max=info.max).to(self.dtype)
 
     def _params(self) -> dict[str, Any]:
         return {}
@@ -308,6 +322,10 @@ def _broadcast_bound(
                 f"{name}={_short(raw)} does not fit in dtype {_dtype_name(dtype)} "
                 f"([{info.min}, {info.max}])"
             )
+    if not dtype.is_floating_point and raw.is_floating_point():
+        # The integers inside [low, high]: a cast would truncate toward zero (-2.5 -> -2 for a
+        # high, taking -2 in; 0.5 -> 0 for a low, letting 0 in).
+        raw = raw.ceil() if name == "low" else raw.floor()
     tensor = raw.to(dtype)
     try:
         return tensor.expand(shape).clone()
@@ -347,9 +365,10 @@ class Bounded(TensorSpec):
         ):
             raise ValueError("Bounded needs finite low and high; use Unbounded for an open domain")
         if (self.low > self.high).any():
+            rounded = "" if dtype.is_floating_point else " (integers: low rounded up, high down)"
             raise ValueError(
                 f"Bounded needs low <= high everywhere, got low={_short(self.low)}, "
-                f"high={_short(self.high)}"
+                f"high={_short(self.high)}{rounded}"
             )
 
     def _rand(self, shape: torch.Size, generator: torch.Generator | None) -> torch.Tensor:
@@ -440,6 +459,19 @@ def _sample_masked(
     return idx.reshape(mask.shape[:-1])
 
 
+def _first_allowed(mask: torch.Tensor, what: str) -> torch.Tensor:
+    """The first True index of each row of ``mask`` [..., n] -> [...] int64.
+
+    Raises:
+        ValueError: a row allows nothing (as :func:`_sample_masked`).
+    """
+    empty = ~mask.any(-1)
+    if mask.device.type != "meta" and empty.any():  # a meta mask holds no values to check
+        row = int(empty.reshape(-1).nonzero()[0].item())
+        raise ValueError(f"{what}: the action mask allows no action at flat index {row}")
+    return mask.int().argmax(-1)
+
+
 class Categorical(TensorSpec):
     """Integer classes in ``[0, n)``, one per element of ``shape`` (e.g. ``[*B, n_agents]``).
 
@@ -501,12 +533,16 @@ class Categorical(TensorSpec):
 
     def _zero(self, shape: torch.Size) -> torch.Tensor:
         if self.mask is not None:
-            return self.mask.expand(*shape, self.n).int().argmax(-1).to(self.dtype)
+            return _first_allowed(self.mask.expand(*shape, self.n), "Categorical.zero").to(
+                self.dtype
+            )
         return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
     def _explain_domain(self, value: torch.Tensor) -> str | None:
         if self.dtype != torch.bool:
-            bad = (value < 0) | (value >= self.n)
+            # In int64: n may not fit the dtype (n = 256 in uint8), and a comparison with it
+            # would wrap there.
+            bad = (value < 0) | (value.long() >= self.n)
             if bad.any():
                 idx = bad.nonzero()[0].tolist()
                 return f"class {value[tuple(idx)].item()} at index {idx} is outside [0, {self.n})"
@@ -524,7 +560,8 @@ class Categorical(TensorSpec):
         if self.mask is not None:
             mask = self.mask.expand(*value.shape, self.n)
             ok = mask.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
-            value = torch.where(ok, value, mask.int().argmax(-1).to(self.dtype))
+            first = _first_allowed(mask, "Categorical.project").to(self.dtype)
+            value = torch.where(ok, value, first)
         return value
 
     def _params(self) -> dict[str, Any]:
@@ -575,7 +612,7 @@ class OneHot(TensorSpec):
 
     def _zero(self, shape: torch.Size) -> torch.Tensor:
         idx = (
-            self.mask.expand(shape).int().argmax(-1)
+            _first_allowed(self.mask.expand(shape), "OneHot.zero")
             if self.mask is not None
             else torch.zeros(shape[:-1], dtype=torch.long, device=self.device)
         )
@@ -598,6 +635,7 @@ class OneHot(TensorSpec):
         # Finite scores, so that a masked class (-inf) never ties with an allowed one.
         scores = torch.nan_to_num(value.double())
         if self.mask is not None:
+            _first_allowed(self.mask.expand(value.shape), "OneHot.project")  # a row allows one
             scores = scores.masked_fill(~self.mask.expand(value.shape), -math.inf)
         return torch.nn.functional.one_hot(scores.argmax(-1), self.n).to(self.dtype)
 

@@ -185,7 +185,9 @@ class MaskedCategorical(Categorical):
         """Log-prob ``[*B, n_agents]`` of ``value`` ``[*B, n_agents]``; ``-inf`` for a masked
         action."""
         out = super().log_prob(value)
-        allowed = self.mask.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
+        # The mask broadcast to the value's shape: a value may carry sample dims in front.
+        mask = self.mask.expand(*out.shape, self.mask.shape[-1])
+        allowed = mask.gather(-1, value.long().expand(out.shape).unsqueeze(-1)).squeeze(-1)
         return out.masked_fill(~allowed, float("-inf"))
 
     def entropy(self) -> torch.Tensor:
