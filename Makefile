@@ -1,13 +1,14 @@
 # The two commands a fresh clone needs: `make demo` and `make test`.
-# Each creates .venv if missing, installs a CPU torch when none is present, installs marlkit
-# with its dependencies, then runs.
+# Each creates .venv if missing, installs $(TORCH_SPEC) when no torch is present, installs
+# marlkit with its dependencies, then runs.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# A bare `torch` requirement can resolve to a multi-GB CUDA build: install a CPU one first.
-# Elsewhere, point TORCH_INDEX at https://download.pytorch.org/whl/cpu.
+# A bare `torch` requirement can resolve to a multi-GB CUDA build: torch is installed first, from
+# pip's configured index (here it serves the CPU build); where that index serves CUDA builds (PyPI
+# on Linux), point TORCH_INDEX at https://download.pytorch.org/whl/cpu.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.marlkit-installed
