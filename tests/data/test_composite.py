@@ -553,7 +553,10 @@ def _leaves(draw, prefix: tuple[int, ...]) -> TensorSpec:
     if kind == "bounded":
         low = draw(st.floats(-1e6, 1e6))
         high = low + draw(st.floats(0, 1e6))
-        return Bounded(low, high, shape, dtype=draw(st.sampled_from([torch.float32, torch.int32])))
+        dtype = draw(st.sampled_from([torch.float32, torch.int32]))
+        if dtype == torch.int32:  # an integer box holds the integers inside: at least one
+            low, high = math.floor(low), math.ceil(high)
+        return Bounded(low, high, shape, dtype=dtype)
     if kind == "cat":
         n = draw(st.integers(1, 5))
         allowed = draw(st.lists(st.booleans(), min_size=n, max_size=n))
