@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import multiprocessing
 import pathlib
+import random
 import sys
 
+import numpy as np
 import pytest
+import torch
 
 # The tests' shared helpers (_forked.py) import as top-level modules.
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -35,6 +38,16 @@ FORKSERVER_PRELOAD = [
 
 def pytest_configure(config: pytest.Config) -> None:
     multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
+
+
+@pytest.fixture(autouse=True)
+def _same_random_state() -> None:
+    """Every test starts from the same global random state, whichever tests ran before it in
+    its process: `make test` hands tests to two xdist processes in no fixed order, and a test's
+    unseeded draws must not depend on that order."""
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
 
 
 def _starts_ray(nodeid: str) -> bool:

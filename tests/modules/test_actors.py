@@ -84,13 +84,16 @@ def continuous_actor(n: int = 3) -> ProbabilisticActor:
 
 @pytest.mark.parametrize("batch", [(5,), (2, 3)])
 def test_actor_keys_and_log_prob_shape(batch: tuple) -> None:
+    torch.manual_seed(0)  # the same draws whatever ran before in this process (xdist)
     actor = continuous_actor()
     td = actor(obs_td(batch))
     assert td["agents", "action"].shape == (*batch, 3, 2)
     assert td["agents", "action_log_prob"].shape == (*batch, 3)
     dist = actor.get_dist(td)
+    # The stored log-prob scores the sample from its own pre-tanh value; scoring the action
+    # again goes through atanh, which float32 rounds near the bounds (1.6e-5 apart seen).
     torch.testing.assert_close(
-        dist.log_prob(td["agents", "action"]), td["agents", "action_log_prob"]
+        dist.log_prob(td["agents", "action"]), td["agents", "action_log_prob"], rtol=1e-4, atol=1e-4
     )
 
 

@@ -87,6 +87,12 @@ def test_multiprocess_and_ray_collectors(tmp_path, collector):
     assert [r["frames"] for r in rows] == [400, 800]
 
 
+def test_an_annealing_fraction_of_0_drops_eps_at_once(tmp_path):
+    run_dir = tmp_path / "run"  # EGreedy refused 0 steps, naming its own argument
+    run("iql", run_dir, (*BUDGET, "exploration.annealing_fraction=0", "eval.video=false"))
+    assert read_metrics(run_dir / "metrics.csv")[-1]["eps"] == 0.0
+
+
 def test_killed_run_resumes_with_its_replay_buffer_and_epsilon(tmp_path):
     run_dir = tmp_path / "run"
     budget = (
