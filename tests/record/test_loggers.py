@@ -385,8 +385,8 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path: pathlib.Path) -> None:
     with make_logger(tmp_path, backends=["csv", "wandb"], resume=True) as logger:
         assert logger.loggers[-1].run.id == first  # the same wandb run, not a second one
         logger.log({"loss": 0.5}, step=2)
-    folders = sorted((tmp_path / "wandb").glob("offline-run-*"))
-    assert len(folders) == 2 and all(f.name.endswith(first) for f in folders)
+    folders = sorted((tmp_path / "wandb").glob("offline-run-*"))  # "-1" added in one second
+    assert len(folders) == 2 and all(list(f.glob(f"run-{first}.wandb")) for f in folders)
     with make_logger(tmp_path / "fresh", backends=["wandb"]) as logger:
         assert logger.loggers[-1].run.id != first  # a new run folder: a new wandb run
 
