@@ -61,11 +61,13 @@ def _starts_ray(nodeid: str) -> bool:
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (`make test` runs on -n 2)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """Balance tests one by one over the xdist processes (as ``--dist load``), except those that
     start a Ray: one process runs them all, one after the other, so one Ray runs at a time and
     test_ray.py's module-wide Ray starts once. (``--dist loadgroup`` would do it with marks, but
     it renames node ids, which pytest 9.2 no longer lets a plugin do.)"""
+    if config.getvalue("dist") != "load":  # another --dist asked for: xdist's own
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class RayTogether(LoadScopeScheduling):
