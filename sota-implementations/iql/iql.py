@@ -238,15 +238,8 @@ def main(cfg: DictConfig) -> None:
         print(f"iteration {run.iteration}: frames {collector.frames} {rewards}", flush=True)
 
     # --- the end: the trained (greedy) policy next to a random one, the curve, summary.json
-    summary = run.finish(
-        policy,
-        info={
-            "algorithm": cfg.algorithm,
-            "variant": "IQL",
-            "env": cfg.env.name,
-            "frames": collector.frames,
-        },
-    )
+    info = {"algorithm": cfg.algorithm, "variant": "IQL", "env": cfg.env.name}
+    summary = run.finish(policy, info={**info, "frames": collector.frames})
     collector.shutdown()
     run.eval_env.close()
     print(json.dumps(summary["trained"]), "random:", json.dumps(summary["random"]))

@@ -451,12 +451,20 @@ def _sample_masked(
     flat = mask.reshape(-1, mask.shape[-1])
     if flat.shape[0] == 0:
         return torch.zeros(mask.shape[:-1], dtype=torch.long, device=mask.device)
-    empty = ~flat.any(-1)
-    if empty.any():
-        row = int(empty.nonzero()[0].item())
-        raise ValueError(f"{what}: the action mask allows no action at flat index {row}")
+    _refuse_empty_rows(flat, what)
     idx = torch.multinomial(flat.float(), 1, generator=generator).squeeze(-1)
     return idx.reshape(mask.shape[:-1])
+
+
+def _refuse_empty_rows(mask: torch.Tensor, what: str) -> None:
+    """Raise a ValueError naming the first row of ``mask`` [..., n] that allows nothing (a meta
+    mask holds no values to check)."""
+    if mask.device.type == "meta":
+        return
+    empty = ~mask.any(-1)
+    if empty.any():
+        row = int(empty.reshape(-1).nonzero()[0].item())
+        raise ValueError(f"{what}: the action mask allows no action at flat index {row}")
 
 
 def _first_allowed(mask: torch.Tensor, what: str) -> torch.Tensor:
@@ -465,10 +473,7 @@ def _first_allowed(mask: torch.Tensor, what: str) -> torch.Tensor:
     Raises:
         ValueError: a row allows nothing (as :func:`_sample_masked`).
     """
-    empty = ~mask.any(-1)
-    if mask.device.type != "meta" and empty.any():  # a meta mask holds no values to check
-        row = int(empty.reshape(-1).nonzero()[0].item())
-        raise ValueError(f"{what}: the action mask allows no action at flat index {row}")
+    _refuse_empty_rows(mask, what)
     return mask.int().argmax(-1)
 
 
@@ -635,8 +640,9 @@ class OneHot(TensorSpec):
         # Finite scores, so that a masked class (-inf) never ties with an allowed one.
         scores = torch.nan_to_num(value.double())
         if self.mask is not None:
-            _first_allowed(self.mask.expand(value.shape), "OneHot.project")  # a row allows one
-            scores = scores.masked_fill(~self.mask.expand(value.shape), -math.inf)
+            mask = self.mask.expand(value.shape)
+            _refuse_empty_rows(mask, "OneHot.project")
+            scores = scores.masked_fill(~mask, -math.inf)
         return torch.nn.functional.one_hot(scores.argmax(-1), self.n).to(self.dtype)
 
     def _params(self) -> dict[str, Any]:

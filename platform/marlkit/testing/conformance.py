@@ -200,8 +200,8 @@ def _check_partial_reset(env: EnvBase, failures: list[str]) -> None:
     ended = False  # env 0 finished (and was reset) during the steps
     for _ in range(3):  # the root after step_and_maybe_reset is the env's current state
         td, root = env.step_and_maybe_reset(env.rand_action(root))
-        done = td.get(("next", "done"), None)
-        ended = ended or (done is not None and bool(done.reshape(n, -1)[0].any()))
+        done = _env0(env, td.get(("next", "done"), None))
+        ended = ended or (done is not None and bool(done.any()))
     mask = torch.zeros(*env.batch_size, 1, dtype=torch.bool, device=env.device)
     mask.view(-1)[0] = True
     root.set(RESET, mask)
@@ -221,6 +221,13 @@ def _check_partial_reset(env: EnvBase, failures: list[str]) -> None:
         _check_env0_restarted(env, first, root, out, failures)
 
 
+def _env0(env: EnvBase, value: torch.Tensor | None) -> torch.Tensor | None:
+    """The first env's part of ``value`` (the env's batch dims flattened)."""
+    if value is None:
+        return None
+    return value.reshape(env.batch_size.numel(), *value.shape[len(env.batch_size) :])[0]
+
+
 def _check_env0_restarted(
     env: EnvBase,
     first: TensorDictBase,
@@ -230,15 +237,9 @@ def _check_env0_restarted(
 ) -> None:
     """A simulator that ignores the reset mask: env 0's observations that the steps changed are,
     after its partial reset, still what the steps made them."""
-    n = env.batch_size.numel()
-
-    def env0(td: TensorDictBase, key: NestedKey) -> torch.Tensor | None:
-        value = td.get(key, None)
-        return None if value is None else value.reshape(n, *value.shape[len(env.batch_size) :])[0]
-
     moved = []
     for key in env.observation_keys:
-        start, now, reset = env0(first, key), env0(before, key), env0(after, key)
+        start, now, reset = (_env0(env, td.get(key, None)) for td in (first, before, after))
         if start is not None and now is not None and reset is not None and not _same(start, now):
             moved.append(_same(now, reset))
     if moved and all(moved):
