@@ -10,7 +10,8 @@ Sections (``--only`` picks some):
   Target: the collector's overhead over the bare loop <= 10 %.
 * ``parallel_env``: ``ParallelEnv(2)`` against ``SerialEnv(2)`` on ``mpe2.simple_spread_v3``
   (a CPU-bound Python env), the same batch ``[2, num_envs]`` stepped with random actions.
-  Target: >= 1.6x on 2 cores. Beside it, in the same rounds, two ceilings measured with
+  Target: >= 1.6x on 2 cores. Timed twice: workers placed by the OS (the default), and pinned
+  one per CPU (``worker_cpus="auto"``). Beside them, in the same rounds, two ceilings measured with
   PettingZoo's own loop in two plain processes (no marlkit, no torch): unsynchronised
   (``machine_ceiling``, what this machine gives two processes at that moment) and in lock-step
   (``lockstep_ceiling``, one command and answer per step, as any ``ParallelEnv`` must), each
@@ -309,8 +310,11 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
     kwargs = {"name": "pettingzoo/mpe2.simple_spread_v3", "N": 3, "num_envs": args.mpe_envs}
     serial = SerialEnv(2, marlkit.make, kwargs)
     parallel = ParallelEnv(2, marlkit.make, kwargs, start_method=args.start_method)
+    pinned = ParallelEnv(
+        2, marlkit.make, kwargs, start_method=args.start_method, worker_cpus="auto"
+    )
     raw = _RawCeiling(args.mpe_envs, args.mpe_steps, args.start_method)
-    for env in (serial, parallel):
+    for env in (serial, parallel, pinned):
         env.set_seed(0)
         env.validate_actions = False
     steps = args.mpe_steps
@@ -329,22 +333,30 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
     sides = {
         "serial": loop(serial),
         "parallel": loop(parallel),
+        "parallel_pinned": loop(pinned),
         **_ceiling_sides(raw, lockstep=True),
     }
-    rates = _warm_and_alternate(sides, args, [serial.close, parallel.close, raw.close])
+    closes = [serial.close, parallel.close, pinned.close, raw.close]
+    rates = _warm_and_alternate(sides, args, closes)
     frames = 2 * args.mpe_envs * steps
     ratio = _ratio(rates, "parallel", "serial")
+    ratio_pinned = _ratio(rates, "parallel_pinned", "serial")
     return {
         "env": "pettingzoo/mpe2.simple_spread_v3",
         "N": 3,
         "batch": [2, args.mpe_envs],
-        "work": "both: rand_action and step_and_maybe_reset over the same [2, num_envs] batch; "
-        "serial steps the two workers' envs in this process, parallel in two worker processes "
-        "(1 torch thread each) through shared memory",
+        "work": "all three: rand_action and step_and_maybe_reset over the same [2, num_envs] "
+        "batch; serial steps the two workers' envs in this process, parallel and "
+        "parallel_pinned in two worker processes (1 torch thread each) through shared memory; "
+        "parallel_pinned pins worker i to CPU i (worker_cpus='auto'), parallel leaves them to "
+        "the OS (the default)",
         "serial_frames_per_s": statistics.median(rates["serial"]) * frames,
         "parallel_frames_per_s": statistics.median(rates["parallel"]) * frames,
+        "parallel_pinned_frames_per_s": statistics.median(rates["parallel_pinned"]) * frames,
         "parallel_over_serial": ratio["median"],
         "rounds": ratio["rounds"],
+        "pinned_over_serial": ratio_pinned["median"],
+        "pinned_rounds": ratio_pinned["rounds"],
         "target": 1.6,
         "start_method": args.start_method,
         **_ceiling_report(rates, ratio["rounds"]),

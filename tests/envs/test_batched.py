@@ -3,6 +3,7 @@ masks and validation through the batch, and failing workers."""
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import cloudpickle
 import pytest
@@ -423,5 +425,158 @@ def test_a_worker_never_reads_what_the_input_lacks(cls: type) -> None:
             env.step(td.exclude("step_count"))
         with pytest.raises(error, match=r"RewardSum: the step input has no \('agents', 'episode"):
             env.step(td.exclude(("agents", "episode_reward")))
+    finally:
+        env.close()
+
+
+def _truncated(max_steps: int) -> EnvBase:
+    """Navigation whose episodes all end after ``max_steps`` steps (per worker: each ends at
+    its own steps)."""
+    return TransformedEnv(marlkit.make(**NAV), [StepCounter(max_steps), RewardSum()])
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
+def test_step_and_maybe_reset_matches_a_step_then_a_reset(cls: type) -> None:
+    # ParallelEnv resets each worker's done envs inside the step command; the result must be
+    # what EnvBase's own step-then-reset gives, whichever workers end (none, one, both).
+    factories = [functools.partial(_truncated, 3), functools.partial(_truncated, 5)]
+    env, reference = cls(2, factories), SerialEnv(2, factories)
+    try:
+        for e in (env, reference):
+            e.set_seed(11)
+        td, ref_td = env.reset(), reference.reset()
+        ended = set()
+        for _ in range(18):  # worker 0 resets every 3 steps, worker 1 every 5
+            actions = env.rand_action(td)
+            ref_td.update(actions.select(("agents", "action")))
+            out, td = env.step_and_maybe_reset(actions)
+            ref_out = EnvBase.step_and_maybe_reset(reference, ref_td)
+            ref_out, ref_td = ref_out
+            assert (out == ref_out).all() and (td == ref_td).all()
+            assert set(td.keys(True, True)) == set(ref_td.keys(True, True))
+            ended.add(tuple(out["next", "done"].reshape(2, -1).all(-1).tolist()))
+        assert {(True, False), (False, True), (True, True), (False, False)} <= ended
+        # A partial reset that leaves a worker alone reports that worker's envs as they are now
+        # (just reset by the step, for worker 0 here), not the step's last output.
+        assert td["step_count"][0].eq(0).all()
+        mask = torch.zeros(2, 3, 1, dtype=torch.bool)
+        mask[1, 0] = True
+        td["_reset"] = mask
+        after = env.reset(td)
+        assert torch.equal(after["agents", "observation"][0], td["agents", "observation"][0])
+        assert after["step_count"][0].eq(0).all()
+    finally:
+        env.close()
+        reference.close()
+
+
+def test_parallel_step_and_maybe_reset_is_one_command_per_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = _parallel(2, [functools.partial(_truncated, 2)] * 2)
+    try:
+        td = env.reset()
+        sent: list[str] = []
+        send = env._pool.send
+
+        def spy(i: int, message: tuple, what: str) -> None:
+            sent.append(message[0])
+            send(i, message, what)
+
+        monkeypatch.setattr(env._pool, "send", spy)
+        for _ in range(4):  # every other step ends every episode
+            _, td = env.step_and_maybe_reset(env.rand_action(td))
+        assert sent == ["step_reset"] * 8
+        assert td["step_count"].eq(0).all()
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------------- where and how workers wait
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
+def test_worker_cpus_pins_each_worker() -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    env = _parallel(2, marlkit.make, NAV, worker_cpus="auto")
+    try:
+        expected = [{allowed[0]}, {allowed[1 % len(allowed)]}]
+        assert [os.sched_getaffinity(pid) for pid in env._pool.pids] == expected
+        env.rollout(3)  # pinned workers step as any
+    finally:
+        env.close()
+    env = _parallel(2, marlkit.make, NAV, worker_cpus=[allowed[-1], set(allowed)])
+    try:
+        assert [os.sched_getaffinity(pid) for pid in env._pool.pids] == [
+            {allowed[-1]},
+            set(allowed),
+        ]
+    finally:
+        env.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
+@pytest.mark.parametrize(
+    ("worker_cpus", "error", "match"),
+    [
+        ("all", ValueError, "must be None, 'auto' or one CPU"),
+        ([0], ValueError, "1 entries for 2 workers"),
+        ([0, 4096], ValueError, r"worker_cpus\[1\] = 4096: CPU \[4096\] is not one this process"),
+        ([0, []], ValueError, r"worker_cpus\[1\] is empty"),
+        ([0, 1.5], TypeError, r"worker_cpus\[1\] must be a CPU index"),
+        ([True, 0], TypeError, r"worker_cpus\[0\] must be a CPU index"),
+    ],
+)
+def test_bad_worker_cpus_are_refused_before_any_worker_starts(
+    worker_cpus: object, error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        _parallel(2, marlkit.make, NAV, worker_cpus=worker_cpus)
+
+
+@pytest.mark.parametrize("busy_wait", [-0.001, float("nan"), 200.0, "0.002", True])
+def test_bad_busy_wait_is_refused(busy_wait: object) -> None:
+    with pytest.raises(ValueError, match="busy_wait must be >= 0 seconds and below the timeout"):
+        _parallel(2, marlkit.make, NAV, busy_wait=busy_wait)
+
+
+def test_polling_workers_sleep_once_the_commands_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker polls for its next command only while commands come in quick succession: an
+    # env left alone must not keep its workers burning CPU.
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # room to poll on 2 CPUs
+    env = _parallel(2, marlkit.make, NAV, busy_wait=0.05)
+    try:
+        assert env._pool.busy_wait == 0.05
+        td = env.reset()
+        for _ in range(20):
+            _, td = env.step_and_maybe_reset(env.rand_action(td))
+        time.sleep(0.2)  # past the polling window
+        before = [_cpu_seconds(pid) for pid in env._pool.pids]
+        time.sleep(1.0)
+        after = [_cpu_seconds(pid) for pid in env._pool.pids]
+        assert max(b - a for a, b in zip(before, after)) < 0.1, (before, after)
+    finally:
+        env.close()
+
+
+def test_workers_do_not_poll_where_they_would_crowd_the_cpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    env = _parallel(cpus + 1, marlkit.make, NAV)  # more workers than CPUs
+    try:
+        assert env._pool.busy_wait == 0.0
+    finally:
+        env.close()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: cpus)  # this process's torch pool
+    env = _parallel(2, marlkit.make, NAV)
+    try:
+        assert env._pool.busy_wait == 0.0
+        env.rollout(3)
     finally:
         env.close()

@@ -48,7 +48,13 @@ from marlkit.collectors._weights import Weights, WeightsLayout, load_weights_, p
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.exploration import Exploration
 from marlkit.envs import EnvBase
-from marlkit.envs._workers import WorkerError, WorkerPool, serialise, serialise_setup
+from marlkit.envs._workers import (
+    WorkerCpus,
+    WorkerError,
+    WorkerPool,
+    serialise,
+    serialise_setup,
+)
 
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector"]
 
@@ -199,6 +205,8 @@ class _MultiCollector(CollectorBase):
         start_method: str = "spawn",
         timeout: float = 120.0,
         torch_threads: int = 1,
+        worker_cpus: WorkerCpus = None,
+        busy_wait: float = 0.002,
     ):
         self._pool: WorkerPool | None = None
         super().__init__(
@@ -252,7 +260,13 @@ class _MultiCollector(CollectorBase):
         policy_blob = serialise(policy, f"the policy {policy!r}")
         name = f"the {type(self).__name__}"
         self._pool = WorkerPool(
-            name, payloads, start_method=start_method, timeout=timeout, torch_threads=torch_threads
+            name,
+            payloads,
+            start_method=start_method,
+            timeout=timeout,
+            torch_threads=torch_threads,
+            worker_cpus=worker_cpus,
+            busy_wait=busy_wait,
         )
         try:
             check_worker_batches(
@@ -466,6 +480,12 @@ class MultiSyncCollector(_MultiCollector):
         start_method: ``"spawn"`` (default), ``"forkserver"`` or ``"fork"``.
         timeout: seconds to wait for a worker's batch (or any answer) before declaring it stuck.
         torch_threads: torch threads in each worker.
+        worker_cpus: ``None`` (default: the OS places the workers), ``"auto"`` (worker ``i``
+            pinned to the ``i``-th CPU this process may use) or one CPU, or set of CPUs, per
+            worker, as :class:`~marlkit.envs.ParallelEnv`'s.
+        busy_wait: seconds a worker polls for its next command before it sleeps, as
+            :class:`~marlkit.envs.ParallelEnv`'s (a worker that waited longer for its last
+            batch command sleeps at once).
 
     Raises:
         TypeError: ``create_env_fns`` that is not a list of callables, a policy that is not

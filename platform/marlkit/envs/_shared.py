@@ -76,6 +76,11 @@ class BufferLeaves:
         the next command overwrites)."""
         return self._build(self._tree, [leaf.clone() for leaf in self.leaves])
 
+    def view(self) -> TensorDictBase:
+        """A new TensorDict over the leaves themselves (no copies): valid until the buffer is
+        next written."""
+        return self._build(self._tree, list(self.leaves))
+
     def _build(
         self, level: tuple[torch.Size, dict[str, Any]], values: list[torch.Tensor]
     ) -> TensorDictBase:

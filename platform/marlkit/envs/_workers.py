@@ -16,6 +16,15 @@ What every worker does, whatever it serves:
 * it sends any exception, with its traceback, back to the parent, which raises
   :class:`WorkerError` naming the worker.
 
+How the workers wait: a worker whose commands come in quick succession (a ``ParallelEnv``
+stepped in lock-step) polls its pipe for up to ``busy_wait`` seconds after each answer, yielding
+the CPU meanwhile, before it sleeps: waking a sleeping process costs tens of microseconds per
+command (an idle vCPU's wake-up, on a VM). A worker whose last command came later than that
+sleeps at once, so a collector's workers, which wait for each batch, never poll; nor do the
+workers of a pool whose workers and parent's torch threads would crowd the CPUs. Where they
+run: anywhere the OS puts them, or each on CPUs of its own (``worker_cpus``).
+``docs/batched.md`` ("How the workers wait, and where they run") has the figures.
+
 What the parent does: every wait has a timeout and also wakes on the worker's process sentinel,
 so a worker that dies (killed, segfault, ``os._exit``) is reported at once, without polling; a
 dead worker closes the whole pool.
@@ -24,10 +33,13 @@ dead worker closes the whole pool.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing.connection
 import os
 import pickle
+import select
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -39,7 +51,18 @@ import cloudpickle
 import torch
 import torch.multiprocessing as mp
 
-__all__ = ["Server", "WorkerError", "WorkerPool", "serialise", "serialise_setup"]
+__all__ = [
+    "Server",
+    "WorkerCpus",
+    "WorkerError",
+    "WorkerPool",
+    "resolve_worker_cpus",
+    "serialise",
+    "serialise_setup",
+]
+
+#: What ``worker_cpus`` accepts: ``None``, ``"auto"``, or one CPU (or set of CPUs) per worker.
+WorkerCpus = str | Sequence[int | Iterable[int]] | None
 
 #: How often the workers' watchdogs check that the parent is alive.
 _PARENT_POLL_S = 0.5
@@ -108,6 +131,78 @@ def serialise(obj: Any, what: str) -> bytes:
         ) from err
 
 
+def _usable_cpus() -> int:
+    """How many CPUs this process may run on."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    return len(getaffinity(0)) if getaffinity is not None else os.cpu_count() or 1
+
+
+def _room_to_poll(num_workers: int) -> bool:
+    """Whether polling workers leave this process its CPUs: one per worker and one per torch
+    thread here, less one, since this process's main thread idles while the workers step. A
+    torch pool of this process's own (its threads spin between operations) beside polling
+    workers on two cores made a lock-step step 12 % slower; one thread and polling, 16 % faster
+    than sleeping workers (``docs/batched.md``)."""
+    return num_workers + torch.get_num_threads() <= _usable_cpus() + 1
+
+
+def resolve_worker_cpus(worker_cpus: WorkerCpus, num_workers: int) -> list[set[int]] | None:
+    """Each worker's CPU set from a ``worker_cpus`` argument (checked here, in the parent).
+
+    ``None``: no pinning (the OS places the workers). ``"auto"``: worker ``i`` on the ``i``-th
+    CPU this process may run on (wrapping around when there are more workers than CPUs). A
+    sequence: one CPU index, or a collection of them, per worker.
+
+    Raises:
+        ValueError: pinning on a platform without ``os.sched_setaffinity``; a sequence of the
+            wrong length; a CPU this process may not run on, or an empty set.
+        TypeError: an entry that is neither an int nor a collection of ints.
+    """
+    if worker_cpus is None:
+        return None
+    setaffinity = getattr(os, "sched_setaffinity", None)
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if setaffinity is None or getaffinity is None:
+        raise ValueError(
+            f"worker_cpus={worker_cpus!r} needs os.sched_setaffinity, which this platform "
+            f"({sys.platform}) lacks; leave worker_cpus=None"
+        )
+    allowed = sorted(getaffinity(0))
+    if isinstance(worker_cpus, str):
+        if worker_cpus != "auto":
+            raise ValueError(
+                f"worker_cpus must be None, 'auto' or one CPU (or set of CPUs) per worker, "
+                f"got {worker_cpus!r}"
+            )
+        return [{allowed[i % len(allowed)]} for i in range(num_workers)]
+    entries = list(worker_cpus)
+    if len(entries) != num_workers:
+        raise ValueError(
+            f"worker_cpus has {len(entries)} entries for {num_workers} workers (one CPU, or "
+            f"set of CPUs, per worker)"
+        )
+    resolved: list[set[int]] = []
+    for i, entry in enumerate(entries):
+        cpus = [entry] if isinstance(entry, int) else entry
+        if not isinstance(cpus, Iterable) or any(
+            isinstance(c, bool) or not isinstance(c, int) for c in cpus
+        ):
+            raise TypeError(
+                f"worker_cpus[{i}] must be a CPU index or a collection of them, got {entry!r}"
+            )
+        cpus = list(cpus)
+        if not cpus:
+            raise ValueError(f"worker_cpus[{i}] is empty: give worker {i} at least one CPU")
+        outside = sorted(set(cpus) - set(allowed))
+        if outside:
+            raise ValueError(
+                f"worker_cpus[{i}] = {entry!r}: CPU {outside} is not one this process may run "
+                f"on ({allowed})"
+            )
+        resolved.append(set(cpus))
+    return resolved
+
+
 # ---------------------------------------------------------------------- the worker side
 def _error_payload(err: BaseException) -> tuple[str, str, bytes | None]:
     """``(summary, traceback, pickled exception or None)`` of an error inside a worker."""
@@ -137,11 +232,15 @@ def _serve(
     payload: bytes,
     conn: multiprocessing.connection.Connection,
     torch_threads: int,
+    cpus: set[int] | None = None,
+    busy_wait: float = 0.0,
 ) -> None:
     """A worker's life: set up its server, then answer commands until ``close``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _watch_parent()
     try:
+        if cpus is not None:  # before anything starts a thread, so its threads inherit it
+            os.sched_setaffinity(0, cpus)
         torch.set_num_threads(torch_threads)
         setup, args = cloudpickle.loads(payload)
         server, hello = setup(index, *args)
@@ -150,9 +249,16 @@ def _serve(
         with contextlib.suppress(OSError):
             conn.send(("error", _error_payload(err)))
         return
+    spin = busy_wait > 0
     while True:
         try:
+            if spin:  # the last command came soon after the answer before it: poll a while
+                _poll_briefly(conn, busy_wait)
+            waited = time.perf_counter()
             cmd, arg = conn.recv()
+            # Commands in quick succession (lock-step): poll for the next before sleeping, where
+            # a sleeping worker costs a wake-up (an idle vCPU's, on a VM) per command.
+            spin = busy_wait > 0 and time.perf_counter() - waited < busy_wait
         except (EOFError, OSError):  # the parent went away
             with contextlib.suppress(Exception):
                 server.close()
@@ -172,6 +278,15 @@ def _serve(
                 conn.send(("error", _error_payload(err)))
             except (OSError, ValueError):  # the parent went away while we worked
                 return
+
+
+def _poll_briefly(conn: multiprocessing.connection.Connection, seconds: float) -> None:
+    """Return once ``conn`` has a message or ``seconds`` have passed, yielding the CPU between
+    polls to whatever else is runnable on it (the parent, most often)."""
+    give_way = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
+    end = time.perf_counter() + seconds
+    while not conn.poll() and time.perf_counter() < end:
+        give_way()
 
 
 # ---------------------------------------------------------------------- the parent side
@@ -194,6 +309,12 @@ class WorkerPool:
         start_method: ``"spawn"`` (default: safe with threads), ``"forkserver"`` or ``"fork"``.
         timeout: seconds to wait for any answer before declaring the worker stuck.
         torch_threads: torch threads inside each worker.
+        worker_cpus: ``None`` (the OS places the workers), ``"auto"`` (worker ``i`` on the
+            ``i``-th CPU this process may use) or one CPU, or set of CPUs, per worker; see
+            :func:`resolve_worker_cpus`.
+        busy_wait: seconds a worker polls for its next command before it sleeps, when its
+            commands come in quick succession (``0``: always sleep). Off when the workers and
+            this process's torch threads (at construction) outnumber its CPUs by more than one.
 
     Attributes:
         hello: what each worker's setup answered.
@@ -210,16 +331,32 @@ class WorkerPool:
         start_method: str = "spawn",
         timeout: float = 120.0,
         torch_threads: int = 1,
+        worker_cpus: WorkerCpus = None,
+        busy_wait: float = 0.0,
     ):
         self.owner = owner
         self.timeout = float(timeout)
         if not self.timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if (
+            isinstance(busy_wait, bool)
+            or not isinstance(busy_wait, int | float)
+            or not 0 <= busy_wait < self.timeout  # NaN too
+        ):
+            raise ValueError(
+                f"busy_wait must be >= 0 seconds and below the timeout ({self.timeout:g} s), "
+                f"got {busy_wait!r}"
+            )
+        #: Seconds a worker polls before sleeping (0 where polling would crowd the CPUs).
+        self.busy_wait = float(busy_wait) if _room_to_poll(len(payloads)) else 0.0
+        #: Each worker's CPU set (``None``: not pinned).
+        self.worker_cpus = resolve_worker_cpus(worker_cpus, len(payloads))
         self._procs: list[Any] = []
         self._conns: list[multiprocessing.connection.Connection] = []
         #: Workers with a command sent and not answered yet (busy, or stuck).
         self._pending: set[int] = set()
         self._encoded: dict[str, bytes] = {}
+        self._pollers: dict[tuple[int, ...], tuple[Any, dict[int, tuple[int, bool]]]] = {}
         self.closed = False
         ctx = mp.get_context(start_method)
         try:
@@ -227,7 +364,14 @@ class WorkerPool:
                 parent, child = ctx.Pipe()
                 proc = ctx.Process(  # type: ignore[attr-defined]  # a context has Process
                     target=_serve,
-                    args=(i, payload, child, torch_threads),
+                    args=(
+                        i,
+                        payload,
+                        child,
+                        torch_threads,
+                        None if self.worker_cpus is None else self.worker_cpus[i],
+                        self.busy_wait,
+                    ),
                     daemon=True,
                     name=f"marlkit-worker-{i}",
                 )
@@ -343,17 +487,14 @@ class WorkerPool:
         Raises:
             WorkerError: a worker died, or none answered in time; the pool is then shut down.
         """
-        conns = {self._conns[i]: i for i in order}
-        sentinels = {self._procs[i].sentinel: i for i in order}
         deadline = time.monotonic() + limit
         while True:
             left = deadline - time.monotonic()
-            woke = multiprocessing.connection.wait([*conns, *sentinels], max(0.0, left))
-            ready = {conns[c] for c in woke if c in conns}
+            ready, dead = self._woken(order, max(0.0, left))
             if ready:  # an answer, even from a worker that died just after sending it
                 return ready
-            for sentinel in woke:
-                self._died(sentinels[sentinel], what)
+            for i in dead:
+                self._died(i, what)
             if left <= 0:
                 late = (
                     f"worker {order[0]} (pid {self._procs[order[0]].pid}) did not answer"
@@ -365,6 +506,40 @@ class WorkerPool:
                     f"{late} {what} within {limit:.0f} s; {self.owner} is shut down",
                     worker=order[0],
                 )
+
+    def _woken(self, order: list[int], seconds: float) -> tuple[set[int], set[int]]:
+        """Block up to ``seconds`` until one of ``order`` has an answer waiting or has died:
+        ``(workers with an answer, workers dead)``. One ``poll`` object per set of workers,
+        kept (where the platform has ``select.poll``): a lock-step ``ParallelEnv`` waits twice a
+        step, and building a selector each time was a tenth of its own per-step work."""
+        if not hasattr(select, "poll"):
+            conns = {self._conns[i]: i for i in order}
+            sentinels = {self._procs[i].sentinel: i for i in order}
+            woke = multiprocessing.connection.wait([*conns, *sentinels], seconds)
+            return {conns[c] for c in woke if c in conns}, {
+                sentinels[s] for s in woke if s in sentinels
+            }
+        key = tuple(order)
+        cached = self._pollers.get(key)
+        if cached is None:
+            poller, fds = select.poll(), {}
+            for i in order:
+                for fd, is_answer in (
+                    (self._conns[i].fileno(), True),
+                    (self._procs[i].sentinel, False),
+                ):
+                    poller.register(fd, select.POLLIN)
+                    fds[fd] = (i, is_answer)
+            cached = self._pollers[key] = (poller, fds)
+        poller, fds = cached
+        ready: set[int] = set()
+        dead: set[int] = set()
+        # Any event on a pipe (data, or the hang-up of a dead writer) wakes the wait, as
+        # multiprocessing.connection.wait does.
+        for fd, _ in poller.poll(math.ceil(seconds * 1000)):
+            i, is_answer = fds[fd]
+            (ready if is_answer else dead).add(i)
+        return ready, dead
 
     # -------------------------------------------------------------- closing
     def shutdown(self, grace: float = 5.0) -> None:
@@ -395,3 +570,4 @@ class WorkerPool:
             with contextlib.suppress(ValueError, AttributeError):
                 proc.close()
         self._conns, self._procs = [], []
+        self._pollers.clear()

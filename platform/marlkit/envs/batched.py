@@ -2,8 +2,9 @@
 
 ``SerialEnv`` steps its copies one after the other in this process; ``ParallelEnv`` runs each copy
 in a worker process and exchanges data through shared memory (one buffer for the inputs, one for
-the outputs, allocated once from the specs), with a pipe per worker for commands. Both expose the
-same API and specs as any env: every spec gains a leading ``num_workers`` dimension.
+the outputs, one for what an auto-reset returns, allocated once from the specs), with a pipe per
+worker for commands. Both expose the same API and specs as any env: every spec gains a leading
+``num_workers`` dimension.
 
 * Factories are serialised with cloudpickle, so lambdas, closures and functions defined in
   ``__main__`` or a notebook cell work with every start method.
@@ -14,6 +15,9 @@ same API and specs as any env: every spec gains a leading ``num_workers`` dimens
   state). A worker sees only the keys the input holds: ``ParallelEnv`` tells its workers which
   keys the input lacks, so none reads a value its shared buffer kept from an earlier call.
 * Actions are validated once, in the parent, with the workers' masking policy.
+* ``ParallelEnv.step_and_maybe_reset`` is one command per worker: each worker steps, then resets
+  its own done envs at once, as :meth:`EnvBase.step_and_maybe_reset` would, and the parent merges
+  the reset workers' outputs into the next root. A done env costs no second round trip.
 * A worker that raises sends its exception and traceback back and the parent raises
   :class:`WorkerError` naming the worker; a worker that dies (killed, segfault) is detected while
   the parent waits, the remaining workers are shut down and the env is closed, so nothing is left
@@ -32,9 +36,9 @@ from tensordict import TensorDict, TensorDictBase
 from marlkit._utils import check_int, get_logger
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.composite import Composite
-from marlkit.data.keys import NEXT, RESET, NestedKey
+from marlkit.data.keys import DONE, NEXT, RESET, NestedKey
 from marlkit.envs._shared import BufferLeaves
-from marlkit.envs._workers import WorkerError, WorkerPool, serialise_setup
+from marlkit.envs._workers import WorkerCpus, WorkerError, WorkerPool, serialise_setup
 from marlkit.envs.common import EnvBase
 
 __all__ = ["ParallelEnv", "SerialEnv", "WorkerError"]
@@ -302,6 +306,7 @@ class _EnvServer:
         self._in: BufferLeaves | None = None
         self._out: BufferLeaves | None = None
         self._reset_out: BufferLeaves | None = None
+        self._after_reset: BufferLeaves | None = None
 
     @classmethod
     def setup(
@@ -313,11 +318,12 @@ class _EnvServer:
     def handle(self, cmd: str, arg: Any) -> Any:
         env = self.env
         if cmd == "buffers":
-            shared_in, shared_out, next_keys, reset_keys = arg
+            shared_in, shared_out, shared_after, next_keys, reset_keys = arg
             mine = shared_in[self.index]
             self._in = BufferLeaves(mine, mine.keys(True, True))
             self._out = BufferLeaves(shared_out[self.index], next_keys)
             self._reset_out = BufferLeaves(shared_out[self.index], reset_keys)
+            self._after_reset = BufferLeaves(shared_after[self.index], reset_keys)
             return None
         if cmd == "seed":
             return env.set_seed(arg)
@@ -326,23 +332,43 @@ class _EnvServer:
         my_in, my_out, my_reset = self._in, self._out, self._reset_out
         if my_in is None or my_out is None or my_reset is None:
             raise RuntimeError(f"{cmd!r} before the shared buffers arrived")
-        if cmd == "step":  # arg: the keys the parent's input lacked (their buffers are stale)
-            sub = my_in.read()
+        # The env reads its input straight from the shared buffer (no copies), as SerialEnv's
+        # envs read views of the caller's TensorDict; the parent writes it again only with the
+        # next command.
+        if cmd in ("step", "step_reset"):  # arg: the keys the parent's input lacked (stale)
+            sub = my_in.view()
             if arg:
                 sub = sub.exclude(*arg)
-            self._write(my_out, env.step(sub).get(NEXT), "step")
-            return None
+            stepped = env.step(sub)
+            next_td = stepped.get(NEXT)
+            self._write(my_out, next_td, "step")
+            if cmd == "step":
+                return None
+            return self._reset_done(stepped, next_td.get(DONE))
+
         if cmd == "reset":  # arg: None (reset every env), or (mask, the keys the input lacked)
             given: TensorDictBase | None = None
             if arg is not None:
                 mask, missing = arg
-                given = my_in.read()
+                given = my_in.view()
                 if missing:
                     given = given.exclude(*missing)
                 given.set(RESET, mask)
             self._write(my_reset, env.reset(given), "reset")
             return None
         raise ValueError(f"unknown command {cmd!r}")
+
+    def _reset_done(self, stepped: TensorDictBase, done: torch.Tensor) -> bool | None:
+        """Reset the envs ``done`` marks, as :meth:`EnvBase.step_and_maybe_reset` does, into the
+        auto-reset buffer; ``True`` when any was (``None``, the cheap answer, when none)."""
+        if not bool(done.any()):
+            return None
+        if self._after_reset is None:  # pragma: no cover - set with the other buffers
+            raise RuntimeError("step_reset before the shared buffers arrived")
+        root = self.env._step_mdp(stepped)
+        root.set(RESET, done.clone())
+        self._write(self._after_reset, self.env.reset(root), "the reset after a step")
+        return True
 
     def _write(self, leaves: BufferLeaves, out: TensorDictBase, what: str) -> None:
         missing = leaves.write(out)
@@ -365,6 +391,15 @@ class ParallelEnv(_BatchedEnv):
         start_method: ``"spawn"`` (default, safe with threads), ``"forkserver"`` or ``"fork"``.
         timeout: seconds to wait for a worker's answer before declaring it stuck.
         torch_threads: torch threads inside each worker.
+        worker_cpus: where the workers run: ``None`` (default: the OS places them), ``"auto"``
+            (worker ``i`` pinned to the ``i``-th CPU this process may use), or one CPU index,
+            or set of them, per worker. Pinning pays in lock-step on a machine the run has to
+            itself, with no more workers than cores (see ``docs/batched.md``); two runs that
+            both pin ``"auto"`` on one machine share the same first CPUs.
+        busy_wait: seconds a worker polls for its next command before it sleeps, while its
+            commands come in quick succession (lock-step stepping); ``0`` makes every worker
+            sleep at once. Off when the workers and this process's torch threads (at
+            construction) outnumber the CPUs by more than one.
         validate_actions: check actions against the batched action spec (once, in the parent).
 
     Raises:
@@ -382,6 +417,8 @@ class ParallelEnv(_BatchedEnv):
         start_method: str = "spawn",
         timeout: float = 120.0,
         torch_threads: int = 1,
+        worker_cpus: WorkerCpus = None,
+        busy_wait: float = 0.002,
         validate_actions: bool = True,
     ):
         factories = [
@@ -397,6 +434,8 @@ class ParallelEnv(_BatchedEnv):
             start_method=start_method,
             timeout=timeout,
             torch_threads=torch_threads,
+            worker_cpus=worker_cpus,
+            busy_wait=busy_wait,
         )
         answers = self._pool.hello
         specs, meta = answers[0]
@@ -407,12 +446,23 @@ class ParallelEnv(_BatchedEnv):
         super().__init__(num_workers, specs, meta, validate_actions)
         self._shared_in = self._root_spec.zero().share_memory_()
         self._shared_out = self._next_spec.zero().share_memory_()
+        # What the workers' own resets return inside step_and_maybe_reset (reset keys only).
+        self._shared_after = self._next_spec.zero().share_memory_()
         self._inputs = BufferLeaves(self._shared_in, self._root_keys)
         self._outputs = BufferLeaves(self._shared_out, self._next_keys)
         self._reset_outputs = BufferLeaves(self._shared_out, self._reset_keys)
-        buffers = (self._shared_in, self._shared_out, self._next_keys, self._reset_keys)
+        self._after_reset = BufferLeaves(self._shared_after, self._reset_keys)
+        buffers = (
+            self._shared_in,
+            self._shared_out,
+            self._shared_after,
+            self._next_keys,
+            self._reset_keys,
+        )
         self._call({i: ("buffers", buffers) for i in range(num_workers)}, "start")
-        self._step_calls = {w: ("step", None) for w in range(num_workers)}
+        # "step", or "step_reset" while step_and_maybe_reset runs; the workers that reset.
+        self._step_command = "step"
+        self._reset_by_step: list[int] = []
         # Workers whose slice of the output buffer holds an output (reported as they are when
         # a partial reset leaves them alone); the others are asked, with an all-false mask.
         self._has_output = [False] * num_workers
@@ -450,14 +500,43 @@ class ParallelEnv(_BatchedEnv):
         return self._reset_outputs.read()
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        missing = self._inputs.write(tensordict)
-        if missing:  # rare: the workers leave out what the input lacks (stale in the buffer)
-            calls = {w: ("step", tuple(missing)) for w in range(self.num_workers)}
-            self._call(calls, "step")
-        else:
-            self._call(self._step_calls, "step")
-        self._has_output = [True] * self.num_workers
+        # The workers leave out what the input lacks (rare: stale in the buffer).
+        missing = tuple(self._inputs.write(tensordict)) or None
+        cmd = self._step_command
+        answers = self._call({w: (cmd, missing) for w in range(self.num_workers)}, "step")
+        self._reset_by_step = [w for w, reset in answers.items() if reset]
+        # A worker that reset holds its reset output in the other buffer: a later partial
+        # reset that leaves it alone asks it (all-false mask) instead of reading the step's.
+        self._has_output = [w not in self._reset_by_step for w in range(self.num_workers)]
         return self._outputs.read()
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then reset the envs that are done, in one command per worker: each worker
+        resets its own done envs right after its step (:meth:`EnvBase.step_and_maybe_reset`
+        makes a second round trip to the workers for that).
+
+        Returns:
+            ``(transition, next_root)``, as :meth:`EnvBase.step_and_maybe_reset`.
+        """
+        self._step_command = "step_reset"
+        try:
+            tensordict = self.step(tensordict)
+        finally:
+            self._step_command = "step"
+        root = self._step_mdp(tensordict)
+        reset = self._reset_by_step
+        if len(reset) == self.num_workers:
+            root.update(self._after_reset.read())
+        elif reset:
+            chosen = torch.zeros(self.num_workers, dtype=torch.bool, device=self.device)
+            chosen[reset] = True
+            for key, after in zip(self._after_reset.keys, self._after_reset.leaves):
+                current = root.get(key)
+                pick = chosen.reshape(-1, *([1] * (after.dim() - 1)))
+                root.set(key, torch.where(pick, after, current))
+        return tensordict, root
 
     def _set_seed(self, seed: int) -> int:
         for w in range(self.num_workers):  # a chain: each worker starts where the last stopped
