@@ -35,7 +35,7 @@ from marlkit.bench import set_threads
 from marlkit.collectors import make_collector
 from marlkit.data.specs import Categorical, OneHot
 from marlkit.envs import EnvBase, make_episodic
-from marlkit.modules import EGreedy, MultiAgentMLP, QValueActor
+from marlkit.modules import EGreedy, MultiAgentMLP, QValueActor, annealing_steps
 from marlkit.objectives import DQNLoss, SoftUpdate
 from marlkit.record import TrainingRun, rng_state, set_rng_state
 from marlkit.replay import (
@@ -127,7 +127,7 @@ def main(cfg: DictConfig) -> None:
     # --- the algorithm, per group: Q-actor, exploration, loss, optimiser, buffer
     actors = {g: make_actor(env, g, cfg.policy) for g in groups}
     # eps falls to eps_end over this many frames (a fraction of 0: at once)
-    annealing = max(1, int(cfg.collector.total_frames * cfg.exploration.annealing_fraction))
+    annealing = annealing_steps(cfg.collector.total_frames, cfg.exploration.annealing_fraction)
     explorers = torch.nn.ModuleDict(
         {
             g: EGreedy(actors[g], cfg.exploration.eps_init, cfg.exploration.eps_end, annealing)

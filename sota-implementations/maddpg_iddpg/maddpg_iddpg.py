@@ -15,11 +15,11 @@ batch of 60 envs x 100 steps, the transitions go into each group's replay buffer
 (:class:`~marlkit.objectives.DDPGLoss`), each update followed by a soft update of the target
 networks. MADDPG's critic reads every agent's observation and action
 (``critic.centralised=true``); IDDPG's reads the agent's own. The actor is deterministic; it
-explores through Gaussian noise added to its action while collecting (annealed over
-``exploration.annealing_frames``) and through the first ``collector.init_random_frames`` of
-uniformly random actions. Everything else is a marlkit part: the env from the registry, the
-collector, the per-group buffers, modules and loss, the loggers, checkpoints and evaluation of
-:mod:`marlkit.record`.
+explores through Gaussian noise added to its action while collecting (annealed over the
+fraction ``exploration.annealing_fraction`` of ``collector.total_frames``) and through the
+first ``collector.init_random_frames`` of uniformly random actions. Everything else is a
+marlkit part: the env from the registry, the collector, the per-group buffers, modules and
+loss, the loggers, checkpoints and evaluation of :mod:`marlkit.record`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,13 @@ from marlkit.bench import set_threads
 from marlkit.collectors import make_collector
 from marlkit.data.specs import Bounded
 from marlkit.envs import EnvBase, make_episodic
-from marlkit.modules import AdditiveGaussian, MultiAgentMLP, StateActionValueCritic, TanhBounds
+from marlkit.modules import (
+    AdditiveGaussian,
+    MultiAgentMLP,
+    StateActionValueCritic,
+    TanhBounds,
+    annealing_steps,
+)
 from marlkit.objectives import DDPGLoss, SoftUpdate
 from marlkit.record import TrainingRun, rng_state, set_rng_state
 from marlkit.replay import GroupReplayBuffers, RandomSampler, ReplayBuffer, TensorStorage
@@ -92,6 +98,8 @@ def make_actor(
     """The deterministic actor of ``group`` (tanh into the bounds) and the exploration noise
     that follows it while collecting."""
     low, high = action_bounds(env, group, algorithm)
+    # sigma falls to sigma_end over this many frames (a fraction of 0: at once)
+    annealing = annealing_steps(cfg.collector.total_frames, cfg.exploration.annealing_fraction)
     mlp = MultiAgentMLP(
         env.observation_spec[group, "observation"].shape[-1],
         low.shape[-1],
@@ -111,7 +119,7 @@ def make_actor(
         action_key=(group, "action"),
         sigma_init=cfg.exploration.sigma_init,
         sigma_end=cfg.exploration.sigma_end,
-        annealing_num_steps=cfg.exploration.annealing_frames,
+        annealing_num_steps=annealing,
     )
     return actor, noise
 

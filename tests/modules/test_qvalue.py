@@ -9,7 +9,7 @@ from tensordict.nn import TensorDictModule
 
 from marlkit.data.exploration import set_exploration
 from marlkit.data.specs import Categorical, OneHot
-from marlkit.modules import EGreedy, QValueActor
+from marlkit.modules import EGreedy, QValueActor, annealing_steps
 
 
 class _Fixed(torch.nn.Module):
@@ -172,3 +172,17 @@ def test_a_mask_row_with_no_allowed_action_is_refused_when_acting() -> None:
         with pytest.raises(error, match=r"EGreedy\.step frames must be an int >= 0"):
             greedy.step(bad)  # type: ignore[arg-type]
     assert greedy.steps_done == 0
+
+
+def test_annealing_steps_is_a_fraction_of_the_run() -> None:
+    assert annealing_steps(60_000, 0.5) == 30_000
+    assert annealing_steps(2_000, 2.0) == 4_000  # the schedule may outlast the run
+    assert annealing_steps(100, 0) == 1  # at once
+    assert annealing_steps(3, 0.1) == 1
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="annealing fraction must be a finite number >= 0"):
+            annealing_steps(100, bad)
+    with pytest.raises(TypeError, match="annealing fraction must be a number"):
+        annealing_steps(100, "half")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="total_frames must be an int >= 1"):
+        annealing_steps(-1, 0.5)

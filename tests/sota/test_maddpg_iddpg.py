@@ -15,7 +15,7 @@ BUDGET = (
     "collector.frames_per_batch=400",
     "collector.total_frames=800",
     "collector.init_random_frames=400",
-    "exploration.annealing_frames=800",
+    "exploration.annealing_fraction=1.0",
     "buffer.size=4000",
     "train.num_updates=4",
     "train.minibatch_size=64",
@@ -96,7 +96,7 @@ def test_killed_run_resumes_with_its_replay_buffer_and_noise(tmp_path):
     budget = (
         *BUDGET,
         "collector.total_frames=2000",  # five iterations
-        "exploration.annealing_frames=4000",  # sigma: 1.0, 0.91, 0.82, ...
+        "exploration.annealing_fraction=2.0",  # 4000 frames: sigma 1.0, 0.91, 0.82, ...
         "checkpoint.every=1",
         "eval.every=0",
         "eval.video=false",

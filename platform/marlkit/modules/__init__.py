@@ -19,7 +19,7 @@ from marlkit.modules.critics import StateValueCritic, ValueNorm
 from marlkit.modules.distributions import Categorical, MaskedCategorical, Normal, TanhNormal
 from marlkit.modules.mixers import Mixer, QMixer, VDNMixer
 from marlkit.modules.mlp import MultiAgentMLP, StackedLinear
-from marlkit.modules.qvalue import EGreedy, QValueActor
+from marlkit.modules.qvalue import EGreedy, QValueActor, annealing_steps
 from marlkit.modules.rnn import MultiAgentGRU, MultiAgentLSTM, recurrent_mode, set_recurrent_mode
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "TanhNormal",
     "VDNMixer",
     "ValueNorm",
+    "annealing_steps",
     "distribution_keys",
     "fast_tanh",
     "get_tanh_method",

@@ -34,7 +34,7 @@ from marlkit.modules._checks import (
     masked_greedy,
 )
 
-__all__ = ["EGreedy", "QValueActor"]
+__all__ = ["EGreedy", "QValueActor", "annealing_steps"]
 
 
 class QValueActor(TensorDictModuleBase):
@@ -149,6 +149,27 @@ class QValueActor(TensorDictModuleBase):
         )
         tensordict.set(self.chosen_action_value_key, value)
         return tensordict
+
+
+def annealing_steps(total_frames: int, fraction: float) -> int:
+    """How many frames an exploration schedule (:class:`EGreedy`,
+    :class:`~marlkit.modules.AdditiveGaussian`) anneals over: ``fraction`` of a run's
+    ``total_frames``, at least 1 (a fraction of 0 reaches the end value at once; above 1, the
+    schedule outlasts the run).
+
+    Raises:
+        ValueError: ``fraction`` negative or not finite, ``total_frames < 1``.
+        TypeError: ``total_frames`` not an int, ``fraction`` not a number.
+    """
+    total = check_int("total_frames", total_frames, low=1)
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise TypeError(f"the annealing fraction must be a number, got {fraction!r}")
+    if not (math.isfinite(fraction) and fraction >= 0):
+        raise ValueError(
+            f"the annealing fraction must be a finite number >= 0 (of total_frames), "
+            f"got {fraction!r}"
+        )
+    return max(1, int(total * fraction))
 
 
 class EGreedy(TensorDictModuleBase):
