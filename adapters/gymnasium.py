@@ -36,6 +36,7 @@ ones such as CartPole's own, wrapped ones) are refused.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -558,6 +559,24 @@ def make_env(
         raise
 
 
+# Entry points that refuse the installed version of what they need (they raise when built):
+# Gymnasium's Pusher-v4 runs only on mujoco < 3.
+_REFUSES = {"gymnasium.envs.mujoco.pusher_v4": ("mujoco", 3)}
+
+
+def _refuses_installed(module: str) -> bool:
+    """Whether the entry point ``module`` refuses the installed version of its dependency."""
+    if module not in _REFUSES:
+        return False
+    dist, major = _REFUSES[module]
+    try:
+        installed = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    head = installed.split(".")[0]
+    return head.isdigit() and int(head) >= major
+
+
 def _requirements(module: str) -> list[str]:
     if module.split(".")[0] != "gymnasium":
         return [module.split(".")[0]]
@@ -566,7 +585,8 @@ def _requirements(module: str) -> list[str]:
 
 def list_scenarios() -> list[str]:
     """Gymnasium's registered ids whose dependencies import (placeholders such as the retired
-    mujoco-py versions, which only raise, are left out)."""
+    mujoco-py versions, which only raise, are left out, as are ids that refuse the installed
+    version of their dependency: ``Pusher-v4`` on mujoco >= 3)."""
     registry = _gym().registry
     ids = set()
     for env_id, spec in registry.items():
@@ -579,6 +599,6 @@ def list_scenarios() -> list[str]:
                 continue
         else:
             continue
-        if all(has_module(m) for m in _requirements(module)):
+        if all(has_module(m) for m in _requirements(module)) and not _refuses_installed(module):
             ids.add(env_id)
     return sorted(ids)
