@@ -14,6 +14,7 @@ import threading
 import time
 
 import cloudpickle
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -385,6 +386,15 @@ def _counted(**kwargs) -> EnvBase:  # type: ignore[no-untyped-def]
 CARRIED = ["step_count", ("agents", "episode_reward")]
 
 
+def _seeded_steps(env: EnvBase, steps: int) -> TensorDict:
+    """Seed ``env`` (0), reset it and take ``steps`` random steps with auto-reset; the root."""
+    env.set_seed(0)
+    td = env.reset()
+    for _ in range(steps):
+        _, td = env.step_and_maybe_reset(env.rand_action(td))
+    return td
+
+
 @pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
 def test_partial_resets_keep_the_carried_entries_of_every_env_not_reset(cls: type) -> None:
     # The regressions: SerialEnv zeroed the counts of every worker for an input with only the
@@ -392,10 +402,7 @@ def test_partial_resets_keep_the_carried_entries_of_every_env_not_reset(cls: typ
     # step's TensorDict keeps them, and a mask alone is refused, the same way by both.
     env = cls(2, _counted)
     try:
-        env.set_seed(0)
-        td = env.reset()
-        for _ in range(2):
-            _, td = env.step_and_maybe_reset(env.rand_action(td))
+        td = _seeded_steps(env, 2)
         mask = torch.zeros(2, 3, 1, dtype=torch.bool)
         mask[0, 0] = True
         error = KeyError if cls is SerialEnv else WorkerError
@@ -509,7 +516,8 @@ def test_worker_cpus_pins_each_worker() -> None:
         env.rollout(3)  # pinned workers step as any
     finally:
         env.close()
-    env = _parallel(2, marlkit.make, NAV, worker_cpus=[allowed[-1], set(allowed)])
+    # Any collections of ints, NumPy's too (an iterator per worker, an array).
+    env = _parallel(2, marlkit.make, NAV, worker_cpus=[np.int64(allowed[-1]), iter(allowed)])
     try:
         assert [os.sched_getaffinity(pid) for pid in env._pool.pids] == [
             {allowed[-1]},
@@ -529,6 +537,7 @@ def test_worker_cpus_pins_each_worker() -> None:
         ([0, []], ValueError, r"worker_cpus\[1\] is empty"),
         ([0, 1.5], TypeError, r"worker_cpus\[1\] must be a CPU index"),
         ([True, 0], TypeError, r"worker_cpus\[0\] must be a CPU index"),
+        (2, TypeError, "worker_cpus must be None, 'auto' or one CPU"),
     ],
 )
 def test_bad_worker_cpus_are_refused_before_any_worker_starts(
@@ -578,5 +587,90 @@ def test_workers_do_not_poll_where_they_would_crowd_the_cpus(
     try:
         assert env._pool.busy_wait == 0.0
         env.rollout(3)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, PARALLEL])
+def test_a_partial_reset_after_an_auto_reset_reports_the_reset_workers_as_they_are(
+    cls: type,
+) -> None:
+    # Worker 0 auto-resets at its second step; a partial reset of worker 1 alone (the mask
+    # only) must report worker 0 as it now is, from its last output, without asking it.
+    env = cls(2, [functools.partial(_truncated, 2), functools.partial(_truncated, 100)])
+    try:
+        td = _seeded_steps(env, 2)
+        mask = torch.zeros(2, 3, 1, dtype=torch.bool)
+        mask[1] = True
+        out = env.reset(TensorDict({"_reset": mask}, batch_size=[2, 3]))
+        assert out["step_count"].flatten().tolist() == [0] * 6
+        assert torch.equal(out["agents", "observation"][0], td["agents", "observation"][0])
+    finally:
+        env.close()
+
+
+class _ResetFailsOnce(TransformedEnv):
+    """A worker env whose second reset raises (the first is the env's own)."""
+
+    def reset(self, tensordict=None):  # type: ignore[no-untyped-def]
+        self._resets = getattr(self, "_resets", 0) + 1
+        if self._resets == 2:
+            raise RuntimeError("simulated reset failure")
+        return super().reset(tensordict)
+
+
+def _reset_fails_once() -> EnvBase:
+    return _ResetFailsOnce(marlkit.make(**NAV), [StepCounter(2), RewardSum()])
+
+
+def test_a_failed_auto_reset_leaves_the_other_workers_as_they_are() -> None:
+    # Worker 0's auto-reset raises after its step; worker 1 stepped and reset. The error names
+    # the step and the auto-reset, and a later partial reset reports worker 1's reset state.
+    env = _parallel(2, [_reset_fails_once, functools.partial(_truncated, 2)])
+    try:
+        td = env.reset()
+        _, td = env.step_and_maybe_reset(env.rand_action(td))
+        with pytest.raises(WorkerError, match=r"worker 0 failed during step \(and auto-reset\)"):
+            env.step_and_maybe_reset(env.rand_action(td.clone()))
+        mask = torch.zeros(2, 3, 1, dtype=torch.bool)
+        mask[0] = True
+        td["_reset"] = mask
+        out = env.reset(td)
+        assert out["step_count"][1].eq(0).all() and not out["done"][1].any()
+    finally:
+        env.close()
+
+
+def test_the_parent_keeps_one_poller_per_set_of_workers() -> None:
+    env = _parallel(3, marlkit.make, NAV)
+    try:
+        env._pool._pollers.clear()  # the start's, one per worker
+        for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0], [0, 2], [2, 0]):
+            env._pool._woken(order, 0.0)
+        assert len(env._pool._pollers) == 2  # {0, 1, 2} and {0, 2}, in any order
+    finally:
+        env.close()
+
+
+def test_workers_whose_commands_come_slower_than_busy_wait_sleep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Commands 70 ms apart, busy_wait 50 ms: a worker polls once, sees the gap, then sleeps
+    # until each command (it used to poll the whole 50 ms of every 70).
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    env = _parallel(2, marlkit.make, NAV, busy_wait=0.05)
+    try:
+        td = env.reset()
+        for _ in range(3):
+            time.sleep(0.07)
+            _, td = env.step_and_maybe_reset(env.rand_action(td))
+        before = [_cpu_seconds(pid) for pid in env._pool.pids]
+        start = time.monotonic()
+        for _ in range(15):
+            time.sleep(0.07)
+            _, td = env.step_and_maybe_reset(env.rand_action(td))
+        wall = time.monotonic() - start
+        used = [_cpu_seconds(pid) - b for pid, b in zip(env._pool.pids, before)]
+        assert max(used) < 0.25 * wall, (used, wall)  # polling every window: ~0.7 x wall
     finally:
         env.close()

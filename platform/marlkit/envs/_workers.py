@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing.connection
+import numbers
 import os
 import pickle
 import select
@@ -45,7 +46,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, cast
 
 import cloudpickle
 import torch
@@ -86,6 +87,8 @@ class WorkerError(RuntimeError):
     Attributes:
         worker: the index of the worker.
         remote_traceback: the worker's formatted traceback (``None`` when it died silently).
+        answers: from :meth:`WorkerPool.call` with the pool still open, what the other workers
+            of the call answered (``{worker: answer}``); empty otherwise.
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class WorkerError(RuntimeError):
         super().__init__(message)
         self.worker = worker
         self.remote_traceback = remote_traceback
+        self.answers: dict[int, Any] = {}
 
 
 class Server(Protocol):
@@ -175,7 +179,13 @@ def resolve_worker_cpus(worker_cpus: WorkerCpus, num_workers: int) -> list[set[i
                 f"got {worker_cpus!r}"
             )
         return [{allowed[i % len(allowed)]} for i in range(num_workers)]
-    entries = list(worker_cpus)
+    try:
+        entries = list(worker_cpus)
+    except TypeError:
+        raise TypeError(
+            f"worker_cpus must be None, 'auto' or one CPU (or set of CPUs) per worker, got "
+            f"{worker_cpus!r}"
+        ) from None
     if len(entries) != num_workers:
         raise ValueError(
             f"worker_cpus has {len(entries)} entries for {num_workers} workers (one CPU, or "
@@ -183,14 +193,19 @@ def resolve_worker_cpus(worker_cpus: WorkerCpus, num_workers: int) -> list[set[i
         )
     resolved: list[set[int]] = []
     for i, entry in enumerate(entries):
-        cpus = [entry] if isinstance(entry, int) else entry
-        if not isinstance(cpus, Iterable) or any(
-            isinstance(c, bool) or not isinstance(c, int) for c in cpus
-        ):
+        given: list[object]
+        if isinstance(entry, numbers.Integral):
+            given = [entry]
+        else:
+            try:
+                given = list(cast(Iterable[object], entry))
+            except TypeError:
+                given = [entry]  # not iterable: refused below, by its type
+        if any(isinstance(c, bool) or not isinstance(c, numbers.Integral) for c in given):
             raise TypeError(
                 f"worker_cpus[{i}] must be a CPU index or a collection of them, got {entry!r}"
             )
-        cpus = list(cpus)
+        cpus = [int(cast(numbers.Integral, c)) for c in given]
         if not cpus:
             raise ValueError(f"worker_cpus[{i}] is empty: give worker {i} at least one CPU")
         outside = sorted(set(cpus) - set(allowed))
@@ -250,15 +265,16 @@ def _serve(
             conn.send(("error", _error_payload(err)))
         return
     spin = busy_wait > 0
+    answered = time.perf_counter()
     while True:
         try:
             if spin:  # the last command came soon after the answer before it: poll a while
                 _poll_briefly(conn, busy_wait)
-            waited = time.perf_counter()
             cmd, arg = conn.recv()
             # Commands in quick succession (lock-step): poll for the next before sleeping, where
-            # a sleeping worker costs a wake-up (an idle vCPU's, on a VM) per command.
-            spin = busy_wait > 0 and time.perf_counter() - waited < busy_wait
+            # a sleeping worker costs a wake-up (an idle vCPU's, on a VM) per command. The gap
+            # runs from this worker's last answer, polling included.
+            spin = busy_wait > 0 and time.perf_counter() - answered < busy_wait
         except (EOFError, OSError):  # the parent went away
             with contextlib.suppress(Exception):
                 server.close()
@@ -278,6 +294,7 @@ def _serve(
                 conn.send(("error", _error_payload(err)))
             except (OSError, ValueError):  # the parent went away while we worked
                 return
+        answered = time.perf_counter()
 
 
 def _poll_briefly(conn: multiprocessing.connection.Connection, seconds: float) -> None:
@@ -356,7 +373,7 @@ class WorkerPool:
         #: Workers with a command sent and not answered yet (busy, or stuck).
         self._pending: set[int] = set()
         self._encoded: dict[str, bytes] = {}
-        self._pollers: dict[tuple[int, ...], tuple[Any, dict[int, tuple[int, bool]]]] = {}
+        self._pollers: dict[frozenset[int], tuple[Any, dict[int, tuple[int, bool]]]] = {}
         self.closed = False
         ctx = mp.get_context(start_method)
         try:
@@ -451,7 +468,8 @@ class WorkerPool:
 
     def call(self, calls: Mapping[int, tuple[str, Any]], what: str) -> dict[int, Any]:
         """Send each worker in ``calls`` its command, then gather every answer (the first error
-        is raised once all have answered, so no answer is left in a pipe)."""
+        is raised once all have answered, so no answer is left in a pipe, with the other
+        workers' answers as its ``answers``)."""
         for i, message in calls.items():
             self.send(i, message, what)
         answers: dict[int, Any] = {}
@@ -464,6 +482,7 @@ class WorkerPool:
                     raise
                 first_error = first_error or err
         if first_error is not None:
+            first_error.answers = answers  # the caller may need what the others did
             raise first_error
         return answers
 
@@ -515,11 +534,11 @@ class WorkerPool:
         if not hasattr(select, "poll"):
             conns = {self._conns[i]: i for i in order}
             sentinels = {self._procs[i].sentinel: i for i in order}
-            woke = multiprocessing.connection.wait([*conns, *sentinels], seconds)
+            woke = multiprocessing.connection.wait([*conns, *sentinels], min(seconds, 86_400.0))
             return {conns[c] for c in woke if c in conns}, {
                 sentinels[s] for s in woke if s in sentinels
             }
-        key = tuple(order)
+        key = frozenset(order)  # the ready set is unordered: one poller per set, any order
         cached = self._pollers.get(key)
         if cached is None:
             poller, fds = select.poll(), {}
@@ -536,7 +555,9 @@ class WorkerPool:
         dead: set[int] = set()
         # Any event on a pipe (data, or the hang-up of a dead writer) wakes the wait, as
         # multiprocessing.connection.wait does.
-        for fd, _ in poller.poll(math.ceil(seconds * 1000)):
+        # At most a day per poll (the caller's loop waits out longer limits): poll() takes a
+        # C int of milliseconds.
+        for fd, _ in poller.poll(math.ceil(min(seconds, 86_400.0) * 1000)):
             i, is_answer = fds[fd]
             (ready if is_answer else dead).add(i)
         return ready, dead

@@ -503,12 +503,31 @@ class ParallelEnv(_BatchedEnv):
         # The workers leave out what the input lacks (rare: stale in the buffer).
         missing = tuple(self._inputs.write(tensordict)) or None
         cmd = self._step_command
-        answers = self._call({w: (cmd, missing) for w in range(self.num_workers)}, "step")
+        calls = {w: (cmd, missing) for w in range(self.num_workers)}
+        try:
+            answers = self._call(calls, "step" if cmd == "step" else "step (and auto-reset)")
+        except WorkerError as err:
+            # The workers that answered stepped (and reset, when they say so): their buffers
+            # hold their current state once the resets are copied in. A failed worker's state
+            # is unknown, so a later partial reset that leaves it alone asks it.
+            done = [w for w, reset in err.answers.items() if reset]
+            self._keep_reset_outputs(done)
+            self._has_output = [w in err.answers for w in range(self.num_workers)]
+            raise
         self._reset_by_step = [w for w, reset in answers.items() if reset]
-        # A worker that reset holds its reset output in the other buffer: a later partial
-        # reset that leaves it alone asks it (all-false mask) instead of reading the step's.
-        self._has_output = [w not in self._reset_by_step for w in range(self.num_workers)]
+        self._has_output = [True] * self.num_workers
         return self._outputs.read()
+
+    def _keep_reset_outputs(self, workers: list[int]) -> None:
+        """Copy what ``workers`` returned from their auto-resets into the output buffer, which
+        holds each worker's current state (what a partial reset that leaves it alone reports)."""
+        if len(workers) == self.num_workers:
+            torch._foreach_copy_(self._reset_outputs.leaves, self._after_reset.leaves)
+        elif workers:
+            torch._foreach_copy_(
+                [leaf[w] for leaf in self._reset_outputs.leaves for w in workers],
+                [leaf[w] for leaf in self._after_reset.leaves for w in workers],
+            )
 
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase
@@ -532,10 +551,10 @@ class ParallelEnv(_BatchedEnv):
         elif reset:
             chosen = torch.zeros(self.num_workers, dtype=torch.bool, device=self.device)
             chosen[reset] = True
-            for key, after in zip(self._after_reset.keys, self._after_reset.leaves):
-                current = root.get(key)
-                pick = chosen.reshape(-1, *([1] * (after.dim() - 1)))
-                root.set(key, torch.where(pick, after, current))
+            for key, leaf in zip(self._after_reset.keys, self._after_reset.leaves):
+                pick = chosen.reshape(-1, *([1] * (leaf.dim() - 1)))
+                root.set(key, torch.where(pick, leaf, root.get(key)))
+        self._keep_reset_outputs(reset)
         return tensordict, root
 
     def _set_seed(self, seed: int) -> int:
