@@ -674,3 +674,13 @@ def test_workers_whose_commands_come_slower_than_busy_wait_sleep(
         assert max(used) < 0.25 * wall, (used, wall)  # polling every window: ~0.7 x wall
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("timeout", [1e7, float("inf")])
+def test_a_timeout_of_days_waits(timeout: float) -> None:
+    # poll() takes a C int of milliseconds: the wait polls a day at a time.
+    env = _parallel(2, marlkit.make, NAV, timeout=timeout)
+    try:
+        assert env.rollout(2).batch_size == (2, 3, 2)
+    finally:
+        env.close()
