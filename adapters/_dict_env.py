@@ -261,7 +261,10 @@ class DictEnv(EnvBase):
         head = members[0]
         for kind, spaces_ in (("observation", obs_spaces), ("action", act_spaces)):
             for a in members[1:]:
-                if spaces_[a] != spaces_[head]:
+                # As spaces and as specs: one made from a spec declares that spec's type/dtype.
+                if spaces_[a] != spaces_[head] or spec_from_space(spaces_[a]) != spec_from_space(
+                    spaces_[head]
+                ):
                     raise ValueError(
                         f"agents {head!r} and {a!r} of group {group!r} have different {kind} "
                         f"spaces ({spaces_[head]} vs {spaces_[a]}); a group stacks agents with "

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from marlkit._utils import import_optional
-from marlkit.adapters._spaces import describe, spec_from_space
+from marlkit.adapters._spaces import GIVEN_SPEC, describe, spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.keys import ACTION_MASK, OBSERVATION
 from marlkit.data.specs import (
@@ -60,6 +60,15 @@ def space_from_spec(spec: TensorSpec | Composite) -> Any:
     spaces = gym_spaces()
     if isinstance(spec, Composite):
         return spaces.Dict({k: space_from_spec(spec[k]) for k in spec})
+    space = _leaf_space(spec, spaces)
+    # The space remembers the spec it was made from: the env declares that spec as given (its
+    # type and dtype), where the space alone would say MultiBinary int8 for a bool Binary, a
+    # MultiDiscrete for a Categorical with a shape, a Bounded box for an integer Unbounded.
+    setattr(space, GIVEN_SPEC, spec)
+    return space
+
+
+def _leaf_space(spec: TensorSpec, spaces: Any) -> Any:
     shape = tuple(spec.shape)
     dtype = torch.zeros((), dtype=spec.dtype).numpy().dtype
     if isinstance(spec, Bounded):
@@ -132,6 +141,8 @@ def space_leaves(space: Any, key: Key, path: tuple[Any, ...]) -> list[Leaf]:
         start = np.asarray(space.start).reshape(-1) if np.any(space.start) else None
     else:  # MultiBinary
         value_shape, dtype = tuple(space.shape), np.dtype(np.int8)
+    if getattr(space, GIVEN_SPEC, None) is not None:  # stored in the dtype of the given spec
+        dtype = torch.zeros((), dtype=spec.dtype).numpy().dtype
     floating = bool(np.issubdtype(dtype, np.floating))
     return [Leaf(key, path, space, value_shape, store, dtype, start, floating)]
 

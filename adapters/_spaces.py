@@ -57,6 +57,11 @@ def _spaces_of(space: Any) -> Any:
     return module
 
 
+#: The attribute of a Gymnasium space made from a marlkit spec (``space_from_spec``) that holds
+#: the spec: :func:`spec_from_space` gives it back as it was given.
+GIVEN_SPEC = "_marlkit_spec"
+
+
 def _torch_dtype(dtype: Any) -> torch.dtype:
     return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
 
@@ -74,6 +79,10 @@ def spec_from_space(
     """
     spaces = _spaces_of(space)
     batch = tuple(int(b) for b in batch_shape)
+    given = getattr(space, GIVEN_SPEC, None)
+    if isinstance(given, TensorSpec):  # a space made from a marlkit spec: that spec, as given
+        placed = given if device is None else given.to(device)
+        return placed.expand(*batch, *given.shape)
     if isinstance(space, spaces.Box):
         shape = (*batch, *space.shape)
         dtype = _torch_dtype(space.dtype)

@@ -578,3 +578,74 @@ def test_from_batched_renders_each_world_and_films_it(tmp_path: Path) -> None:
     bad.dtype = np.float32
     with pytest.raises(ValueError, match=r"_render returned float32 \[6, 21, 3\], expected uint8"):
         _batched(sim=bad, seed=0, render=True).render()
+
+
+class Typed:
+    """Two agents observing bool flags, an int32 cell index, an int64 count and a float
+    position; each acts with two ternary choices (a ``Categorical(3)`` of shape ``(2,)``)."""
+
+    possible_agents = ["a", "b"]
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.received: list[dict] = []
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict, dict]:
+        self.agents, self.t = list(self.possible_agents), 0
+        return {a: self._obs() for a in self.agents}, {a: {} for a in self.agents}
+
+    def _obs(self) -> dict:
+        flags = np.array([True, False, self.t % 2 == 1])
+        return {"flags": flags, "cell": 3, "count": self.t, "pos": np.zeros(2, np.float32)}
+
+    def step(self, actions: dict) -> tuple:
+        self.received.append(actions)
+        self.t += 1
+        obs = {a: self._obs() for a in self.agents}
+        ones = dict.fromkeys(self.agents, 1.0)
+        return (
+            obs,
+            ones,
+            dict.fromkeys(self.agents, False),
+            dict.fromkeys(self.agents, self.t >= 5),
+            {},
+        )
+
+
+TYPED_OBS = Composite(
+    flags=Binary(3, dtype=torch.bool),
+    cell=Categorical(5, dtype=torch.int32),
+    count=Unbounded((), dtype=torch.int64),
+    pos=Unbounded((2,)),
+)
+
+
+def test_specs_given_are_the_specs_declared() -> None:
+    # Specs went through Gymnasium spaces and came back as the spaces' own: a bool Binary as
+    # int8, an int32 Categorical as int64, an integer Unbounded as a Bounded box, a Categorical
+    # of shape (2,) as a MultiCategorical. Now the env declares what it was given.
+    env = from_parallel(
+        Typed, num_envs=2, observation_spaces=TYPED_OBS, action_spaces=Categorical(3, (2,))
+    )
+    assert env.observation_spec["agents", "observation"] == TYPED_OBS.expand(2, 2).to("cpu")
+    assert env.action_spec["agents", "action"] == Categorical(3, (2, 2, 2))
+    td = env.reset()
+    td["agents", "action"] = torch.tensor([[[0, 2], [1, 1]], [[2, 2], [0, 1]]])
+    obs = env.step(td)["next", "agents", "observation"]
+    assert {k: v.dtype for k, v in obs.items()} == {
+        "flags": torch.bool,
+        "cell": torch.int32,
+        "count": torch.int64,
+        "pos": torch.float32,
+    }
+    assert obs["flags"][0, 0].tolist() == [True, False, True]
+    assert env.simulators[1].received[-1]["a"].tolist() == [2, 2]
+    check_adapter(env)
+
+
+def test_agents_of_one_group_with_specs_of_other_dtypes_are_refused() -> None:
+    obs = {"a": Binary(3, dtype=torch.bool), "b": Binary(3)}  # one space, two dtypes
+    with pytest.raises(ValueError, match="agents 'a' and 'b' of group 'agents' have different"):
+        from_parallel(
+            Typed, observation_spaces=obs, action_spaces=Categorical(3, (2,)), group_map="agents"
+        )
