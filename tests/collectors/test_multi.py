@@ -566,3 +566,20 @@ def test_a_single_process_collector_and_a_multi_collector_agree() -> None:
             a, b = single.next(), multi.next()
             assert torch.equal(a[ACT], b[ACT][0])
             assert torch.equal(a["next", "agents", "reward"], b["next", "agents", "reward"][0])
+
+
+# ---------------------------------------------------------------------- where the workers run
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+def test_collector_workers_can_be_pinned_and_poll(cls, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    allowed = sorted(os.sched_getaffinity(0))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # room to poll on 2 CPUs
+    collector = cls([nav(), nav()], None, frames_per_batch=16, worker_cpus="auto", **FAST)
+    try:
+        pinned = [os.sched_getaffinity(pid) for pid in collector.worker_pids]
+        assert pinned == [{allowed[0]}, {allowed[1 % len(allowed)]}]
+        assert collector._pool.busy_wait == 0.002  # the default; collectors' commands are rare
+        for _ in range(3):
+            assert collector.next().numel() > 0
+    finally:
+        collector.shutdown()
