@@ -87,6 +87,7 @@ __all__ = [
     "IllegalActions",
     "SimulatorOutputError",
     "StepView",
+    "check_renders",
     "space_from_spec",
 ]
 
@@ -115,6 +116,21 @@ class StepView:
     truncations: Mapping[str, Any] | None = None
     infos: Mapping[str, Any] | None = None
     acting: str | None = None
+
+
+def check_renders(simulators: Sequence[Any]) -> None:
+    """Refuse ``render=True`` for simulators without a ``render()`` method, when the env is
+    built (a training script would otherwise fail at its first evaluation video).
+
+    Raises:
+        TypeError: naming the simulator's class and the instances without one.
+    """
+    missing = [i for i, sim in enumerate(simulators) if not callable(getattr(sim, "render", None))]
+    if missing:
+        raise TypeError(
+            f"render=True, but {type(simulators[missing[0]]).__name__} (instances {missing}) "
+            "has no render() method returning an RGB frame; add one or leave render off"
+        )
 
 
 def _nested_item(values: list[list[Any]], e: int, i: int) -> Any:
@@ -180,6 +196,7 @@ class DictEnv(EnvBase):
         self.num_envs = len(sims)
         self.illegal_actions: IllegalActions = illegal_actions
         if render:
+            check_renders(sims)
             self.render_modes = ("rgb_array",)
         names = self._agent_names(agents)
         self.agent_names = names
@@ -192,7 +209,9 @@ class DictEnv(EnvBase):
             group_map = "agents" if same else "by_type"
         self.group_map = make_group_map(names, group_map)
         first = self._reset_instance(0, None)  # probes action masks in infos and the state
-        self._started = [True] + [False] * (self.num_envs - 1)
+        # The probe is the adapter's, not the user's: every env waits for a reset() (the first
+        # one resets them all, seeded), and step() before it is refused for each.
+        self._started = [False] * self.num_envs
         self._layouts = {
             g: self._layout(g, members, obs_spaces, act_spaces, first)
             for g, members in self.group_map.items()
@@ -757,7 +776,8 @@ class DictEnv(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         if not all(self._started):
             idle = [e for e, s in enumerate(self._started) if not s]
-            raise RuntimeError(f"envs {idle} were never reset: call reset() before step()")
+            what = f"env {idle[0]} was" if len(idle) == 1 else f"envs {idle} were"
+            raise RuntimeError(f"{what} never reset: call reset() before step()")
         decoded = self._decode_actions(tensordict)
         frame = self._blank()
         rewards = {g: np.zeros((*lay.batch, 1), np.float32) for g, lay in self._layouts.items()}

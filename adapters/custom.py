@@ -31,6 +31,7 @@ from marlkit.adapters._dict_env import (
     DictEnv,
     IllegalActions,
     SimulatorOutputError,
+    check_renders,
     space_from_spec,
 )
 from marlkit.adapters._spaces import spec_from_space
@@ -190,6 +191,7 @@ class BatchedEnv(EnvBase):
         self.num_envs = num_envs
         self.array_type = array_type
         if render:
+            check_renders([simulator])
             self.render_modes = ("rgb_array",)
         self.group_map = {
             g: [f"{g}_{i}" for i in range(m)] if isinstance(m, int) else list(m)

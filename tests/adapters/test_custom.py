@@ -649,3 +649,22 @@ def test_agents_of_one_group_with_specs_of_other_dtypes_are_refused() -> None:
         from_parallel(
             Typed, observation_spaces=obs, action_spaces=Categorical(3, (2,)), group_map="agents"
         )
+
+
+def test_render_without_a_render_method_is_refused_when_the_env_is_built() -> None:
+    # It used to pass, and a training script then failed at its first evaluation video.
+    with pytest.raises(TypeError, match=r"render=True, but Corridor \(instances \[0, 1\]\) has no"):
+        from_parallel(Corridor, num_envs=2, render=True)
+    with pytest.raises(TypeError, match=r"render=True, but Particles \(instances \[0\]\) has no"):
+        _batched(render=True)
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_step_before_any_reset_is_refused_for_every_env(num_envs: int) -> None:
+    # The adapter's own probe reset of instance 0 counted as the user's: one env stepped
+    # without a reset, and several named every env but 0.
+    env = from_parallel(Corridor, num_envs=num_envs, seed=0)
+    idle = "env 0 was" if num_envs == 1 else r"envs \[0, 1, 2\] were"
+    with pytest.raises(RuntimeError, match=rf"{idle} never reset: call reset\(\) before step"):
+        env.step(env.action_spec.zero())  # walk left: legal everywhere
+    env.step(env.rand_action(env.reset()))

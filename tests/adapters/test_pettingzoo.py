@@ -324,7 +324,7 @@ def test_make_errors_say_what_is_wrong():
     with pytest.raises(ValueError, match="render_mode must be None or 'rgb_array'"):
         marlkit.make(SPREAD, render_mode="human")
     fresh = spread(num_envs=2)
-    with pytest.raises(RuntimeError, match=r"envs \[1\] were never reset"):
+    with pytest.raises(RuntimeError, match=r"envs \[0, 1\] were never reset"):
         fresh.step(fresh.rand_action())
 
 
