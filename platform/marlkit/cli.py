@@ -2,13 +2,17 @@
 
 ``marlkit run navigation --agents 4 --envs 32 --steps 200`` steps a random policy with a progress
 bar and prints env-steps/s, agent-steps/s and the mean episode reward of each group.
+``marlkit --import mysim record mysim --out mysim.mp4`` first imports ``mysim`` (from the current
+folder too), a module that registers an env of your own.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import json
+import os
 import pathlib
 import sys
 import time
@@ -232,6 +236,15 @@ def _parser() -> argparse.ArgumentParser:
         prog="marlkit", description="TensorDict-first multi-agent RL: run and inspect envs."
     )
     parser.add_argument("--version", action="version", version=f"marlkit {marlkit.__version__}")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (repeatable; the current folder is searched too): a module "
+        "that registers envs of your own with marlkit.register",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_list = sub.add_parser("list", help="list native scenarios and adapters")
@@ -285,11 +298,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _import_modules(modules: Sequence[str]) -> None:
+    """Import each of ``modules`` (``--import``), from the current folder too, as ``python -m``
+    would.
+
+    Raises:
+        ImportError: a module that does not import; the message names the flag.
+    """
+    if modules and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ImportError(f"--import {module}: {err}") from err
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``marlkit`` command; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        _import_modules(args.imports)
         check_positive_flags(args, ("agents", "envs", "steps", "max_episode_steps"))
         return int(args.func(args))
     # UnknownEnvError (a KeyError), bad values, a missing extra, an --out that cannot be

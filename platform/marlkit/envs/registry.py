@@ -274,7 +274,10 @@ def _entry_for(name: str) -> EnvEntry:
         hint = did_you_mean(name, entries, n=5, cutoff=0.5)
         raise UnknownEnvError(
             f"no env registered as {name!r}.{hint} `marlkit list` shows them all "
-            f"({len(entries)} registered)."
+            f"({len(entries)} registered). An env of your own is known only in a process that "
+            "ran its marlkit.register(...): import the module that registers it first (`marlkit "
+            "--import MODULE`, a training script's env.imports); a worker process starts fresh, "
+            "so registering under `if __name__ == '__main__':` does not reach it."
         )
     return entry
 
