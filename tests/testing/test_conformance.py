@@ -128,3 +128,20 @@ def test_nan_outputs_fail_the_spec_checks_only() -> None:
     failures = [line for line in str(caught.value).splitlines() if line.startswith("  - ")]
     assert failures and all(line.startswith("  - specs: ") for line in failures), failures
     assert all("(env 1, agent 'a')" in line for line in failures)
+
+
+class _Unseedable(_Toy):
+    """A toy env whose seed is ignored: every reset draws from a fresh generator."""
+
+    def _set_seed(self, seed: int) -> None:
+        self._gen.manual_seed(int(torch.randint(1 << 30, ())))
+
+
+def test_an_unseedable_env_fails_the_seeding_check_once() -> None:
+    # A simulator that ignores its seed was also reported as one whose rejected bad actions
+    # change its state: that check replays a seeded step, so it is skipped where seeding failed.
+    with pytest.raises(AdapterCheckError) as caught:
+        check_adapter(_Unseedable())
+    failures = [line for line in str(caught.value).splitlines() if line.startswith("  - ")]
+    assert len(failures) == 1 and failures[0].startswith("  - seeding: "), failures
+    check_adapter(_Unseedable(), check_seeding=False)
