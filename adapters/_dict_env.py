@@ -430,7 +430,7 @@ class DictEnv(EnvBase):
 
     # ------------------------------------------------------------------ writing outputs
     def _write_reset(self, e: int, view: StepView, frame: Frame) -> None:
-        present = self._check_agents(e, view.agents, "reset()")
+        present = self._check_agents(e, view.agents, "reset()", view.observations)
         for g, lay in self._layouts.items():
             arrays = frame.groups[g]
             arrays.mask[e] = False
@@ -448,12 +448,22 @@ class DictEnv(EnvBase):
         self._present[e] = present
         self._over[e] = False
 
-    def _check_agents(self, e: int, agents: Sequence[str], where: str) -> frozenset[str]:
+    def _check_agents(
+        self, e: int, agents: Sequence[str], where: str, observations: Mapping[str, Any]
+    ) -> frozenset[str]:
+        """The agents in the game, all known; observations of an agent nobody declared are
+        refused too (they would be dropped without a word)."""
         present = frozenset(agents)
         if not present <= self._slot.keys():
             raise SimulatorOutputError(
                 f"{where} of env {e}: unknown agents {sorted(present - self._slot.keys())} in "
                 f"the game; the agents are {self.agent_names}"
+            )
+        if not observations.keys() <= self._slot.keys():
+            unknown = sorted(map(str, observations.keys() - self._slot.keys()))
+            raise SimulatorOutputError(
+                f"{where} of env {e}: observations of unknown agents {unknown}; the agents are "
+                f"{self.agent_names}"
             )
         return present
 
@@ -598,7 +608,7 @@ class DictEnv(EnvBase):
         self, e: int, view: StepView, frame: Frame, rewards: dict[str, np.ndarray]
     ) -> None:
         before = self._present[e]
-        present = self._check_agents(e, view.agents, "step()")
+        present = self._check_agents(e, view.agents, "step()", view.observations)
         for g, lay in self._layouts.items():
             term, trunc, arrays, reward = self._term[g], self._trunc[g], frame.groups[g], rewards[g]
             for i, a in enumerate(lay.agents):

@@ -314,6 +314,11 @@ class BatchedEnv(EnvBase):
                 raise SimulatorOutputError(
                     f"{name!r}: one flag per env means shape [{e}], got {format_shape(arr.shape)}"
                 )
+            if arr.dtype != torch.bool and not bool(((arr == 0) | (arr == 1)).all()):
+                odd = arr.reshape(-1)[((arr != 0) & (arr != 1)).reshape(-1)][0].item()
+                raise SimulatorOutputError(
+                    f"{name!r}: flags are bool (or 0 and 1), got {odd!r} ({arr.dtype})"
+                )
             flat = arr.reshape(e, 1, 1).to(torch.bool)
             return {g: flat.expand(e, len(a), 1).clone() for g, a in self.group_map.items()}
         values = self._groups_of(values, name)

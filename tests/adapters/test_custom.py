@@ -36,7 +36,7 @@ class Corridor:
     ``horizon`` steps (truncation). ``info["action_mask"]`` forbids walking into the right wall.
 
     ``bad`` makes one output wrong on the second step: ``"shape"``, ``"missing"``, ``"nan"``,
-    ``"nan_reward"``, ``"no_reward"``, ``"unknown"``, ``"not_dicts"``.
+    ``"nan_reward"``, ``"no_reward"``, ``"unknown"``, ``"stray"``, ``"not_dicts"``.
     """
 
     possible_agents = NAMES
@@ -66,7 +66,7 @@ class Corridor:
         return {a: {"action_mask": self._mask(a)} for a in agents}
 
     def _mask(self, agent: str) -> np.ndarray:
-        return np.array([1, 1, self.pos[agent] < self.length])
+        return np.array([1, 1, self.pos.get(agent, 0) < self.length])
 
     def step(self, actions: dict[str, int]) -> Any:
         assert set(actions) == set(self.agents), (actions, self.agents)  # the adapter's contract
@@ -101,6 +101,8 @@ class Corridor:
             rewards.pop(victim)
         elif self.bad == "unknown":
             self.agents = [*self.agents, "ghost"]
+        elif self.bad == "stray":  # an observation for an agent nobody declared
+            obs["ghost"] = np.zeros(2, np.float32)
         return obs, rewards
 
 
@@ -264,6 +266,7 @@ def test_integer_values_that_fit_are_stored_exactly():
         ("nan_reward", r"reward of agent 'walker_1' at key \('agents', 'reward'\) is not finite"),
         ("no_reward", r"no rewards entry for agent 'walker_1'"),
         ("unknown", r"unknown agents \['ghost'\]"),
+        ("stray", r"step\(\) of env 0: observations of unknown agents \['ghost'\]"),
         ("not_dicts", r"must return 5 dicts"),
     ],
 )
@@ -394,7 +397,8 @@ def test_space_from_spec_round_trips_the_leaf_specs():
 class Particles:
     """``E`` worlds of ``n`` particles on a line, stepped together (NumPy). Actions in [-1, 1]
     move them; reward ``-|x|``; a world terminates when all are within 0.1 of 0 and is
-    truncated after ``horizon`` steps. ``bad``: ``"shape"`` or ``"nan"`` on every step."""
+    truncated after ``horizon`` steps. ``bad``: ``"shape"``, ``"nan"`` or ``"half_done"`` (0.5
+    as a truncation flag) on every step."""
 
     def __init__(self, num_envs: int, n: int = 2, horizon: int = 5, bad: str | None = None):
         self.e, self.n, self.horizon, self.bad = num_envs, n, horizon, bad
@@ -420,7 +424,10 @@ class Particles:
             obs[0, 1, 0] = np.nan
         reward = -np.abs(self.x[..., 0])
         terminated = {"particles": np.abs(self.x[..., 0]) < 0.1}
-        return {"particles": obs}, {"particles": reward}, terminated, self.t >= self.horizon, {}
+        truncated: Any = self.t >= self.horizon
+        if self.bad == "half_done":  # a probability, not a flag
+            truncated = np.full(self.e, 0.5, np.float32)
+        return {"particles": obs}, {"particles": reward}, terminated, truncated, {}
 
     def state(self) -> np.ndarray:
         return self.x.reshape(self.e, -1)
@@ -491,6 +498,7 @@ def test_from_batched_torch_actions_and_gymnasium_spaces():
             r"expected \[3, 2, 1\]",
         ),
         ("nan", r"non-finite value nan for agent 'particles_1' \(env 0\)"),
+        ("half_done", r"'truncated': flags are bool \(or 0 and 1\), got 0.5 \(torch.float32\)"),
     ],
 )
 def test_from_batched_bad_outputs(bad: str, match: str):
