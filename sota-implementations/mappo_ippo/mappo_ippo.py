@@ -171,6 +171,12 @@ def main(cfg: DictConfig) -> None:
     # same parameters; compiled on the first minibatch
     loss_fns = {g: torch.compile(losses[g]) if cfg.train.compile else losses[g] for g in groups}
     frames = cfg.collector.frames_per_batch
+    if cfg.train.minibatch_size > frames:  # an epoch would be one minibatch of the whole batch
+        raise ValueError(
+            f"train.minibatch_size ({cfg.train.minibatch_size}) is larger than "
+            f"collector.frames_per_batch ({frames}): each epoch passes over the batch in "
+            f"minibatches of at most {frames} frames"
+        )
     buffers = GroupReplayBuffers(
         groups,
         lambda g: ReplayBuffer(

@@ -146,3 +146,9 @@ def test_a_finished_run_resumes_to_its_summary(tmp_path):
 def test_unknown_env_is_named(tmp_path):
     with pytest.raises(AssertionError, match=r"no env registered as .no_such_env."):
         run("mappo_ippo", tmp_path / "run", (*BUDGET, "env.name=no_such_env"))
+
+
+def test_a_minibatch_larger_than_the_batch_is_refused(tmp_path):
+    # It trained on one minibatch of the whole batch per epoch, without a word.
+    with pytest.raises(AssertionError, match=r"train.minibatch_size \(1000\) is larger than"):
+        run("mappo_ippo", tmp_path / "run", (*BUDGET, "train.minibatch_size=1000"))
