@@ -87,6 +87,11 @@ def test_run_random_from_python() -> None:
     summary = run_random("navigation", steps=10, progress=False, num_envs=2, n_agents=2)
     assert summary.agent_steps_per_s > 0
     assert set(summary.mean_episode_reward) == {"agents"}
+    # No episode ends in 10 steps (episodes of 100): the table says so, not a mean of none.
+    assert summary.episodes == {"agents": 0}
+    assert "mean episode reward [agents]  no episode ended in 10 steps" in summary.table()
+    ended = run_random("navigation", steps=12, progress=False, num_envs=2, max_episode_steps=5)
+    assert "(4 episodes)" in ended.table()
 
 
 def test_run_passes_env_args(capsys: pytest.CaptureFixture[str]) -> None:

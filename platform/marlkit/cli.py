@@ -61,10 +61,14 @@ class RunSummary:
             f"agent-steps/s  {self.agent_steps_per_s:,.0f}",
         ]
         for group, value in self.mean_episode_reward.items():
-            lines.append(
-                f"mean episode reward [{group}]  {value:.4f}  "
-                f"({self.episodes.get(group, 0)} episodes)"
-            )
+            episodes = self.episodes.get(group, 0)
+            if episodes:
+                lines.append(f"mean episode reward [{group}]  {value:.4f}  ({episodes} episodes)")
+            else:  # the running returns: not an episode's reward
+                lines.append(
+                    f"mean episode reward [{group}]  no episode ended in {self.steps} steps "
+                    f"(return so far {value:.4f}; more --steps, or --max-episode-steps)"
+                )
         return "\n".join(lines)
 
 
