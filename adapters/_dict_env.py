@@ -689,9 +689,9 @@ class DictEnv(EnvBase):
                 f"{describe((values or {}).get(agent))}"
             ) from None
 
-    def _check_finite(self, frame: Frame) -> None:
-        """A SimulatorOutputError naming the agent, key and value of a non-finite observation
-        or state (rewards are checked as they are read)."""
+    def _check_finite(self, frame: Frame, where: str) -> None:
+        """A SimulatorOutputError naming the call (``"reset()"``, ``"step()"``), env, agent, key
+        and value of a non-finite observation or state (rewards are checked as they are read)."""
         for g, lay in self._layouts.items():
             for leaf, arr in zip(lay.leaves, frame.groups[g].obs):
                 # one sum is the fast check; inf - inf or an overflow sends us to the exact one
@@ -699,7 +699,7 @@ class DictEnv(EnvBase):
                     continue
                 e, i = (int(x) for x in np.argwhere(~np.isfinite(arr))[0][:2])
                 raise SimulatorOutputError(
-                    f"env {e}: the observation of agent {lay.agents[i]!r} at key "
+                    f"{where} of env {e}: the observation of agent {lay.agents[i]!r} at key "
                     f"{(g, *leaf.key)!r} is not finite: {describe(arr[e, i])}"
                 )
         state = frame.state
@@ -708,7 +708,7 @@ class DictEnv(EnvBase):
                 return
             e = int(np.argwhere(~np.isfinite(state))[0][0])
             raise SimulatorOutputError(
-                f"env {e}: state() holds a non-finite value: {describe(state[e])}"
+                f"{where} of env {e}: state() holds a non-finite value: {describe(state[e])}"
             )
 
     # ------------------------------------------------------------------ output TensorDicts
@@ -779,7 +779,7 @@ class DictEnv(EnvBase):
             seed, self._pending_seeds[e] = self._pending_seeds[e], None
             self._write_reset(e, self._reset_instance(e, seed), frame)
             self._started[e] = True
-        self._check_finite(frame)
+        self._check_finite(frame, "reset()")
         self._current = frame
         return self._to_td(frame, None)
 
@@ -800,7 +800,7 @@ class DictEnv(EnvBase):
                 continue
             actions = {a: decoded[slot[a][0]](e, slot[a][1]) for a in self._present[e]}
             self._write_step(e, self._step_instance(e, actions), frame, rewards)
-        self._check_finite(frame)
+        self._check_finite(frame, "step()")
         self._current = frame
         # Per-agent flags only: done and the root flags follow from them by the done rule
         # (an env is over when every agent is done, absent ones included).

@@ -260,8 +260,8 @@ def test_integer_values_that_fit_are_stored_exactly():
         ("missing", r"no observation for agent 'walker_1', which is in the game"),
         (
             "nan",
-            r"observation of agent 'walker_1' at key \('agents', 'observation'\) is not "
-            r"finite: \[nan 1\.\]",
+            r"step\(\) of env 0: the observation of agent 'walker_1' at key \('agents', "
+            r"'observation'\) is not finite: \[nan 1\.\]",
         ),
         ("nan_reward", r"reward of agent 'walker_1' at key \('agents', 'reward'\) is not finite"),
         ("no_reward", r"no rewards entry for agent 'walker_1'"),
