@@ -33,6 +33,7 @@ dead worker closes the whole pool.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import multiprocessing.connection
 import numbers
@@ -301,8 +302,14 @@ def _poll_briefly(conn: multiprocessing.connection.Connection, seconds: float) -
     """Return once ``conn`` has a message or ``seconds`` have passed, yielding the CPU between
     polls to whatever else is runnable on it (the parent, most often)."""
     give_way = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
+    if hasattr(select, "poll"):  # one poll object, one syscall a check (conn.poll builds more)
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        ready: Callable[[], object] = functools.partial(poller.poll, 0)
+    else:
+        ready = conn.poll
     end = time.perf_counter() + seconds
-    while not conn.poll() and time.perf_counter() < end:
+    while not ready() and time.perf_counter() < end:
         give_way()
 
 
@@ -449,8 +456,8 @@ class WorkerPool:
                 dead or stuck worker shuts the pool down.
         """
         conn = self._conns[i]
-        if not conn.poll():
-            self._wait([i], what, self.timeout if timeout is None else timeout)
+        # returns at once when the answer is there (one poll of the kept poller)
+        self._wait([i], what, self.timeout if timeout is None else timeout)
         try:
             status, payload = conn.recv()
         except (EOFError, ConnectionError, OSError) as err:
