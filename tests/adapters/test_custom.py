@@ -584,7 +584,10 @@ def test_from_batched_renders_each_world_and_films_it(tmp_path: Path) -> None:
     assert read_video(tmp_path / "p.mp4")[0].shape[0] == 5  # the reset and 4 steps
     bad = DrawnParticles(3)
     bad.dtype = np.float32
-    with pytest.raises(ValueError, match=r"_render returned float32 \[6, 21, 3\], expected uint8"):
+    with pytest.raises(
+        ValueError,
+        match=r"the simulator's frame is float32 \[6, 21, 3\], expected an RGB frame, uint8",
+    ):
         _batched(sim=bad, seed=0, render=True).render()
 
 

@@ -581,8 +581,8 @@ class EnvBase(abc.ABC):
         frame = np.asarray(frame)
         if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
             raise ValueError(
-                f"{type(self).__name__}._render returned {frame.dtype} {list(frame.shape)}, "
-                "expected uint8 [H, W, 3]"
+                f"render({env_index}) of {type(self).__name__}: the simulator's frame is "
+                f"{frame.dtype} {list(frame.shape)}, expected an RGB frame, uint8 [H, W, 3]"
             )
         return frame
 
