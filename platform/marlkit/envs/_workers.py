@@ -266,11 +266,12 @@ def _serve(
             conn.send(("error", _error_payload(err)))
         return
     spin = busy_wait > 0
+    ready = _pipe_ready(conn)
     answered = time.perf_counter()
     while True:
         try:
             if spin:  # the last command came soon after the answer before it: poll a while
-                _poll_briefly(conn, busy_wait)
+                _poll_briefly(ready, busy_wait)
             cmd, arg = conn.recv()
             # Commands in quick succession (lock-step): poll for the next before sleeping, where
             # a sleeping worker costs a wake-up (an idle vCPU's, on a VM) per command. The gap
@@ -298,16 +299,20 @@ def _serve(
         answered = time.perf_counter()
 
 
-def _poll_briefly(conn: multiprocessing.connection.Connection, seconds: float) -> None:
-    """Return once ``conn`` has a message or ``seconds`` have passed, yielding the CPU between
-    polls to whatever else is runnable on it (the parent, most often)."""
+def _pipe_ready(conn: multiprocessing.connection.Connection) -> Callable[[], object]:
+    """A check that ``conn`` has a message: one kept ``poll`` object, one syscall a check
+    (``Connection.poll`` builds a selector each time), where the platform has one."""
+    if not hasattr(select, "poll"):
+        return conn.poll
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return functools.partial(poller.poll, 0)
+
+
+def _poll_briefly(ready: Callable[[], object], seconds: float) -> None:
+    """Return once ``ready()`` or ``seconds`` have passed, yielding the CPU between checks to
+    whatever else is runnable on it (the parent, most often)."""
     give_way = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
-    if hasattr(select, "poll"):  # one poll object, one syscall a check (conn.poll builds more)
-        poller = select.poll()
-        poller.register(conn.fileno(), select.POLLIN)
-        ready: Callable[[], object] = functools.partial(poller.poll, 0)
-    else:
-        ready = conn.poll
     end = time.perf_counter() + seconds
     while not ready() and time.perf_counter() < end:
         give_way()

@@ -545,16 +545,11 @@ class ParallelEnv(_BatchedEnv):
         finally:
             self._step_command = "step"
         root = self._step_mdp(tensordict)
-        reset = self._reset_by_step
-        if len(reset) == self.num_workers:
-            root.update(self._after_reset.read())
-        elif reset:
-            chosen = torch.zeros(self.num_workers, dtype=torch.bool, device=self.device)
-            chosen[reset] = True
-            for key, leaf in zip(self._after_reset.keys, self._after_reset.leaves):
-                pick = chosen.reshape(-1, *([1] * (leaf.dim() - 1)))
-                root.set(key, torch.where(pick, leaf, root.get(key)))
-        self._keep_reset_outputs(reset)
+        if self._reset_by_step:
+            # The output buffer then holds every worker's current state: the step's output
+            # where none reset (as the root has it), the reset output where one did.
+            self._keep_reset_outputs(self._reset_by_step)
+            root.update(self._reset_outputs.read())
         return tensordict, root
 
     def _set_seed(self, seed: int) -> int:
