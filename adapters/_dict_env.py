@@ -57,6 +57,8 @@ from marlkit.adapters._spaces import (
     SimulatorOutputError,
     changes_on_cast,
     check_seed,
+    numpy_dtype,
+    space_repr,
     spec_from_space,
     to_space,
 )
@@ -286,8 +288,9 @@ class DictEnv(EnvBase):
                 ):
                     raise ValueError(
                         f"agents {head!r} and {a!r} of group {group!r} have different {kind} "
-                        f"spaces ({spaces_[head]} vs {spaces_[a]}); a group stacks agents with "
-                        "equal spaces: use group_map='by_type', 'per_agent' or an explicit map"
+                        f"spaces ({space_repr(spaces_[head])} vs {space_repr(spaces_[a])}); a "
+                        "group stacks agents with equal spaces: use group_map='by_type', "
+                        "'per_agent' or an explicit map"
                     )
         leaves, mask_path = observation_leaves(obs_spaces[head])
         act = act_spaces[head]
@@ -366,7 +369,7 @@ class DictEnv(EnvBase):
         if self._state_space is not None:
             spec = self.state_spec[STATE]
             self._state_shape = tuple(spec.shape)
-            self._state_dtype = torch.zeros((), dtype=spec.dtype).numpy().dtype
+            self._state_dtype = numpy_dtype(spec.dtype)
         self._current = self._blank()
         self._term = {g: np.zeros((e, len(lay.agents)), bool) for g, lay in self._layouts.items()}
         self._trunc = {g: np.zeros((e, len(lay.agents)), bool) for g, lay in self._layouts.items()}
@@ -511,8 +514,8 @@ class DictEnv(EnvBase):
             return
         raise SimulatorOutputError(
             f"{where} of env {e}: the observation of agent {agent!r} at key {leaf.key!r} has "
-            f"shape {list(arr.shape)}, expected {list(leaf.value_shape)} from its space "
-            f"{leaf.space}; value: {describe(arr)}"
+            f"shape {list(arr.shape)}, expected {list(leaf.value_shape)} from its "
+            f"{space_repr(leaf.space)}; value: {describe(arr)}"
         )
 
     @staticmethod

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from marlkit._utils import import_optional
-from marlkit.adapters._spaces import GIVEN_SPEC, describe, spec_from_space
+from marlkit.adapters._spaces import GIVEN_SPEC, describe, numpy_dtype, spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.keys import ACTION_MASK, OBSERVATION
 from marlkit.data.specs import (
@@ -70,7 +70,7 @@ def space_from_spec(spec: TensorSpec | Composite) -> Any:
 
 def _leaf_space(spec: TensorSpec, spaces: Any) -> Any:
     shape = tuple(spec.shape)
-    dtype = torch.zeros((), dtype=spec.dtype).numpy().dtype
+    dtype = numpy_dtype(spec.dtype)
     if isinstance(spec, Bounded):
         return spaces.Box(spec.low.cpu().numpy(), spec.high.cpu().numpy(), shape, dtype)
     if isinstance(spec, Unbounded):
@@ -141,8 +141,9 @@ def space_leaves(space: Any, key: Key, path: tuple[Any, ...]) -> list[Leaf]:
         start = np.asarray(space.start).reshape(-1) if np.any(space.start) else None
     else:  # MultiBinary
         value_shape, dtype = tuple(space.shape), np.dtype(np.int8)
-    if getattr(space, GIVEN_SPEC, None) is not None:  # stored in the dtype of the given spec
-        dtype = torch.zeros((), dtype=spec.dtype).numpy().dtype
+    given = getattr(space, GIVEN_SPEC, None)
+    if given is not None:  # stored in the dtype of the given spec
+        dtype = numpy_dtype(given.dtype)
     floating = bool(np.issubdtype(dtype, np.floating))
     return [Leaf(key, path, space, value_shape, store, dtype, start, floating)]
 

@@ -62,6 +62,13 @@ def _spaces_of(space: Any) -> Any:
 GIVEN_SPEC = "_marlkit_spec"
 
 
+def space_repr(space: Any) -> str:
+    """``space`` for a message: the marlkit spec it was made from when the user gave one (they
+    wrote ``Bounded(...)``, not the Gymnasium ``Box`` the adapter works in), else the space."""
+    given = getattr(space, GIVEN_SPEC, None)
+    return f"spec {given!r}" if given is not None else f"space {space}"
+
+
 def _torch_dtype(dtype: Any) -> torch.dtype:
     return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
 
@@ -179,8 +186,8 @@ def to_tensor(
     if isinstance(space, spaces.Box):
         if changes_on_cast(array, space.dtype):
             raise SimulatorOutputError(
-                f"values of the space {space} that {space.dtype} cannot hold exactly (they would "
-                f"wrap or be truncated): {describe(array)}"
+                f"values of the {space_repr(space)} that {space.dtype} cannot hold exactly (they "
+                f"would wrap or be truncated): {describe(array)}"
             )
         return torch.as_tensor(array.astype(space.dtype, copy=False), device=device)
     if isinstance(space, spaces.Discrete):
@@ -195,10 +202,18 @@ def to_tensor(
     raise TypeError(f"cannot convert values of a {type(space).__name__} space")
 
 
+def numpy_dtype(dtype: torch.dtype) -> np.dtype[Any]:
+    """The NumPy dtype of a torch dtype."""
+    return torch.zeros((), dtype=dtype).numpy().dtype
+
+
 def to_space(space: Any, value: torch.Tensor | Mapping[str, Any]) -> Any:
     """An action in spec terms as the simulator expects it for ``space`` (NumPy, ``start`` added).
 
-    Works on one action or a stack of them (leading dims kept).
+    Works on one action or a stack of them (leading dims kept). A space made from a marlkit spec
+    (:data:`GIVEN_SPEC`) gets arrays in that spec's dtype: a ``Binary(dtype=torch.bool)`` action
+    arrives as ``bool``, not as ``MultiBinary``'s ``int8``; an ``int32`` ``Categorical`` of a
+    shape as ``int32``.
     """
     spaces = _spaces_of(space)
     if isinstance(space, spaces.Dict):
@@ -211,11 +226,13 @@ def to_space(space: Any, value: torch.Tensor | Mapping[str, Any]) -> Any:
     if isinstance(space, spaces.Discrete):
         out = array.astype(np.int64) + int(space.start)
         return out.item() if out.ndim == 0 else out
+    given = getattr(space, GIVEN_SPEC, None)
+    dtype = space.dtype if given is None else numpy_dtype(given.dtype)
     if isinstance(space, spaces.MultiDiscrete):
         nvec = np.asarray(space.nvec)
         lead = array.shape[: array.ndim - 1]
-        return (array.reshape(*lead, *nvec.shape) + np.asarray(space.start)).astype(space.dtype)
+        return (array.reshape(*lead, *nvec.shape) + np.asarray(space.start)).astype(dtype)
     if isinstance(space, spaces.MultiBinary):
         lead = array.shape[: array.ndim - 1]
-        return array.reshape(*lead, *space.shape).astype(space.dtype)
+        return array.reshape(*lead, *space.shape).astype(dtype)
     raise TypeError(f"cannot convert actions for a {type(space).__name__} space")

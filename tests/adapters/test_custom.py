@@ -23,7 +23,7 @@ from marlkit.adapters.custom import (
     space_from_spec,
 )
 from marlkit.data import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
-from marlkit.data.specs import OneHot
+from marlkit.data.specs import OneHot, TensorSpec
 from marlkit.envs import InvalidActionError, check_env_specs
 from marlkit.testing import check_adapter
 
@@ -305,7 +305,9 @@ def test_construction_errors_name_what_is_wrong():
         KeyError, match=r"observation_spaces has no entry for agents \['walker_2'\]"
     ):
         from_parallel(Corridor, observation_spaces={a: Unbounded((2,)) for a in NAMES[:2]})
-    with pytest.raises(ValueError, match="have different observation spaces"):
+    # the specs as the user wrote them, not the Gymnasium boxes the adapter made of them
+    different = r"different observation spaces \(spec Unbounded\(shape=\[1\].* vs spec Unbounded"
+    with pytest.raises(ValueError, match=different):
         from_parallel(
             Corridor,
             observation_spaces={a: Unbounded((i + 1,)) for i, a in enumerate(NAMES)},
@@ -679,3 +681,35 @@ def test_step_before_any_reset_is_refused_for_every_env(num_envs: int) -> None:
     with pytest.raises(RuntimeError, match=rf"{idle} never reset: call reset\(\) before step"):
         env.step(env.action_spec.zero())  # walk left: legal everywhere
     env.step(env.rand_action(env.reset()))
+
+
+@pytest.mark.parametrize(
+    ("action_spec", "action", "dtype"),
+    [
+        (Binary(2, dtype=torch.bool), [True, False], np.bool_),
+        (Binary(2), [1, 0], np.int8),  # MultiBinary's own dtype
+        (Categorical(3, (2,), dtype=torch.int32), [2, 1], np.int32),
+        (Categorical(3, (2,)), [2, 1], np.int64),
+    ],
+)
+def test_actions_reach_the_simulator_in_the_dtype_of_the_given_spec(
+    action_spec: TensorSpec, action: list, dtype: type
+) -> None:
+    # A bool Binary action went through MultiBinary's int8, an int32 Categorical of a shape
+    # through MultiDiscrete's int64: the simulator got another dtype than the spec declared.
+    env = from_parallel(Typed, observation_spaces=TYPED_OBS, action_spaces=action_spec)
+    td = env.reset()
+    td["agents", "action"] = torch.tensor([[action, action]], dtype=action_spec.dtype)
+    env.step(td)
+    received = env.simulators[0].received[-1]["a"]
+    assert received.dtype == dtype
+    assert received.tolist() == action
+
+
+def test_a_value_that_does_not_fit_names_the_spec_given() -> None:
+    # The message named Box(-inf, inf, (3,), float32), a space the user never wrote.
+    with pytest.raises(SimulatorOutputError, match=r"expected \[3\] from its spec Unbounded\("):
+        from_parallel(Typed, observation_spaces=Unbounded((3,)), action_spaces=Categorical(3, (2,)))
+    box = spaces.Box(-1.0, 1.0, (3,))  # a space given: named as the space
+    with pytest.raises(SimulatorOutputError, match=r"from its space Box\(-1.0, 1.0, \(3,\)"):
+        from_parallel(Typed, observation_spaces=box, action_spaces=Categorical(3, (2,)))
