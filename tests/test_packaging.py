@@ -153,12 +153,48 @@ def test_set_num_threads_validates() -> None:
 
     with pytest.raises(TypeError, match="int"):
         set_num_threads(1.5)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ValueError, match=r"num_threads must be in \[0, 1024\].*got -1"):
         set_num_threads(-1)
+    # a pool of that many threads would fail to start at the first kernel call
+    with pytest.raises(ValueError, match=r"num_threads must be in \[0, 1024\].*got 100000"):
+        set_num_threads(100_000)
+    set_num_threads(1024)
+    assert get_num_threads() == 1024
     set_num_threads(1)
     assert get_num_threads() == 1
     set_num_threads(0)
     assert get_num_threads() >= 1
+
+
+POOL_THAT_CANNOT_START = """
+import resource
+from marlkit.envs.registry import make
+from marlkit.native import set_num_threads
+
+env = make("navigation", num_envs=4096)  # enough work for every kernel thread
+td = env.reset()
+set_num_threads(1024)
+# 3 GiB more address space than now: 1,023 threads of 8 MiB stacks cannot all start
+room = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + (3 << 30)
+resource.setrlimit(resource.RLIMIT_AS, (room, resource.RLIM_INFINITY))
+try:
+    env.step(env.rand_action(td))
+except RuntimeError as err:
+    print("raised:", err)
+set_num_threads(2)
+env.step(env.rand_action(td))
+print("stepped on")
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS bounds thread stacks on Linux")
+def test_a_kernel_pool_that_cannot_start_its_threads_raises_and_the_process_goes_on() -> None:
+    # The pool's constructor threw with some threads running: std::terminate aborted Python.
+    out = subprocess.run(
+        [sys.executable, "-c", POOL_THAT_CANNOT_START], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "raised:" in out.stdout and out.stdout.rstrip().endswith("stepped on")
 
 
 def test_set_min_work_per_thread_validates() -> None:

@@ -49,10 +49,14 @@ inline int resolved_num_threads() {
   return std::max(1, n);
 }
 
+// The most kernel threads a process may ask for: far beyond any machine's useful count, and
+// well below what the OS refuses to start (a pool that cannot start its threads throws).
+constexpr int kMaxNumThreads = 1024;
+
 inline void set_num_threads(int n) {
-  if (n < 0) {
-    throw std::invalid_argument("num_threads must be >= 0 (0 means all cores), got " +
-                                std::to_string(n));
+  if (n < 0 || n > kMaxNumThreads) {
+    throw std::invalid_argument("num_threads must be in [0, " + std::to_string(kMaxNumThreads) +
+                                "] (0 means all cores), got " + std::to_string(n));
   }
   num_threads_setting().store(n, std::memory_order_relaxed);
 }
@@ -98,24 +102,20 @@ class ThreadPool {
 
   explicit ThreadPool(int workers) : slots_(static_cast<std::size_t>(std::max(0, workers))) {
     threads_.reserve(slots_.size());
-    for (std::size_t w = 0; w < slots_.size(); ++w) {
-      threads_.emplace_back([this, w] { worker_loop(w); });
+    try {
+      for (std::size_t w = 0; w < slots_.size(); ++w) {
+        threads_.emplace_back([this, w] { worker_loop(w); });
+      }
+    } catch (...) {  // the OS refused a thread: stop the ones started (no destructor runs)
+      stop_and_join();
+      throw;
     }
   }
 
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  ~ThreadPool() {
-    for (auto& slot : slots_) {
-      std::lock_guard<std::mutex> lock(slot.mutex);
-      slot.stop = true;
-      slot.cv.notify_one();
-    }
-    for (auto& t : threads_) {
-      t.join();
-    }
-  }
+  ~ThreadPool() { stop_and_join(); }
 
   int workers() const { return static_cast<int>(slots_.size()); }
 
@@ -189,6 +189,18 @@ class ThreadPool {
     std::uint64_t generation = 0;
     bool stop = false;
   };
+
+  // Tell every worker to stop, then join those that were started.
+  void stop_and_join() {
+    for (auto& slot : slots_) {
+      std::lock_guard<std::mutex> lock(slot.mutex);
+      slot.stop = true;
+      slot.cv.notify_one();
+    }
+    for (auto& t : threads_) {
+      t.join();
+    }
+  }
 
   // Claim and run tasks of the job in the cursor until none is left (caller and workers alike).
   void work() {

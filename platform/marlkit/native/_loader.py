@@ -112,7 +112,12 @@ def native_or_fallback(component: str) -> bool:
 
 
 def set_num_threads(n: int) -> None:
-    """Set how many threads the native kernels use (``0`` means all hardware threads)."""
+    """Set how many threads the native kernels use (``0`` means all hardware threads).
+
+    Raises:
+        TypeError: ``n`` is not an int.
+        ValueError: ``n`` is negative or above 1,024 (a pool the OS cannot start).
+    """
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"num_threads must be an int, got {type(n).__name__}")
     load_extension().set_num_threads(n)
