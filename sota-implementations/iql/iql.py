@@ -38,6 +38,7 @@ from marlkit.envs import EnvBase, make_episodic
 from marlkit.modules import EGreedy, MultiAgentMLP, QValueActor, annealing_steps
 from marlkit.objectives import DQNLoss, SoftUpdate
 from marlkit.record import TrainingRun, rng_state, set_rng_state
+from marlkit.record.config import COMMON_RULES, check_config, check_not_above, flag, integer
 from marlkit.replay import (
     GroupReplayBuffers,
     ReplayBuffer,
@@ -48,6 +49,14 @@ from marlkit.replay import (
 OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 # a resumed run keeps the first run's .hydra/ and writes its own config next to it
 OmegaConf.register_new_resolver("if_none", lambda a, b, c: b if a is None else c, replace=True)
+
+# every value the script reads, checked before anything runs (the key named when one is wrong)
+RULES = {
+    **COMMON_RULES,
+    "train.epochs": integer(1),
+    "loss.double_dqn": flag(),
+    "buffer.capacity": integer(1),
+}
 
 
 def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
@@ -118,6 +127,10 @@ def train_group(
 
 @hydra.main(config_path="../configs", config_name="iql", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    check_config(cfg, RULES)
+    check_not_above(
+        cfg, "train.minibatch_size", "buffer.capacity", "a minibatch is drawn from the buffer"
+    )
     set_threads(cfg.threads)  # torch's and the native kernels' threads (None: the defaults)
     torch.manual_seed(cfg.seed)
     env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)

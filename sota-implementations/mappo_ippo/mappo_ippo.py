@@ -40,6 +40,15 @@ from marlkit.modules import (
 )
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.record import TrainingRun, rng_state, set_rng_state
+from marlkit.record.config import (
+    COMMON_RULES,
+    CRITIC_RULES,
+    check_config,
+    check_not_above,
+    flag,
+    integer,
+    number,
+)
 from marlkit.replay import (
     GroupReplayBuffers,
     ReplayBuffer,
@@ -50,6 +59,17 @@ from marlkit.replay import (
 OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 # a resumed run keeps the first run's .hydra/ and writes its own config next to it
 OmegaConf.register_new_resolver("if_none", lambda a, b, c: b if a is None else c, replace=True)
+
+# every value the script reads, checked before anything runs (the key named when one is wrong)
+RULES = {
+    **COMMON_RULES,
+    **CRITIC_RULES,
+    "train.epochs": integer(1),
+    "train.compile": flag(),
+    "loss.normalize_advantage": flag(),
+    "loss.entropy_coef": number(strict=False),
+    "loss.critic_coef": number(strict=False),
+}
 
 
 def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
@@ -137,6 +157,13 @@ def train_group(
 
 @hydra.main(config_path="../configs", config_name="mappo_ippo", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    check_config(cfg, RULES)
+    check_not_above(  # an epoch would be one minibatch of the whole batch
+        cfg,
+        "train.minibatch_size",
+        "collector.frames_per_batch",
+        "each epoch passes over the batch in minibatches of at most that many frames",
+    )
     set_threads(cfg.threads)  # torch's and the native kernels' threads (None: the defaults)
     torch.manual_seed(cfg.seed)
     env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)
@@ -171,12 +198,6 @@ def main(cfg: DictConfig) -> None:
     # same parameters; compiled on the first minibatch
     loss_fns = {g: torch.compile(losses[g]) if cfg.train.compile else losses[g] for g in groups}
     frames = cfg.collector.frames_per_batch
-    if cfg.train.minibatch_size > frames:  # an epoch would be one minibatch of the whole batch
-        raise ValueError(
-            f"train.minibatch_size ({cfg.train.minibatch_size}) is larger than "
-            f"collector.frames_per_batch ({frames}): each epoch passes over the batch in "
-            f"minibatches of at most {frames} frames"
-        )
     buffers = GroupReplayBuffers(
         groups,
         lambda g: ReplayBuffer(

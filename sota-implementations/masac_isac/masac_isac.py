@@ -47,11 +47,22 @@ from marlkit.modules import (
 )
 from marlkit.objectives import SACLoss, SoftUpdate
 from marlkit.record import TrainingRun, rng_state, set_rng_state
+from marlkit.record.config import (
+    COMMON_RULES,
+    CRITIC_RULES,
+    OFF_POLICY_RULES,
+    check_config,
+    check_not_above,
+    flag,
+)
 from marlkit.replay import GroupReplayBuffers, RandomSampler, ReplayBuffer, TensorStorage
 
 OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 # a resumed run keeps the first run's .hydra/ and writes its own config next to it
 OmegaConf.register_new_resolver("if_none", lambda a, b, c: b if a is None else c, replace=True)
+
+# every value the script reads, checked before anything runs (the key named when one is wrong)
+RULES = {**COMMON_RULES, **CRITIC_RULES, **OFF_POLICY_RULES, "loss.fixed_alpha": flag()}
 
 
 def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
@@ -152,6 +163,10 @@ def train_group(
 
 @hydra.main(config_path="../configs", config_name="masac_isac", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    check_config(cfg, RULES)
+    check_not_above(
+        cfg, "train.minibatch_size", "buffer.size", "a minibatch is drawn from the buffer"
+    )
     set_threads(cfg.threads)  # torch's and the native kernels' threads (None: the defaults)
     torch.manual_seed(cfg.seed)
     env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)

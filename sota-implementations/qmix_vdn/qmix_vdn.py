@@ -47,6 +47,7 @@ from marlkit.modules import (
 )
 from marlkit.objectives import QMixerLoss, SoftUpdate
 from marlkit.record import TrainingRun, rng_state, set_rng_state
+from marlkit.record.config import COMMON_RULES, check_config, check_not_above, flag, integer
 from marlkit.replay import (
     GroupReplayBuffers,
     ReplayBuffer,
@@ -58,11 +59,20 @@ OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
 # a resumed run keeps the first run's .hydra/ and writes its own config next to it
 OmegaConf.register_new_resolver("if_none", lambda a, b, c: b if a is None else c, replace=True)
 
+# every value the script reads, checked before anything runs (the key named when one is wrong)
+RULES = {
+    **COMMON_RULES,
+    "train.epochs": integer(1),
+    "loss.double_dqn": flag(),
+    "loss.mixing_embed_dim": integer(1),
+    "buffer.capacity": integer(1),
+}
+
 MIXERS = ("qmix", "vdn")
 MIXER_STATES = ("observation", "state")
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_mixer(cfg: DictConfig) -> None:
     """Refuse an unknown mixer or mixer state before anything is built."""
     if not isinstance(cfg.loss, DictConfig):  # `loss=vdn` replaces the whole group
         raise ValueError(
@@ -172,7 +182,11 @@ def train_group(
 
 @hydra.main(config_path="../configs", config_name="qmix_vdn", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    check_config(cfg)
+    check_mixer(cfg)
+    check_config(cfg, RULES)
+    check_not_above(
+        cfg, "train.minibatch_size", "buffer.capacity", "a minibatch is drawn from the buffer"
+    )
     set_threads(cfg.threads)  # torch's and the native kernels' threads (None: the defaults)
     torch.manual_seed(cfg.seed)
     env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)

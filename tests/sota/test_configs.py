@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from marlkit.record import read_metrics
+from marlkit.record.config import ConfigError, check_config
 
-from ._scripts import SCRIPTS, run, summary
+from ._scripts import SCRIPTS, run, script, summary
 from .test_mappo_ippo import BUDGET
 
 CONFIGS = SCRIPTS / "configs"
@@ -122,3 +125,98 @@ def test_the_demo_recipe_evaluates_64_envs_and_films_4(tmp_path):
     frames, _ = read_video(run_dir / "rollout.mp4")
     assert frames.shape[0] == 27  # the reset, 25 steps, the auto-reset after the last
     assert frames.shape[1:] == read_video(four)[0].shape[1:]
+
+
+def _rules(name: str) -> dict:
+    """The ``RULES`` of ``sota-implementations/<name>/<name>.py`` (imported as a module: its
+    Hydra entry point is defined, not run)."""
+    spec = importlib.util.spec_from_file_location(f"_rules_{name}", script(name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RULES
+
+
+#: which script runs each top config
+SCRIPT_OF = {
+    "demo": "mappo_ippo",
+    "mappo_fast": "mappo_ippo",
+    "mappo_ippo": "mappo_ippo",
+    "qmix_vdn": "qmix_vdn",
+    "qmix_mpe": "qmix_vdn",
+    "iql": "iql",
+    "maddpg_iddpg": "maddpg_iddpg",
+    "masac_isac": "masac_isac",
+}
+
+
+@pytest.mark.parametrize("name", TOP)
+def test_every_config_passes_its_scripts_checks(name):
+    check_config(_compose(name), _rules(SCRIPT_OF[name]))
+
+
+@pytest.mark.parametrize(
+    ("name", "override", "message"),
+    [
+        # the string "no" is true for Python: it trained MAPPO for an IPPO run
+        (
+            "mappo_ippo",
+            "critic.centralised=no",
+            r"critic.centralised must be a bool, got str: 'no'",
+        ),
+        ("qmix_vdn", "loss.double_dqn=no", r"loss.double_dqn must be a bool, got str: 'no'"),
+        ("masac_isac", "loss.fixed_alpha=yes", r"loss.fixed_alpha must be a bool, got str"),
+        # torch's TypeError, after the first batch, named no key
+        ("mappo_ippo", "train.lr=abc", r"train.lr must be a number, got str: 'abc'"),
+        ("mappo_ippo", "train.max_grad_norm=abc", r"train.max_grad_norm must be a number"),
+        ("iql", "train.minibatch_size=abc", r"train.minibatch_size must be an int >= 1, got str"),
+        # a negative norm flips every update; zero epochs or updates trained nothing
+        (
+            "mappo_ippo",
+            "train.max_grad_norm=-1",
+            r"train.max_grad_norm must be a finite number > 0",
+        ),
+        ("mappo_ippo", "train.epochs=0", r"train.epochs must be an int >= 1, got 0"),
+        ("qmix_vdn", "train.epochs=1.5", r"train.epochs must be an int >= 1, got float: 1.5"),
+        ("maddpg_iddpg", "train.num_updates=0", r"train.num_updates must be an int >= 1, got 0"),
+        # -1 ran forever in MAPPO and was refused in QMIX
+        ("mappo_ippo", "collector.total_frames=-1", r"collector.total_frames must be an int >= 1"),
+        ("mappo_ippo", "loss.entropy_coef=-0.1", r"loss.entropy_coef must be a finite number >= 0"),
+        ("qmix_vdn", "buffer.capacity=0", r"buffer.capacity must be an int >= 1, got 0"),
+        ("mappo_ippo", "threads=abc", r"threads must be an int >= 1 or None, got str"),
+    ],
+)
+def test_a_bad_value_is_refused_with_its_key(name, override, message):
+    with pytest.raises(ConfigError, match=message):
+        check_config(_compose(name, [override]), _rules(SCRIPT_OF[name]))
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        # it sampled minibatches of 64 with replacement from 10 transitions
+        (
+            "maddpg_iddpg",
+            ["buffer.size=10"],
+            r"train.minibatch_size \(256\) is larger than buffer.size \(10\)",
+        ),
+        (
+            "qmix_vdn",
+            ["buffer.capacity=50"],
+            r"train.minibatch_size \(400\) is larger than buffer.capacity \(50\)",
+        ),
+    ],
+)
+def test_a_minibatch_larger_than_the_buffer_is_refused_before_anything_runs(
+    tmp_path, name, overrides, message
+):
+    run_dir = tmp_path / "run"
+    with pytest.raises(AssertionError, match=message):
+        run(name, run_dir, overrides)
+    assert not (run_dir / "metrics.csv").exists()  # refused before the first batch
+
+
+def test_a_script_refuses_a_bad_value_before_collecting(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(AssertionError, match=r"critic.centralised must be a bool, got str: 'no'"):
+        run("mappo_ippo", run_dir, (*BUDGET, "critic.centralised=no"))
+    assert not (run_dir / "metrics.csv").exists()
