@@ -284,3 +284,9 @@ def test_import_reaches_an_env_of_ones_own(tmp_path: pathlib.Path) -> None:
     assert "marlkit: error: --import no_such_module: No module named 'no_such_module'" in out.stderr
     out = marlkit_cmd("run", "lamp", cwd=tmp_path)  # not imported: the error says how
     assert out.returncode == 2 and "marlkit --import MODULE" in out.stderr
+    # a module whose own code fails at import: one line with what and where (a traceback before)
+    (tmp_path / "broken_sim.py").write_text("import math\n\nraise RuntimeError('no licence')\n")
+    out = marlkit_cmd("--import", "broken_sim", "list", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "marlkit: error: --import broken_sim raised RuntimeError: no licence (at " in out.stderr
+    assert "broken_sim.py:3)" in out.stderr

@@ -16,6 +16,7 @@ import os
 import pathlib
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -307,7 +308,8 @@ def _import_modules(modules: Sequence[str]) -> None:
     would.
 
     Raises:
-        ImportError: a module that does not import; the message names the flag.
+        ImportError: a module that does not import, or whose code raises at import; the
+            message names the flag (and where the module's error was raised).
     """
     if modules and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -316,6 +318,13 @@ def _import_modules(modules: Sequence[str]) -> None:
             importlib.import_module(module)
         except ImportError as err:
             raise ImportError(f"--import {module}: {err}") from err
+        except Exception as err:  # the module's own code failed: say what and where
+            text = str(err).strip().splitlines()
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            raise ImportError(
+                f"--import {module} raised {type(err).__name__}"
+                f"{': ' + text[0] if text else ''} (at {where.filename}:{where.lineno})"
+            ) from err
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import signal
 import subprocess
 import sys
 import textwrap
@@ -138,6 +139,27 @@ def crashing(env):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied\\n(more lines)")
     return policy
 
+def no_env():  # takes no env
+    return None
+
+def failing_build(env):
+    raise RuntimeError("no checkpoint at runs/x")
+
+def forgets_return(env):
+    def policy(td):
+        td.set(("agents", "action"), td["agents", "observation"][..., :2] * 0)
+    return policy
+
+def interrupted_at_step_3(env):
+    import os, signal
+    calls = []
+    def policy(td):
+        calls.append(1)
+        if len(calls) == 3:  # as a Ctrl-C while it steps
+            os.kill(os.getpid(), signal.SIGINT)
+        return env.rand_action(td)
+    return policy
+
 NOT_CALLABLE = 3
 """
 
@@ -175,6 +197,10 @@ def test_bad_policies_exit_2(
         f"{policy_module}:NOT_CALLABLE": "'NOT_CALLABLE' is not callable",
         f"{policy_module}:": "expected module:function",
         "random": "is neither an existing TorchScript file nor module:function",
+        # the builder's own errors named --policy and what raised (a bare TypeError before)
+        f"{policy_module}:no_env": "no_env(env) raised TypeError: no_env() takes 0 positional",
+        f"{policy_module}:failing_build": "failing_build(env) raised RuntimeError: no checkpoint",
+        "./missing_file.py:build": "no such file './missing_file.py'",
     }
     for spec, message in cases.items():
         out = tmp_path / "p.mp4"
@@ -297,3 +323,58 @@ def test_without_the_video_extra(
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "summary.json").is_file() and not (run_dir / "rollout.mp4").exists()
     assert "no video: " in capsys.readouterr().err
+
+
+def test_a_policy_from_a_file_path(tmp_path: pathlib.Path, policy_module: str) -> None:
+    # `./policies.py:build` was "no such file": the path made it look like a saved module
+    out = tmp_path / "from_file.gif"
+    argv = ["record", "navigation", "--policy", f"./{policy_module}.py:build", "--steps", "2"]
+    assert main([*argv, "--env-arg", "render_size=16", "--no-progress", "--out", str(out)]) == 0
+    assert read_video(out).shape == (3, 16, 16, 3)
+
+
+def test_a_failed_run_leaves_an_existing_video_as_it_was(
+    tmp_path: pathlib.Path, policy_module: str, capsys: pytest.CaptureFixture
+) -> None:
+    # A run that failed at its first step replaced a whole video with a one-frame one.
+    out = tmp_path / "keep.mp4"
+    argv = ["record", "navigation", "--steps", "3", "--env-arg", "render_size=16", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 0
+    before = out.read_bytes()
+    assert main([*argv, "--policy", f"{policy_module}:too_strong", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    partial = tmp_path / "keep.partial.mp4"
+    assert f"the frames recorded before the error are in {partial} ({out} was left as it" in err
+    assert out.read_bytes() == before and read_video(partial).shape[0] == 1
+    # a finished run replaces the video, through the partial file
+    assert main([*argv, "--steps", "5", "--out", str(out)]) == 0
+    assert read_video(out).shape[0] == 6 and not partial.exists()
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_ctrl_c_stops_after_the_step_and_keeps_a_readable_video(
+    tmp_path: pathlib.Path, policy_module: str, capsys: pytest.CaptureFixture, suffix: str
+) -> None:
+    # Ctrl-C while a frame went to ffmpeg killed it: a 48-byte MP4 that no player reads.
+    out = tmp_path / f"stopped{suffix}"
+    argv = ["record", "navigation", "--policy", f"{policy_module}:interrupted_at_step_3"]
+    argv += ["--steps", "50", "--env-arg", "render_size=16", "--no-progress", "--out", str(out)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert f"marlkit record: interrupted after 3 steps; the frames filmed are in {out}" in err
+    assert read_video(out).shape == (4, 16, 16, 3)  # the reset and three steps
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_a_policy_that_returns_none_is_named(
+    tmp_path: pathlib.Path, policy_module: str, capsys: pytest.CaptureFixture
+) -> None:
+    # It said "step() takes a TensorDict, got NoneType": the policy forgot `return td`.
+    out = tmp_path / "none.gif"
+    argv = ["record", "navigation", "--policy", f"{policy_module}:forgets_return", "--steps", "2"]
+    assert main([*argv, "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"marlkit record: error: --policy '{policy_module}:forgets_return' returned NoneType, "
+        "not the TensorDict: a policy writes the actions into the TensorDict it is given"
+    )

@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import importlib.util
 import os
 import pathlib
+import signal
 import sys
+import threading
 import warnings
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -156,18 +159,48 @@ def _load_saved(path: pathlib.Path, env: EnvBase) -> Policy:
     return _ScriptedPolicy(module, env.groups, repr(str(path)))
 
 
-def _load_builder(spec: str, env: EnvBase) -> Policy:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise RecordError(f"--policy {spec!r}: expected module:function, e.g. mypkg.policies:build")
-    # Like `python -m`, find modules in the current folder too.
+def _import_policy_module(spec: str, module_name: str) -> Any:
+    """The module of ``--policy MODULE:function``: a dotted name (found on ``sys.path`` and in
+    the current folder, like ``python -m``) or the path of a ``.py`` file."""
+    if module_name.endswith(".py"):
+        path = pathlib.Path(module_name)
+        if not path.is_file():
+            raise RecordError(f"--policy {spec!r}: no such file {module_name!r}")
+        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise RecordError(f"--policy {spec!r}: cannot import {module_name!r}")
+        module = importlib.util.module_from_spec(loader_spec)
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as err:
+            raise RecordError(
+                f"--policy {spec!r}: importing {module_name!r} raised {_first(err)}"
+            ) from None
+        return module
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as err:
         raise RecordError(f"--policy {spec!r}: cannot import {module_name!r} ({err})") from None
+    except Exception as err:  # the module itself fails: a SyntaxError, an error at import
+        raise RecordError(
+            f"--policy {spec!r}: importing {module_name!r} raised {_first(err)}"
+        ) from None
+
+
+def _first(err: BaseException) -> str:
+    """``Type: first line of the message``."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
+def _load_builder(spec: str, env: EnvBase) -> Policy:
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise RecordError(f"--policy {spec!r}: expected module:function, e.g. mypkg.policies:build")
+    module = _import_policy_module(spec, module_name)
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -175,13 +208,22 @@ def _load_builder(spec: str, env: EnvBase) -> Policy:
         target = getattr(target, part)
     if not callable(target):
         raise RecordError(f"--policy {spec!r}: {attr!r} is not callable")
-    policy = target(env)
+    try:
+        policy = target(env)
+    except Exception as err:  # a builder with another signature, or one that fails
+        raise RecordError(f"--policy {spec!r}: {attr}(env) raised {_first(err)}") from err
     if not callable(policy):
         raise RecordError(
             f"--policy {spec!r}: {attr}(env) must return a callable TensorDict -> TensorDict "
             f"policy, got {type(policy).__name__}"
         )
     return policy
+
+
+def _is_builder(spec: str) -> bool:
+    """``MODULE:function`` (the function a dotted name: ``C:\\policy.pt2`` is a file)."""
+    _, sep, attr = spec.rpartition(":")
+    return bool(sep) and all(part.isidentifier() for part in attr.split("."))
 
 
 def load_policy(spec: str, env: EnvBase) -> Policy:
@@ -193,7 +235,8 @@ def load_policy(spec: str, env: EnvBase) -> Policy:
       shape) or a TorchScript file (any other suffix, ``torch.jit.load``);
     * ``module:function``: ``function(env)`` returns a callable that reads the root TensorDict
       and writes the actions into it (e.g. a ``TensorDictModule``). The module is imported from
-      ``sys.path`` and the current folder.
+      ``sys.path`` and the current folder, or is the path of a ``.py`` file
+      (``policies/mine.py:build``).
 
     Raises:
         RecordError: a missing file, a file that does not load, a module that does not import,
@@ -202,10 +245,10 @@ def load_policy(spec: str, env: EnvBase) -> Policy:
     path = pathlib.Path(spec)
     if path.is_file():
         return _load_saved(path, env)
+    if _is_builder(spec) or spec.endswith(":"):
+        return _load_builder(spec, env)
     if path.suffix.lower() in {*_SCRIPT_SUFFIXES, _EXPORT_SUFFIX} or os.sep in spec:
         raise RecordError(f"--policy {spec!r}: no such file")
-    if ":" in spec:
-        return _load_builder(spec, env)
     raise RecordError(
         f"--policy {spec!r} is neither an existing TorchScript file nor module:function"
     )
@@ -246,9 +289,55 @@ def _indices(args: argparse.Namespace, env: EnvBase) -> tuple[list[int], bool]:
     return list(range(n)), True
 
 
+class _Interrupted(Exception):
+    """Ctrl-C during a rollout: it stopped after its step, and the video was finalised."""
+
+
+class _StopOnInterrupt:
+    """Within ``with``, a first Ctrl-C (SIGINT) asks the rollout to stop after its current step,
+    so that the video is finalised (an MP4 whose ffmpeg is killed mid-frame has no index, and
+    no player reads it); a second Ctrl-C interrupts at once. A no-op outside the main thread."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _StopOnInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def check(self) -> None:
+        """Raise :class:`_Interrupted` once a stop was asked for."""
+        if self.requested:
+            raise _Interrupted
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _partial_path(out: pathlib.Path) -> pathlib.Path:
+    """Where a run films when ``out`` already exists: ``out`` is replaced only by a whole
+    video (``clip.mp4`` -> ``clip.partial.mp4``; the suffix kept, it names the format)."""
+    return out.with_name(f"{out.stem}.partial{out.suffix}")
+
+
 def run_record(args: argparse.Namespace) -> int:
-    """``marlkit record``: see the module docstring. Returns the exit status."""
+    """``marlkit record``: see the module docstring. Returns the exit status: 0, or 130 when
+    Ctrl-C stopped the rollout (the frames filmed until then are kept). When the rollout fails
+    after frames were written, ``args.kept_frames`` says where they are, and the error goes on.
+
+    An existing ``--out`` is replaced only by a finished video: the run films into
+    ``<stem>.partial<suffix>`` beside it, which a failed or interrupted run leaves there.
+    """
     out = pathlib.Path(args.out)
+    args.kept_frames = None
     check_positive_flags(args, ("steps", "envs", "agents", "max_episode_steps"))
     if not args.fps > 0:
         raise RecordError(f"--fps must be > 0, got {args.fps}")
@@ -264,32 +353,55 @@ def run_record(args: argparse.Namespace) -> int:
     except BaseException:
         env.close()
         raise
-    with tqdm(
-        total=args.steps,
-        desc=f"record {args.env}",
-        unit="step",
-        disable=args.no_progress,
-        file=sys.stderr,
-    ) as bar:
-        result = record_rollout(
-            env,
-            out,
-            steps=args.steps,
-            policy=policy,
-            env_indices=indices,
-            tile=tile,
-            fps=args.fps,
-            progress=bar.update,
-        )
-    print(_describe(result, len(indices)))
+    target = _partial_path(out) if out.exists() else out
+    done = 0
+    try:
+        with (
+            _StopOnInterrupt() as stop,
+            tqdm(
+                total=args.steps,
+                desc=f"record {args.env}",
+                unit="step",
+                disable=args.no_progress,
+                file=sys.stderr,
+            ) as bar,
+        ):
+
+            def progress(n: int) -> None:
+                nonlocal done
+                done += n
+                bar.update(n)
+                stop.check()
+
+            result = record_rollout(
+                env,
+                target,
+                steps=args.steps,
+                policy=policy,
+                env_indices=indices,
+                tile=tile,
+                fps=args.fps,
+                progress=progress,
+            )
+    except _Interrupted:
+        kept = f"; the frames filmed are in {target}" if target.is_file() else ""
+        left = f" ({out} was left as it was)" if target != out else ""
+        print(f"marlkit record: interrupted after {done} steps{kept}{left}", file=sys.stderr)
+        return 130
+    except BaseException:
+        args.kept_frames = target if target.is_file() else None
+        raise
+    if target != out:
+        os.replace(target, out)
+    print(_describe(result, len(indices), out))
     return 0
 
 
-def _describe(result: RecordResult, envs: int) -> str:
+def _describe(result: RecordResult, envs: int, path: pathlib.Path) -> str:
     h, w = result.frame_size
     shown = f"{envs} envs tiled" if envs > 1 else "env 0"
     return (
-        f"video written to {result.path} ({result.frames} frames of {w}x{h}, {result.steps} "
+        f"video written to {path} ({result.frames} frames of {w}x{h}, {result.steps} "
         f"steps, {shown})"
     )
 
@@ -319,7 +431,7 @@ class _Reported:
 
     def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
         try:
-            return self.policy(tensordict)
+            out = self.policy(tensordict)
         except RecordError:
             raise
         except Exception as err:
@@ -328,23 +440,26 @@ class _Reported:
             raise RecordError(
                 f"--policy {self.spec!r} failed on the env's data: {type(err).__name__}: {first}"
             ) from err
-
-
-def _mtime(path: pathlib.Path) -> int | None:
-    return path.stat().st_mtime_ns if path.is_file() else None
+        if not isinstance(out, TensorDictBase):
+            raise RecordError(
+                f"--policy {self.spec!r} returned {type(out).__name__}, not the TensorDict: a "
+                "policy writes the actions into the TensorDict it is given and returns it"
+            )
+        return out
 
 
 def _cmd(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
-    before = _mtime(out)  # a video left by an earlier run is not this run's frames
     try:
         return run_record(args)
     except (KeyError, ValueError, TypeError, ImportError, IndexError, OSError) as err:
         message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
         print(f"marlkit record: error: {message}", file=sys.stderr)
-        if _mtime(out) not in (None, before):  # the rollout failed midway: frames are kept
+        kept = getattr(args, "kept_frames", None)
+        if kept is not None:  # the rollout failed midway: its frames are kept
+            left = f" ({out} was left as it was)" if kept != out else ""
             print(
-                f"marlkit record: the frames recorded before the error are in {out}",
+                f"marlkit record: the frames recorded before the error are in {kept}{left}",
                 file=sys.stderr,
             )
         return 2
