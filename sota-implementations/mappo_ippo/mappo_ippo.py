@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 import json
+import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import hydra
@@ -27,6 +29,7 @@ from tensordict.nn import TensorDictSequential
 
 from marlkit.bench import set_threads
 from marlkit.collectors import make_collector
+from marlkit.data.exploration import set_exploration
 from marlkit.data.specs import Categorical
 from marlkit.envs import EnvBase, make_episodic
 from marlkit.modules import Categorical as CategoricalDist
@@ -39,7 +42,7 @@ from marlkit.modules import (
     TanhNormal,
 )
 from marlkit.objectives import GAE, ClipPPOLoss
-from marlkit.record import TrainingRun, rng_state, set_rng_state
+from marlkit.record import Checkpointer, TrainingRun, rng_state, set_rng_state
 from marlkit.record.config import (
     COMMON_RULES,
     CRITIC_RULES,
@@ -130,6 +133,39 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig) -> StateValueCritic:
         depth=cfg.depth,
         num_cells=cfg.num_cells,
     )
+
+
+def trained_policy(env: EnvBase, run_dir: str | pathlib.Path) -> Callable[..., Any]:
+    """The policy of the run in ``run_dir`` (its latest checkpoint), greedy: every group's
+    actions in one call, for ``env``, an env of the run's kind (its batch size may differ).
+    To film it, ``marlkit record ENV --policy film.py:build`` with ``build(env)`` returning
+    ``trained_policy(env, RUN)`` (docs/training.md); to use it elsewhere, call it on the env's
+    TensorDicts.
+
+    Raises:
+        FileNotFoundError: no checkpoint in ``run_dir``.
+        ValueError: ``env`` is not of the run's kind; the message names the run's env and its
+            keyword arguments.
+    """
+    state = Checkpointer(pathlib.Path(run_dir) / "checkpoints").load()
+    cfg = OmegaConf.create(state["config"])
+    weights = state["losses"]
+    actors = []
+    for g in env.groups:
+        prefix = f"{g}.actor_network."
+        mine = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
+        actor = make_actor(env, g, cfg.policy)
+        try:
+            actor.load_state_dict(mine)
+        except RuntimeError as err:  # no such group, or other sizes: another env
+            kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+            raise ValueError(
+                f"the run in {str(run_dir)!r} trained on {cfg.env.name} with {kwargs} (env.kwargs "
+                f"of its config): make the env with those; group {g!r} of this one does not "
+                f"fit its policy ({str(err).splitlines()[-1].strip()})"
+            ) from None
+        actors.append(actor)
+    return set_exploration("deterministic")(TensorDictSequential(*actors))
 
 
 def train_group(
