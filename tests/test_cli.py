@@ -290,3 +290,23 @@ def test_import_reaches_an_env_of_ones_own(tmp_path: pathlib.Path) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "marlkit: error: --import broken_sim raised RuntimeError: no licence (at " in out.stderr
     assert "broken_sim.py:3)" in out.stderr
+
+
+def test_out_names_a_folder_or_a_json_file(tmp_path: pathlib.Path, capsys) -> None:
+    # `--out existing.txt` was "[Errno 17] File exists"; `--out s.json` made a folder s.json/
+    taken = tmp_path / "existing.txt"
+    taken.write_text("mine")
+    for argv in (
+        ["run", "navigation", "--steps", "2", "--no-progress"],
+        ["demo", "--steps", "2", "--no-progress"],
+        ["bench", "scaling", "--agents", "2", "--envs", "2", "--backends", "native"],
+    ):
+        assert main([*argv, "--out", str(taken)]) == 2, argv
+        err = capsys.readouterr().err
+        assert f"--out {str(taken)!r} is a file; --out names a folder" in err, err
+    assert taken.read_text() == "mine"
+    summary = tmp_path / "sub" / "s.json"
+    assert main(["run", "navigation", "--steps", "2", "--no-progress", "--out", str(summary)]) == 0
+    assert json.loads(summary.read_text())["env"] == "navigation"
+    assert main(["run", "navigation", "--steps", "2", "--no-progress", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "summary.json").is_file()

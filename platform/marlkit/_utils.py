@@ -10,6 +10,7 @@ import logging
 import math
 import numbers
 import os
+import pathlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from types import ModuleType
 from typing import Any, Literal, overload
@@ -220,6 +221,23 @@ def check_flag(name: str, value: object) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}: {value!r}")
     return bool(value)
+
+
+def make_out_folder(path: str | os.PathLike[str], flag: str = "--out") -> pathlib.Path:
+    """Make the output folder ``path`` (and its parents) now, so that an unusable one fails
+    before a long run, not after it.
+
+    Raises:
+        ValueError: ``path`` is an existing file (``flag`` names a folder).
+        OSError: the folder cannot be made (no permission, ...).
+    """
+    folder = pathlib.Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(
+            f"{flag} {str(path)!r} is a file; {flag} names a folder (its files are written in it)"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def fsync_tree(folder: str | os.PathLike[str]) -> None:

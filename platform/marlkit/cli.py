@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 import marlkit
+from marlkit._utils import make_out_folder
 from marlkit.bench._cli import add_bench_parser  # --- section: bench
 from marlkit.data.keys import DONE, EPISODE_REWARD, NEXT
 from marlkit.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
@@ -170,16 +171,23 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return flag_env_kwargs(args.env, flags, args.agents, args.env_arg)
 
 
-def _write_summary(summary: RunSummary, out: pathlib.Path) -> pathlib.Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "summary.json"
+def _summary_path(out: str) -> pathlib.Path:
+    """``run --out``: a ``.json`` file, or a folder that gets ``summary.json``; made now, so
+    that an unusable one fails before the run."""
+    path = pathlib.Path(out)
+    if path.suffix.lower() == ".json" and not path.is_dir():
+        make_out_folder(path.parent if str(path.parent) else ".")
+        return path
+    return make_out_folder(path) / "summary.json"
+
+
+def _write_summary(summary: RunSummary, path: pathlib.Path) -> pathlib.Path:
     path.write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return path
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    if args.out:  # an unwritable --out fails now, not after the run
-        pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+    target = _summary_path(args.out) if args.out else None
     summary = run_random(
         args.env,
         steps=args.steps,
@@ -189,8 +197,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         **_env_kwargs(args),
     )
     print(summary.table())
-    if args.out:
-        print(f"summary written to {_write_summary(summary, pathlib.Path(args.out))}")
+    if target is not None:
+        print(f"summary written to {_write_summary(summary, target)}")
     return 0
 
 
@@ -198,7 +206,7 @@ def _new_run_dir(root: pathlib.Path) -> pathlib.Path:
     """A fresh ``root/<YYYYmmdd-HHMMSS>`` folder; ``-2``, ``-3``, ... for runs in one second,
     so that no run overwrites another's outputs."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    root.mkdir(parents=True, exist_ok=True)
+    make_out_folder(root)
     for n in range(1, 1000):
         out = root / (stamp if n == 1 else f"{stamp}-{n}")
         try:
@@ -221,7 +229,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         n_agents=4,
     )
     print(summary.table())
-    path = _write_summary(summary, out)
+    path = _write_summary(summary, out / "summary.json")
     # --- section: record (the demo video)
     try:
         video = demo_video(out / "rollout.mp4", steps=args.steps, progress=not args.no_progress)
@@ -285,7 +293,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_run.add_argument("--discrete", action="store_true", help="discrete actions")
     p_run.add_argument("--device", default=None, help="torch device (default the env's)")
-    p_run.add_argument("--out", default=None, help="folder for summary.json")
+    p_run.add_argument(
+        "--out",
+        default=None,
+        help="where the summary goes: a .json file, or a folder for summary.json",
+    )
     p_run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p_run.set_defaults(func=_cmd_run)
 

@@ -300,8 +300,13 @@ def test_bench_scaling_command(tmp_path: pathlib.Path) -> None:
         (["--agents", "4,x"], "argument --agents: expected a comma list of ints"),
         (["--backends", "nope"], "argument --backends: unknown backend(s) ['nope']"),
         (["--envs", "4", "--total-agents", "64"], "argument --total-agents: not allowed with"),
-        (["--envs", "0"], "argument --envs: must be > 0, got 0"),
+        (["--envs", "0"], "argument --envs: must be a finite number > 0, got 0"),
+        (["--envs", "nan"], "argument --envs: expected an int, got 'nan'"),
         (["--scenario", "balance"], "argument --scenario: invalid choice: 'balance'"),
+        # named min_seconds and startup_allowance_s, the config's fields, before
+        (["--min-seconds", "-1"], "argument --min-seconds: must be a finite number >= 0, got -1"),
+        (["--startup-allowance", "nan"], "argument --startup-allowance: must be a finite number"),
+        (["--cell-budget", "-5"], "argument --cell-budget: must be a number > 0, got -5"),
     ],
 )
 def test_bad_arguments_exit_2(
@@ -313,11 +318,9 @@ def test_bad_arguments_exit_2(
     assert match in capsys.readouterr().err
 
 
-def test_bad_timing_value_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "scaling", "--min-seconds", "-1", "--no-progress"]) == 2
-    assert "marlkit: error: min_seconds must be a finite number >= 0, got -1.0" in (
-        capsys.readouterr().err
-    )
+def test_bad_timing_value_is_refused_by_the_config() -> None:
+    with pytest.raises(ValueError, match=r"min_seconds must be a finite number >= 0, got -1\.0"):
+        ScalingConfig(min_seconds=-1.0)
 
 
 def test_bad_arguments_exit_2_from_the_real_command() -> None:

@@ -378,3 +378,14 @@ def test_a_policy_that_returns_none_is_named(
         f"marlkit record: error: --policy '{policy_module}:forgets_return' returned NoneType, "
         "not the TensorDict: a policy writes the actions into the TensorDict it is given"
     )
+
+
+def test_a_gif_longer_than_a_gif_holds_is_refused_before_the_run(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    # It filmed 2000 frames, warned, then stepped on unfilmed (forever with a huge --steps).
+    out = tmp_path / "long.gif"
+    assert main(["record", "navigation", "--steps", "2500", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--steps 2500 films 2501 frames, more than a GIF holds (2000" in err
+    assert not out.exists()

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
+import math
 import sys
 from typing import Any
 
+from marlkit._utils import make_out_folder
 from marlkit.bench.cells import BACKENDS, SCENARIOS
 from marlkit.bench.scaling import (
     DEFAULT_AGENTS,
@@ -58,17 +59,24 @@ def parse_backends(text: str) -> tuple[str, ...]:
     return names
 
 
-def _positive(kind: type) -> Any:
+def _positive(kind: type, *, zero: bool = False, finite: bool = True) -> Any:
+    """An argparse ``type``: a ``kind`` > 0 (>= 0 with ``zero``), finite unless not ``finite``
+    (``inf``: no limit); argparse names the flag in its error (``argument --min-seconds: must
+    be a finite number >= 0, got -1``)."""
+    bound = f"{'a finite number' if finite else 'a number'} {'>= 0' if zero else '> 0'}"
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+            name = kind.__name__
+            article = "an" if name[0] in "aeiou" else "a"
+            raise argparse.ArgumentTypeError(f"expected {article} {name}, got {text!r}") from None
+        if not (value >= 0 if zero else value > 0) or (finite and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
         return value
 
-    parse.__name__ = f"positive {kind.__name__}"
+    parse.__name__ = f"{'non-negative' if zero else 'positive'} {kind.__name__}"
     return parse
 
 
@@ -120,7 +128,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "--out", default=DEFAULT_OUT, metavar="DIR", help=f"output folder (default {DEFAULT_OUT})"
     )
     p.add_argument(
-        "--min-seconds", type=float, default=2.0, metavar="S", help="timed seconds (default 2)"
+        "--min-seconds",
+        type=_positive(float, zero=True),
+        default=2.0,
+        metavar="S",
+        help="timed seconds (default 2)",
     )
     p.add_argument(
         "--min-steps", type=_positive(int), default=3, metavar="N", help="timed steps (default 3)"
@@ -134,14 +146,14 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--cell-budget",
-        type=_positive(float),
+        type=_positive(float, finite=False),
         default=60.0,
         metavar="S",
-        help="seconds per cell; cells estimated over it are skipped (default 60)",
+        help="seconds per cell; cells estimated over it are skipped (default 60; inf: none)",
     )
     p.add_argument(
         "--startup-allowance",
-        type=float,
+        type=_positive(float, zero=True),
         default=30.0,
         metavar="S",
         help="seconds a cell subprocess may take to start, on top of the budget (default 30)",
@@ -191,8 +203,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         isolate=args.isolate,
         startup_allowance_s=args.startup_allowance,
     )
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the run
+    out = make_out_folder(args.out)  # an unusable --out fails now, not after the run
     report = run_scaling(config, progress=not args.no_progress)
     print(report.table(), file=sys.stderr if args.json else sys.stdout)
     paths = report.write(out, plot=not args.no_plot)

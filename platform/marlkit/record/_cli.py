@@ -342,7 +342,14 @@ def run_record(args: argparse.Namespace) -> int:
     if not args.fps > 0:
         raise RecordError(f"--fps must be > 0, got {args.fps}")
     # An unknown suffix or a missing video extra fails before the env is made (no file yet).
-    open_video(out, fps=args.fps).close()
+    probe = open_video(out, fps=args.fps)
+    probe.close()
+    limit = getattr(probe, "max_frames", None)  # a GIF holds its frames in memory
+    if limit is not None and args.steps + 1 > limit:
+        raise RecordError(
+            f"--steps {args.steps} films {args.steps + 1} frames, more than a GIF holds "
+            f"({limit}, in memory until it is written): write an .mp4 for longer videos"
+        )
     prepare_path(out)  # an unwritable --out fails now, with its reason, not at the first frame
     if args.seed is not None:
         torch.manual_seed(args.seed)
