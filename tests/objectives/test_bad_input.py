@@ -4,6 +4,8 @@ flattened batch run as one long trajectory) or fail deep inside torch."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -120,3 +122,47 @@ def test_constructor_values_are_checked_up_front() -> None:
     for bad in ("Auto", None, float("nan")):
         with pytest.raises(ValueError, match="target_entropy must be 'auto' or finite"):
             sac_loss(target_entropy=bad)
+
+
+def test_the_estimator_names_a_group_the_batch_does_not_have() -> None:
+    # It ran the critic anyway and wrote a placeholder ('agent', 'state_value') into the batch.
+    batch = _collected()
+    with pytest.raises(KeyError, match=r"the batch has no group 'agent' \(its entries: \["):
+        GAE(0.9, 0.9, group="agent")(batch)
+    assert batch.get("agent", None) is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    [("next", "agents", "reward"), ("agents", "state_value"), ("next", "agents", "state_value")],
+)
+def test_the_estimator_refuses_nan_and_inf(key: tuple[str, ...]) -> None:
+    # One NaN reward made every advantage, and so every loss of the batch, NaN without a word.
+    batch = _collected()
+    batch[key][1, 3, 0, 0] = float("nan")
+    batch[key][2, 5, 1, 0] = float("inf")
+    with pytest.raises(ValueError, match=re.escape(f"{key!r} holds NaN or inf at 2 of 80 entries")):
+        GAE(0.9, 0.9)(batch)
+
+
+def test_next_step_keys_are_named_with_next() -> None:
+    batch = random_batch((B,), N, OBS, A).exclude(("next", "agents", "reward"))
+    with pytest.raises(KeyError, match=r"DQNLoss: the input has no key \('next', 'agents', 'rew"):
+        _losses()["DQNLoss"](batch)
+
+
+def test_coefficients_that_would_make_nan_or_flip_a_loss_are_refused() -> None:
+    from marlkit.objectives import ClipPPOLoss
+
+    from .test_ppo import make
+
+    with pytest.raises(ValueError, match=r"entropy_coef must be a finite number >= 0, got nan"):
+        ClipPPOLoss(*make(), entropy_coef=float("nan"))
+    with pytest.raises(ValueError, match=r"critic_coef must be a finite number >= 0, got -1"):
+        ClipPPOLoss(*make(), critic_coef=-1.0)
+    ClipPPOLoss(*make(), entropy_coef=0.0)  # no entropy bonus: fine
+    # epsilon 0 divided by zero before the first update: NaN advantages
+    with pytest.raises(ValueError, match=r"ValueNorm: epsilon must be a finite number > 0"):
+        ValueNorm(1, epsilon=0.0)
+    with pytest.raises(ValueError, match=r"ValueNorm: shape must be an int >= 1, got 0"):
+        ValueNorm(0)

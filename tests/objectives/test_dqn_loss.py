@@ -106,3 +106,14 @@ def test_errors_name_keys_and_shapes() -> None:
         ValueError, match=r"'action_mask'\) must have shape \[\*B, n(_agents)?, 3\]"
     ):
         _loss()(bad)
+
+
+def test_a_taken_action_the_mask_forbids_is_refused() -> None:
+    td = transition(OBS, [1, 2], NEXT_OBS, [1.0, 5.0])
+    mask = torch.ones(1, 2, 3, dtype=torch.bool)
+    mask[0, 0, 1] = False  # agent 0 took action 1
+    td["agents", "action_mask"] = mask
+    with pytest.raises(ValueError, match=r"DQNLoss: .* forbids at 1 agent step\(s\) .*agent 0"):
+        _loss()(td)
+    mask[0, 0, 1] = True
+    _loss()(td)  # allowed now

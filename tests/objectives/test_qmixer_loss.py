@@ -164,7 +164,9 @@ def test_errors_name_keys_and_shapes() -> None:
     td = transition(OBS, [1, 2], NEXT_OBS, [1.0, 5.0])
     with pytest.raises(KeyError, match=r"\('agents', 'action'\).*\[\*B, n_agents\]"):
         _vdn_loss()(td.exclude(("agents", "action")))
-    with pytest.raises(KeyError, match=r"\('agents', 'reward'\).*\[\*B, n_agents, 1\]"):
+    # named as the batch spells it, with its "next" (it said ('agents', 'reward'))
+    missing = r"no key \('next', 'agents', 'reward'\).*\[\*B, n_agents, 1\]"
+    with pytest.raises(KeyError, match=missing):
         _vdn_loss()(td.exclude(("next", "agents", "reward")))
     bad = td.clone()
     bad["next", "reward"] = torch.zeros(1, 2)
@@ -203,3 +205,24 @@ def test_without_target_networks() -> None:
     assert not hasattr(loss, "target_local_value_network")
     assert loss(transition(OBS, [1, 2], NEXT_OBS, [1.0, 5.0]))["loss"].item() == pytest.approx(1.0)
     assert isinstance(loss(transition(OBS, [1, 2], NEXT_OBS, [1.0, 5.0])), TensorDict)
+
+
+def test_a_taken_action_the_mask_forbids_is_refused() -> None:
+    # It learned Q_tot from a move the env never allows, where ClipPPOLoss refused the same.
+    td = transition(OBS, [1, 2], NEXT_OBS, [1.0, 5.0])
+    mask = torch.ones(1, 2, 3, dtype=torch.bool)
+    mask[0, 1, 2] = False  # agent 1 took action 2
+    td["agents", "action_mask"] = mask
+    message = (
+        r"QMixerLoss: \('agents', 'action'\) holds actions that \('agents', 'action_mask'\) "
+        r"forbids at 1 agent step\(s\) \(first: batch index \[0\], agent 1, action 2\)"
+    )
+    with pytest.raises(ValueError, match=message):
+        _vdn_loss()(td)
+    td["agents", "mask"] = torch.tensor([[True, False]])  # agent 1 absent: its action is moot
+    td["next", "agents", "mask"] = torch.tensor([[True, False]])
+    assert _vdn_loss()(td)["q_value"].item() == pytest.approx(2.0)
+    mask[0, 1] = False  # no action allowed at all (a dead agent's row): nothing to refuse
+    td["agents", "mask"] = torch.tensor([[True, True]])
+    td["agents", "action_mask"] = mask
+    assert _vdn_loss()(td)["q_value"].item() == pytest.approx(5.0)

@@ -218,3 +218,46 @@ def chosen_value(
             f"(n_actions={n_actions}), got {bad.unique()[:8].tolist()}"
         )
     return action_value.gather(-1, action.long())
+
+
+def check_taken_allowed(
+    action: torch.Tensor,
+    allowed: torch.Tensor | None,
+    action_space: ActionSpace,
+    owner: str,
+    key: Any,
+    mask_key: Any,
+    present: torch.Tensor | None = None,
+) -> None:
+    """Refuse a stored action that the step's action mask forbids (its value is then learned
+    from a move the env never allows), for agents present whose mask allows some action.
+
+    Args:
+        action: ``[*B, n]`` or ``[*B, n, 1]`` indices, or one-hot ``[*B, n, A]`` (checked by
+            :func:`chosen_value` first).
+        allowed: the mask ``[*B, n, A]`` bool, or ``None`` (nothing to check).
+        present: ``[*B, n, 1]`` bool, the agents present (``None``: all).
+
+    Raises:
+        ValueError: names both keys, how many agent steps and the first of them.
+    """
+    if allowed is None:
+        return
+    if action_space == "one_hot":
+        index = action.argmax(-1, keepdim=True)
+    else:
+        index = action if action.dim() == allowed.dim() else action.unsqueeze(-1)
+    ok = allowed.gather(-1, index.long()) | ~allowed.any(-1, keepdim=True)
+    if present is not None:
+        ok = ok | ~present
+    if bool(ok.all()):
+        return
+    bad = (~ok).squeeze(-1).nonzero()
+    first = bad[0].tolist()
+    taken = int(index[tuple(first)].item())
+    raise ValueError(
+        f"{owner}: {key_name(key)!r} holds actions that {key_name(mask_key)!r} forbids at "
+        f"{len(bad)} agent step(s) (first: batch index {first[:-1]}, agent {first[-1]}, action "
+        f"{taken}); a value would be learned for a move the env never allows: the policy that "
+        "collected them must respect the mask"
+    )

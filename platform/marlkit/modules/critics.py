@@ -8,6 +8,7 @@ import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
 
+from marlkit._utils import check_int, check_real
 from marlkit.data.keys import DEFAULT_GROUP, OBSERVATION, STATE, STATE_VALUE, NestedKey
 from marlkit.modules.activations import Tanh
 from marlkit.modules.mlp import MultiAgentMLP
@@ -139,7 +140,10 @@ class ValueNorm(nn.Module):
         super().__init__()
         if not 0.0 < beta < 1.0:
             raise ValueError(f"ValueNorm: beta must be in (0, 1), got {beta}")
-        self.beta, self.epsilon, self.shape = float(beta), float(epsilon), int(shape)
+        # 0 divides by zero before the first update: NaN advantages, no error anywhere
+        epsilon = check_real("ValueNorm: epsilon", epsilon, low=0.0)
+        shape = check_int("ValueNorm: shape", shape, low=1)
+        self.beta, self.epsilon, self.shape = float(beta), epsilon, shape
         self.register_buffer("running_mean", torch.zeros(shape, device=device))
         self.register_buffer("running_mean_sq", torch.zeros(shape, device=device))
         self.register_buffer("debiasing_term", torch.zeros((), device=device))

@@ -44,7 +44,7 @@ class AgentTDLoss(ValueLoss):
         name = type(self).__name__
         terminated = nxt.get(keys.terminated, None)
         if terminated is None:
-            root = self._read(
+            root = self._read_next(
                 nxt, keys.root_terminated, f"[*B, 1] bool (or {keys.terminated!r} [*B, n, 1])"
             )
             check_trailing(
@@ -67,7 +67,7 @@ class AgentTDLoss(ValueLoss):
         and that step's targets bootstrap from the final observations. Agents absent at the
         step itself are left out of the loss."""
         n = next_value.shape[-2]
-        reward = self._read(nxt, self.tensor_keys.reward, f"[*B, {n}, 1]")
+        reward = self._read_next(nxt, self.tensor_keys.reward, f"[*B, {n}, 1]")
         check_trailing(
             reward, (NEXT, self.tensor_keys.reward), (n, 1), type(self).__name__, f"[*B, {n}, 1]"
         )

@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from marlkit.data.keys import DEFAULT_GROUP
-from marlkit.modules._checks import chosen_value
+from marlkit.modules._checks import check_taken_allowed, chosen_value
 from marlkit.objectives._common import DiscreteKeys, LossFunction
 from marlkit.objectives._per_agent import AgentTDKeys, AgentTDLoss
 
@@ -98,6 +98,16 @@ class DQNLoss(AgentTDLoss):
         td = tensordict.clone(False)
         values = self._action_values(td, self.value_network)
         chosen = chosen_value(values, action, self.action_space, "DQNLoss", keys.action)
+        allowed = self._allowed(tensordict, values.shape[-1])
+        check_taken_allowed(
+            action,
+            allowed,
+            self.action_space,
+            "DQNLoss",
+            keys.action,
+            keys.action_mask,
+            self._present(tensordict, values.shape[-2]),
+        )
         with torch.no_grad():
             next_value = self._next_value(
                 self._next(td).clone(False), "value_network", self.double_dqn

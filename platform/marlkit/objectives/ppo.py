@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase
 from torch import nn
 
-from marlkit._utils import check_int
+from marlkit._utils import check_int, check_real
 from marlkit.data.keys import (
     ACTION,
     ACTION_LOG_PROB,
@@ -160,7 +160,9 @@ class ClipPPOLoss(TensorDictModuleBase):
         self.critic_network = critic
         self.group = group
         self.clip_epsilon = float(clip_epsilon)
-        self.entropy_coef, self.critic_coef = float(entropy_coef), float(critic_coef)
+        # a negative critic_coef would ascend the critic's error; NaN would make every loss NaN
+        self.entropy_coef = check_real("entropy_coef", entropy_coef, low=0.0, strict=False)
+        self.critic_coef = check_real("critic_coef", critic_coef, low=0.0, strict=False)
         self.clip_value = clip_value
         self.normalize_advantage = normalize_advantage
         self.normalize_advantage_per_agent = normalize_advantage_per_agent

@@ -17,7 +17,12 @@ from marlkit.data.keys import (
     TERMINATED,
     NestedKey,
 )
-from marlkit.modules._checks import check_bool, check_trailing, chosen_value
+from marlkit.modules._checks import (
+    check_bool,
+    check_taken_allowed,
+    check_trailing,
+    chosen_value,
+)
 from marlkit.objectives._common import (
     DiscreteKeys,
     LossFunction,
@@ -165,7 +170,7 @@ class QMixerLoss(ValueLoss):
                     f"{(*nxt.batch_size, 1)} ([*B, 1]), got {tuple(reward.shape)}"
                 )
             return reward
-        rewards = self._read(nxt, keys.group_reward, "[*B, n_agents, 1] (or a root reward)")
+        rewards = self._read_next(nxt, keys.group_reward, "[*B, n_agents, 1] (or a root reward)")
         check_trailing(rewards, (NEXT, keys.group_reward), (1,), "QMixerLoss", "[*B, n, 1]")
         if present is not None:
             rewards = rewards * present
@@ -179,7 +184,7 @@ class QMixerLoss(ValueLoss):
         keys = self.tensor_keys
         terminated = nxt.get(keys.terminated, None)
         if terminated is None:
-            agents = self._read(
+            agents = self._read_next(
                 nxt, keys.group_terminated, "[*B, n_agents, 1] bool (or a root terminated)"
             )
             check_bool(agents, (NEXT, keys.group_terminated), "QMixerLoss")
@@ -227,6 +232,15 @@ class QMixerLoss(ValueLoss):
         values = self._action_values(td, self.local_value_network)
         chosen = chosen_value(values, action, self.action_space, "QMixerLoss", keys.action)
         present = self._present(td, values.shape[-2])
+        check_taken_allowed(
+            action,
+            self._allowed(tensordict, values.shape[-1]),
+            self.action_space,
+            "QMixerLoss",
+            keys.action,
+            keys.action_mask,
+            present,
+        )
         q_tot = self._mix(td, chosen, self.mixer_network, present)
         lead = tuple(tensordict.batch_size)
         check_trailing(q_tot, keys.global_value, (*lead, 1), "QMixerLoss", f"{[*lead, 1]}")

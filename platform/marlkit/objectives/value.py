@@ -347,14 +347,26 @@ class ValueEstimator(TensorDictModuleBase):
         (batch ``[*B, T]``) and return it."""
         if tensordict.batch_dims < 1:
             raise ValueError("value estimator: the batch needs a time dim ([*B, T])")
+        k = self.tensor_keys
+        group = _path(k.value)[0] if len(_path(k.value)) > 1 else None
+        if group is not None and tensordict.get(group, None) is None:
+            # before the critic runs: it would write a placeholder entry into the user's batch
+            raise KeyError(
+                f"value estimator: the batch has no group {group!r} (its entries: "
+                f"{sorted(map(str, tensordict.keys()))}); pass group= as the env names it"
+            )
         value, next_value = self._values(tensordict)
         if value.dim() != tensordict.batch_dims + 2 or value.shape[-1] != 1:
             raise ValueError(
                 f"value estimator: {self.tensor_keys.value!r} must be [*B, T, n_agents, 1], "
                 f"got {list(value.shape)}"
             )
-        k = self.tensor_keys
         reward = self._per_agent(tensordict, k.reward, value, "reward")
+        _check_finite(
+            ((NEXT, *_path(k.reward)), reward),
+            (k.value, value),
+            ((NEXT, *_path(k.value)), next_value),
+        )
         done = self._per_agent(tensordict, k.done, value, "done")
         terminated = self._per_agent(tensordict, k.terminated, value, "terminated")
         mask = tensordict.get(k.mask, None)
@@ -398,6 +410,19 @@ class ValueEstimator(TensorDictModuleBase):
 
     def _coefficients(self) -> tuple[float, ...]:
         return (self.gamma,)
+
+
+def _check_finite(*entries: tuple[NestedKey, torch.Tensor]) -> None:
+    """Refuse NaN or inf in the estimator's inputs (once per batch): they would spread to every
+    advantage and loss of the batch without a word."""
+    for key, tensor in entries:
+        bad = ~torch.isfinite(tensor)
+        if bool(bad.any()):
+            raise ValueError(
+                f"value estimator: {key!r} holds NaN or inf at {int(bad.sum())} of "
+                f"{tensor.numel()} entries (first at index {bad.nonzero()[0].tolist()}); every "
+                "advantage and loss of the batch would be NaN"
+            )
 
 
 def _path(key: NestedKey) -> tuple[str, ...]:
