@@ -423,6 +423,22 @@ def test_a_worker_that_exits_or_is_killed_is_detected_within_seconds() -> None:
     assert wait_gone(pids) == []
 
 
+def test_a_worker_killed_while_another_is_busy_is_reported_as_it_dies() -> None:
+    # It was reported once the busy worker 0 answered: a whole batch (here 20 s) later.
+    def slow(td):  # type: ignore[no-untyped-def]
+        time.sleep(0.2)
+        return td.set(("agents", "action"), torch.zeros(4, 2, 2))
+
+    collector = MultiSyncCollector([nav(), nav()], slow, frames_per_batch=8 * 100, **FAST)
+    pids = list(collector.worker_pids)
+    threading.Timer(1.0, os.kill, (pids[1], signal.SIGKILL)).start()
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 1 \(pid \d+\) died with exit code -9"):
+        collector.next()
+    assert time.monotonic() - start < 5
+    assert collector.is_shut_down and wait_gone(pids) == []
+
+
 def test_a_worker_that_fails_to_construct_or_hangs() -> None:
     def broken():  # type: ignore[no-untyped-def]
         raise RuntimeError("no simulator here")
@@ -442,7 +458,9 @@ def test_a_worker_that_fails_to_construct_or_hangs() -> None:
     collector = MultiSyncCollector([nav(), nav()], slow, frames_per_batch=8, timeout=1, **FAST)
     pids = list(collector.worker_pids)
     start = time.monotonic()
-    with pytest.raises(WorkerError, match=r"worker 0 \(pid \d+\) did not answer collect within 1"):
+    with pytest.raises(
+        WorkerError, match=r"workers \[0, 1\] \(pids \d+, \d+\) did not answer collect within 1"
+    ):
         collector.next()
     assert time.monotonic() - start < 5
     assert collector.is_shut_down and wait_gone(pids) == []

@@ -460,11 +460,14 @@ class WorkerPool:
                 message), died, or did not answer within ``timeout`` (default: the pool's); a
                 dead or stuck worker shuts the pool down.
         """
-        conn = self._conns[i]
         # returns at once when the answer is there (one poll of the kept poller)
         self._wait([i], what, self.timeout if timeout is None else timeout)
+        return self._take(i, what)
+
+    def _take(self, i: int, what: str) -> Any:
+        """Worker ``i``'s answer, which is waiting in its pipe (see :meth:`receive`)."""
         try:
-            status, payload = conn.recv()
+            status, payload = self._conns[i].recv()
         except (EOFError, ConnectionError, OSError) as err:
             self._died(i, what, err)
         self._pending.discard(i)
@@ -479,21 +482,29 @@ class WorkerPool:
         return payload
 
     def call(self, calls: Mapping[int, tuple[str, Any]], what: str) -> dict[int, Any]:
-        """Send each worker in ``calls`` its command, then gather every answer (the first error
-        is raised once all have answered, so no answer is left in a pipe, with the other
-        workers' answers as its ``answers``)."""
+        """Send each worker in ``calls`` its command, then gather every answer (the error of the
+        first worker, in the order of ``calls``, that failed is raised once all have answered,
+        so no answer is left in a pipe, with the other workers' answers as its ``answers``)."""
         for i, message in calls.items():
             self.send(i, message, what)
         answers: dict[int, Any] = {}
-        first_error: WorkerError | None = None
-        for i in calls:
-            try:
-                answers[i] = self.receive(i, what)
-            except WorkerError as err:
-                if self.closed:  # a dead worker: everything is shut down already
-                    raise
-                first_error = first_error or err
-        if first_error is not None:
+        errors: dict[int, WorkerError] = {}
+        # Wait on every worker still out at once: a worker that dies while another is still
+        # busy is reported as it dies, not once the busy one answers (a whole batch later).
+        remaining = list(calls)
+        deadline = time.monotonic() + self.timeout
+        while remaining:
+            ready = self._wait(remaining, what, max(0.0, deadline - time.monotonic()))
+            for i in [i for i in remaining if i in ready]:
+                remaining.remove(i)
+                try:
+                    answers[i] = self._take(i, what)
+                except WorkerError as err:
+                    if self.closed:  # a dead worker: everything is shut down already
+                        raise
+                    errors[i] = err
+        if errors:
+            first_error = errors[next(i for i in calls if i in errors)]
             first_error.answers = answers  # the caller may need what the others did
             raise first_error
         return answers
@@ -527,10 +538,11 @@ class WorkerPool:
             for i in dead:
                 self._died(i, what)
             if left <= 0:
+                pids = ", ".join(str(self._procs[i].pid) for i in order)
                 late = (
-                    f"worker {order[0]} (pid {self._procs[order[0]].pid}) did not answer"
+                    f"worker {order[0]} (pid {pids}) did not answer"
                     if len(order) == 1
-                    else f"no worker of {order} answered"
+                    else f"workers {order} (pids {pids}) did not answer"
                 )
                 self.shutdown()
                 raise WorkerError(
