@@ -73,3 +73,33 @@ def test_non_tensor_data_is_refused_not_dropped() -> None:
             rb.extend(items)
         assert len(rb) == stored
         rb.extend(items.exclude("info"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "emptied", "deleted", "state"])
+def test_a_damaged_checkpoint_is_refused_and_the_buffer_kept(tmp_path, damage: str) -> None:
+    # A truncated or emptied item file loaded as zeros, a deleted one dropped its key, and a
+    # broken state.pt gave torch's "central directory" error without the checkpoint's path.
+    saved = ReplayBuffer(TensorStorage(64))
+    saved.extend(TensorDict({"o": torch.randn(40, 4), "a": torch.ones(40)}, [40]))
+    folder = saved.dumps(tmp_path)
+    item = folder / "items" / "o.memmap"
+    if damage == "truncated":
+        item.write_bytes(item.read_bytes()[:100])
+    elif damage == "emptied":
+        item.write_bytes(b"")
+    elif damage == "deleted":
+        item.unlink()
+    else:
+        (folder / "state.pt").write_bytes(b"not a checkpoint")
+    other = ReplayBuffer(TensorStorage(64))
+    other.extend(_items(3).rename_key_("o", "x"))
+    message = (
+        "state.pt does not load .* the checkpoint is damaged"
+        if damage == "state"
+        else r"is damaged: item files \['o\.memmap \("
+    )
+    with pytest.raises(
+        ValueError, match=rf"replay buffer checkpoint .*checkpoint-000000.*{message}"
+    ):
+        other.loads(tmp_path)
+    assert len(other) == 3  # left as it was

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -275,6 +276,8 @@ class ReplayBuffer:
         data = state["storage"].pop("data")
         if data is not None:
             data.memmap(tmp / "items", copy_existing=True)
+            # each item file's size: a file truncated or lost later is refused by loads()
+            state["item_files"] = _item_files(tmp / "items")
         torch.save(state, tmp / "state.pt")
         fsync_tree(tmp)
         final = root / f"{_PREFIX}{number:06d}"
@@ -320,7 +323,33 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not pointer.exists():
         raise FileNotFoundError(f"{root} holds no replay buffer checkpoint ({_LATEST} missing)")
     folder = root / pointer.read_text().strip()
-    state: dict[str, Any] = torch.load(folder / "state.pt", weights_only=True)
+    try:
+        state: dict[str, Any] = torch.load(folder / "state.pt", weights_only=True)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"replay buffer checkpoint {folder}: state.pt does not load ({first}); the "
+            "checkpoint is damaged"
+        ) from None
     items = folder / "items"
+    expected = state.pop("item_files", None)  # None: a checkpoint written before they were kept
+    if expected is not None:
+        found = _item_files(items) if items.exists() else {}
+        damaged = [
+            f"{name} ({'missing' if name not in found else f'{found[name]} bytes'}, "
+            f"expected {size})"
+            for name, size in sorted(expected.items())
+            if found.get(name) != size
+        ]
+        if damaged:
+            raise ValueError(
+                f"replay buffer checkpoint {folder} is damaged: item files {damaged}; the "
+                "buffer was left as it was"
+            )
     state["storage"]["data"] = TensorDict.load_memmap(items) if items.exists() else None
     return state
+
+
+def _item_files(items: Path) -> dict[str, int]:
+    """The memory-mapped item files under ``items``: relative path -> size in bytes."""
+    return {str(f.relative_to(items)): f.stat().st_size for f in sorted(items.rglob("*.memmap"))}
