@@ -468,3 +468,21 @@ def test_policy_env_and_storage_on_different_devices() -> None:
     collector = Collector(nav(), policy, frames_per_batch=8, storing_device="cpu")
     batch = next(iter(collector))
     assert batch.device == torch.device("cpu") and collector.device.type == "cuda"
+
+
+def test_a_policy_that_returns_only_its_outputs_keeps_the_observations() -> None:
+    # The batch held the policy's new TensorDict alone: transitions without observations.
+    env = marlkit.make("navigation", num_envs=4, n_agents=2, seed=0)
+
+    def outputs_only(td: TensorDict) -> TensorDict:
+        return TensorDict({("agents", "action"): torch.zeros(4, 2, 2)}, [4])
+
+    batch = Collector(env, outputs_only, frames_per_batch=8).next()
+    assert batch["agents", "observation"].shape == (
+        4,
+        2,
+        2,
+        env.observation_spec["agents", "observation"].shape[-1],
+    )
+    assert bool((batch["agents", "action"] == 0).all())
+    assert ("next", "agents", "observation") in batch.keys(True)

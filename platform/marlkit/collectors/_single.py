@@ -200,15 +200,15 @@ class Collector(CollectorBase):
     def _act(self, root: TensorDictBase, random: bool, check: bool) -> TensorDictBase:
         if self.policy is None or random:
             return self.env.rand_action(root)
-        if self._moves:
-            out = self.policy(root.to(self.device))
-        else:
-            out = self.policy(root)
+        given = root.to(self.device) if self._moves else root
+        out = self.policy(given)
         if not isinstance(out, TensorDictBase):
             raise TypeError(
                 f"the policy {self.policy!r} returned {type(out).__name__}, not a TensorDict "
                 "(a policy writes its actions into the TensorDict it reads and returns it)"
             )
+        if out is not given:  # a TensorDict of its outputs: merged into what it read (the
+            out = given.update(out)  # batches would have lost the observations)
         if self._moves:
             out = out.to(self.env.device)
         if check:
