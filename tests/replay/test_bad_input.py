@@ -103,3 +103,15 @@ def test_a_damaged_checkpoint_is_refused_and_the_buffer_kept(tmp_path, damage: s
     ):
         other.loads(tmp_path)
     assert len(other) == 3  # left as it was
+
+
+def test_a_slice_sampler_over_whole_rollouts_is_refused() -> None:
+    # extend([E, T]) stores E items of [T]; the sampler joined items of different envs into a
+    # "sequence" (rows [[2, 3], [0, 1]] were env indices), without a word.
+    import marlkit
+
+    env = marlkit.make("navigation", num_envs=4, n_agents=2, seed=0)
+    rb = ReplayBuffer(TensorStorage(100), SliceSampler(2, seed=0))
+    rb.extend(env.rollout(20))
+    with pytest.raises(ValueError, match=r"these items are sequences already \(\[20\] each"):
+        rb.sample(4)

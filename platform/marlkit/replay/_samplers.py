@@ -469,6 +469,15 @@ class SliceSampler(Sampler):
             raise ValueError(
                 f"batch_size={batch_size} is not a multiple of slice_len={self.slice_len}"
             )
+        items = getattr(storage, "item_batch_size", None)
+        if items:  # extend([E, T]) stored E whole rollouts: consecutive items are other envs
+            raise ValueError(
+                f"SliceSampler slices runs of consecutive items, but these items are sequences "
+                f"already ({list(items)} each: extend of a [E, T] batch stores E whole "
+                "rollouts); extend the steps in time order instead (a collector's batch "
+                "reshaped to [-1], with its ('collector', 'traj_ids')), or sample whole items "
+                "with RandomSampler"
+            )
         starts, lengths = self._trajectories(storage)
         windows = (lengths - self.slice_len + 1).clamp_min(1 if self.pad else 0)
         total = int(windows.sum())
