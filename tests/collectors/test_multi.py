@@ -311,6 +311,11 @@ def test_the_same_seed_gives_the_same_batches_and_state_restores_ids() -> None:
         assert not set(second[IDS].unique().tolist()) & set(first[IDS].unique().tolist())
         with pytest.raises(ValueError, match="holds 1 worker states; this collector has 2"):
             fresh.load_state_dict({**state, "workers": state["workers"][:1]})
+        # checked here: a worker's KeyError shut every worker down, the counters overwritten
+        frames = fresh.frames
+        with pytest.raises(ValueError, match=r"worker state 1 is not a collector state .*nothing"):
+            fresh.load_state_dict({**state, "frames": 999, "workers": [state["workers"][0], {}]})
+        assert fresh.frames == frames and not fresh.is_shut_down
         fresh.reset()
         assert fresh.next().batch_size == (2, 4, 4)
 

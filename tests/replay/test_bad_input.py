@@ -115,3 +115,11 @@ def test_a_slice_sampler_over_whole_rollouts_is_refused() -> None:
     rb.extend(env.rollout(20))
     with pytest.raises(ValueError, match=r"these items are sequences already \(\[20\] each"):
         rb.sample(4)
+
+
+def test_prioritized_sampler_names_a_string_alpha() -> None:
+    # torch's "must be real number, not str", naming no argument
+    with pytest.raises(TypeError, match=r"alpha must be a number, got str: '0\.5'"):
+        PrioritizedSampler(4, alpha="0.5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"beta must be a finite number >= 0, got -1"):
+        PrioritizedSampler(4, beta=-1.0)

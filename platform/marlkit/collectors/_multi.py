@@ -417,7 +417,15 @@ class _MultiCollector(CollectorBase):
                 f"the state holds {len(workers) if isinstance(workers, list) else 'no'} worker "
                 f"states; this collector has {self.num_workers} workers"
             )
-        self._load_counters(state)
+        frames, batches = self.frames, self.batches
+        self._load_counters(state)  # checked (and set) first, then put back until the workers
+        self.frames, self.batches = frames, batches  # took their states
+        for w, worker in enumerate(workers):  # checked here: a worker's error shuts all down
+            if not isinstance(worker, Mapping) or "traj_counter" not in worker:
+                raise ValueError(
+                    f"worker state {w} is not a collector state (a mapping with "
+                    f"'traj_counter', as state_dict() writes), got {worker!r:.80}; nothing loaded"
+                )
 
         def run() -> None:
             self._drain(keep=False)
@@ -427,6 +435,7 @@ class _MultiCollector(CollectorBase):
             )
 
         self._guard(run)
+        self._load_counters(state)  # once the workers took theirs
 
     def _shutdown(self) -> None:
         pool, self._pool = self._pool, None

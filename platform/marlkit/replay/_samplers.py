@@ -14,13 +14,12 @@ would have.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int
+from marlkit._utils import check_int, check_real
 from marlkit.data.keys import COLLECTOR_MASK, DONE, NEXT, TRAJ_IDS, NestedKey, unravel_key
 from marlkit.native.segment_tree import (
     MinSegmentTree,
@@ -267,12 +266,10 @@ class PrioritizedSampler(Sampler):
         super().__init__(seed)
         self.capacity = check_int("capacity", capacity, low=1)
         self.backend: SegmentTreeBackend = backend
-        for name, value in (("alpha", alpha), ("beta", beta)):
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not (math.isfinite(eps) and eps > 0):
-            raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
-        self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
+        # a string ('0.5' from a config) was torch's "must be real number, not str"
+        self.alpha = check_real("alpha", alpha, low=0.0, strict=False)
+        self.beta = check_real("beta", beta, low=0.0, strict=False)
+        self.eps = check_real("eps", eps, low=0.0)
         self.dtype = dtype
         self._new_trees()
 
