@@ -80,3 +80,17 @@ def test_env_batched_bounds_are_refused() -> None:
     with pytest.raises(ValueError, match=r"broadcast to one env's \[n_agents, act_dim\]"):
         TanhBounds(low, high)
     TanhBounds(low[0], high[0])
+
+
+def test_additive_gaussian_names_an_action_that_does_not_fit() -> None:
+    noise = AdditiveGaussian(torch.full((3, 2), -1.0), torch.full((3, 2), 1.0))
+    wrong_size = TensorDict({("agents", "action"): torch.zeros(5, 3, 3)}, [5])
+    with set_exploration("random"):
+        # torch's "The size of tensor a (3) must match the size of tensor b (2)" before
+        with pytest.raises(ValueError, match=r"of shape \[5, 3, 3\] does not fit the bounds of"):
+            noise(wrong_size)
+        discrete = TensorDict({("agents", "action"): torch.zeros(5, 3, 2, dtype=torch.long)}, [5])
+        with pytest.raises(
+            ValueError, match=r"must be continuous \(a float tensor\), got torch.int64"
+        ):
+            noise(discrete)

@@ -208,6 +208,13 @@ def test_errors_name_keys_and_shapes() -> None:
     bad["next", "agents"].set("done", torch.zeros(3, 12, 2, 2, dtype=torch.bool), inplace=False)
     with pytest.raises(ValueError, match=r"done .* shape \[3, 12, 2, 2\] does not line up"):
         GAE(GAMMA, LMBDA).forward(bad)
+    # a root team reward of [*B, T] (not [*B, T, 1]): named as given, not as reshaped
+    bad = td.exclude(("next", "agents", "reward"))
+    bad["next", "reward"] = torch.zeros(3, 12)
+    with pytest.raises(
+        ValueError, match=r"reward \('next', 'reward'\) of shape \[3, 12\] .* \[\*B, T, 1\] at"
+    ):
+        GAE(GAMMA, LMBDA).forward(bad)
     with pytest.raises(ValueError, match="unknown key name 'values'"):
         GAE(GAMMA, LMBDA).set_keys(values="x")
     with pytest.raises(ValueError, match="must broadcast"):

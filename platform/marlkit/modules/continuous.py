@@ -29,7 +29,7 @@ from marlkit.data.keys import (
     STATE_ACTION_VALUE,
     NestedKey,
 )
-from marlkit.modules._checks import get_tensor
+from marlkit.modules._checks import get_tensor, key_name
 from marlkit.modules.activations import Tanh
 from marlkit.modules.mlp import MultiAgentMLP
 
@@ -207,6 +207,18 @@ class AdditiveGaussian(TensorDictModuleBase):
         if exploration_mode() != "random" or float(self.sigma) == 0.0:
             return tensordict
         action = get_tensor(tensordict, self.action_key, "AdditiveGaussian", "[*B, n, act_dim]")
+        if not action.dtype.is_floating_point:
+            raise ValueError(
+                f"AdditiveGaussian: {key_name(self.action_key)!r} must be continuous (a float "
+                f"tensor), got {action.dtype}: noise is for continuous actions"
+            )
+        try:
+            torch.broadcast_shapes(action.shape, self.low.shape)
+        except RuntimeError:  # bounds of another action size: torch's broadcast error before
+            raise ValueError(
+                f"AdditiveGaussian: {key_name(self.action_key)!r} of shape {list(action.shape)} "
+                f"does not fit the bounds of shape {list(self.low.shape)} ([n, act_dim])"
+            ) from None
         half = (self.high - self.low) / 2
         noisy = action + torch.randn_like(action) * self.sigma * half
         tensordict.set(self.action_key, torch.maximum(torch.minimum(noisy, self.high), self.low))

@@ -326,20 +326,25 @@ class ValueEstimator(TensorDictModuleBase):
         name ``[*B, T, 1]`` broadcast over the agents."""
         nxt = td.get(NEXT)
         value = nxt.get(key, None)
+        name, expected = (NEXT, *_path(key)), "[*B, T, n_agents, 1]"
         if value is None:
             value = nxt.get(_last(key), None)
             if value is None:
                 raise KeyError(
-                    f"value estimator: missing {what} {(NEXT, *_path(key))!r} (nor the root "
+                    f"value estimator: missing {what} {name!r} (nor the root "
                     f"{(NEXT, _last(key))!r})"
                 )
+            name, expected = (NEXT, _last(key)), "[*B, T, 1] at the root"
+            given = list(value.shape)
             value = value.unsqueeze(-2)
+        else:
+            given = list(value.shape)
         try:
             return value.expand_as(like)
         except RuntimeError:
             raise ValueError(
-                f"value estimator: {what} {key!r} of shape {list(value.shape)} does not line up "
-                f"with the values {list(like.shape)} ([*B, T, n_agents, 1])"
+                f"value estimator: {what} {name!r} of shape {given} does not line up with the "
+                f"values {list(like.shape)}: expected {expected}"
             ) from None
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
