@@ -4,6 +4,7 @@ masks and validation through the batch, and failing workers."""
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import pathlib
 import signal
@@ -30,6 +31,7 @@ from marlkit.envs import (
     TransformedEnv,
     WorkerError,
 )
+from marlkit.envs import _workers as workers_module
 from marlkit.scenarios import NavigationEnv
 from marlkit.testing import check_adapter
 
@@ -641,13 +643,20 @@ def test_a_failed_auto_reset_leaves_the_other_workers_as_they_are() -> None:
         env.close()
 
 
-def test_the_parent_keeps_one_poller_per_set_of_workers() -> None:
+def test_the_parent_keeps_one_poller_per_set_of_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     env = _parallel(3, marlkit.make, NAV)
     try:
         env._pool._pollers.clear()  # the start's, one per worker
         for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0], [0, 2], [2, 0]):
             env._pool._woken(order, 0.0)
         assert len(env._pool._pollers) == 2  # {0, 1, 2} and {0, 2}, in any order
+        # call() waits on ever smaller sets: many workers could make 2^n of them; bounded
+        monkeypatch.setattr(workers_module, "_MAX_POLLERS", 3)
+        for subset in itertools.chain.from_iterable(
+            itertools.combinations(range(3), k) for k in (1, 2, 3)
+        ):
+            env._pool._woken(list(subset), 0.0)
+            assert len(env._pool._pollers) <= 3
     finally:
         env.close()
 

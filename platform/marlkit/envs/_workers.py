@@ -329,6 +329,10 @@ def _load_exception(blob: bytes | None) -> BaseException | None:
     return err if isinstance(err, BaseException) else None
 
 
+#: The most ``poll`` objects a pool keeps, one per set of workers it waited on.
+_MAX_POLLERS = 64
+
+
 class WorkerPool:
     """Worker processes, one per payload, each answering commands over its own pipe.
 
@@ -573,6 +577,8 @@ class WorkerPool:
                 ):
                     poller.register(fd, select.POLLIN)
                     fds[fd] = (i, is_answer)
+            if len(self._pollers) >= _MAX_POLLERS:  # call() waits on ever smaller sets of
+                self._pollers.clear()  # many workers: keep the cache bounded
             cached = self._pollers[key] = (poller, fds)
         poller, fds = cached
         ready: set[int] = set()
