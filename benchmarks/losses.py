@@ -141,9 +141,23 @@ def _in_major(module: nn.Module) -> None:
 
 
 def _marlkit_step(
-    compiled: bool, activation: type[nn.Module] = Tanh, in_major: bool = False
+    compiled: bool,
+    activation: type[nn.Module] = Tanh,
+    in_major: bool = False,
+    tensor_bounds: bool = False,
 ) -> Callable[[], None]:
     actor, critic = _networks(activation)
+    if tensor_bounds:  # the same network, the [-1, 1] bounds given as [n, act] tensors
+        bounds = {
+            "low": torch.full((N_AGENTS, ACT), -1.0),
+            "high": torch.full((N_AGENTS, ACT), 1.0),
+        }
+        actor = ProbabilisticActor(
+            actor.module[0],
+            group="agents",
+            distribution_class=TanhNormal,
+            distribution_kwargs=bounds,
+        )
     if in_major:
         _in_major(actor)
         _in_major(critic)
@@ -242,6 +256,7 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
         "floor": _floor_step(),
         "marlkit_torch_tanh": _marlkit_step(False, nn.Tanh),
         "marlkit_in_major": _marlkit_step(False, in_major=True),
+        "marlkit_tensor_bounds": _marlkit_step(False, tensor_bounds=True),
     }
     if args.compile:
         sides["marlkit_compiled"] = _marlkit_step(True)
@@ -288,6 +303,10 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
             "marlkit_in_major": "marlkit's step with the output layers' weights stored "
             "in-major ([1, 256, 4] and [1, 256, 1] contiguous) instead of StackedLinear's "
             "out-major default below 16 outputs: what the weight layout saves",
+            "marlkit_tensor_bounds": "marlkit's step with the TanhNormal bounds given as [3, 2] "
+            "tensors of -1 and 1 instead of the numbers -1.0 and 1.0 (the same values; the "
+            "tensors add an identity affine map and a tensor check per update): what the MAPPO "
+            "script saves since 2026-12-05 by passing uniform bounds as numbers",
         },
         "tanh_method": auto,
         "targets": {"ratio_marlkit_over_floor": "<= 1.2", "marlkit_ms": "<= 10"},
@@ -297,6 +316,7 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
         ("marlkit_torch_tanh", "torch_tanh"),
         ("marlkit_sigmoid_tanh", "sigmoid_tanh"),
         ("marlkit_in_major", "in_major"),
+        ("marlkit_tensor_bounds", "tensor_bounds"),
     ):
         out[f"ratio_{key}_over_marlkit"] = summary(times, side, "marlkit")[
             f"ratio_{side}_over_marlkit"

@@ -183,7 +183,9 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
         "random policy, the reward.png curve (summary.json; the TorchRL peers do neither of the "
         "last two), no videos; hidden activation marlkit.modules.Tanh (the MLPs' default) by "
         f"this machine's tanh method {get_tanh_method()!r} (torch: torch.tanh; sigmoid: "
-        "2 sigmoid(2x) - 1), torch.optim.Adam(fused=True)",
+        "2 sigmoid(2x) - 1), torch.optim.Adam(fused=True); MAPPO's TanhNormal given uniform "
+        "action bounds as numbers ([-1, 1] on VMAS: no affine map, which is the identity there "
+        "and which TorchRL's tensor bounds compute: the same values)",
     }
 
 

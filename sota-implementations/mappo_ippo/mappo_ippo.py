@@ -115,11 +115,18 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> ProbabilisticActor:
             distribution_class=MaskedCategorical if masked else CategoricalDist,
         )
     batch = (0,) * len(env.batch_size)  # the bounds of one env: [n_agents, act_dim]
+    low, high = spec.low[batch], spec.high[batch]
+    bounds: dict[str, Any] = {"low": low, "high": high}
+    if bool((low == low.flatten()[0]).all() & (high == high.flatten()[0]).all()):
+        # one bound for every agent and dim (VMAS: [-1, 1]) as numbers: TanhNormal then checks
+        # them once in Python and, for [-1, 1], leaves out the affine map that is the identity
+        # (the same values, fewer ops at every update)
+        bounds = {"low": float(low.flatten()[0]), "high": float(high.flatten()[0])}
     return ProbabilisticActor(
         torch.nn.Sequential(mlp(2 * spec.shape[-1]), NormalParamExtractor()),
         group=group,
         distribution_class=TanhNormal,
-        distribution_kwargs={"low": spec.low[batch], "high": spec.high[batch]},
+        distribution_kwargs=bounds,
     )
 
 

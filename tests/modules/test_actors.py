@@ -226,3 +226,20 @@ def test_tanh_normal_scores_other_values_through_atanh() -> None:
     beyond = d.log_prob(torch.tensor([[[1.5]], [[0.5]]]))
     assert beyond[0].item() == float("-inf")  # a value the distribution never gives
     assert bool(torch.isfinite(beyond[1]))
+
+
+def test_tanh_normal_number_bounds_give_the_tensor_bounds_values() -> None:
+    # The MAPPO script passes uniform bounds as numbers (no identity affine map per update):
+    # the same samples, log-probs and greedy actions as the tensor bounds, bit for bit.
+    torch.manual_seed(0)
+    loc, scale = torch.randn(40, 3, 2), torch.rand(40, 3, 2) + 0.1
+    tensors = TanhNormal(loc, scale, low=torch.full((3, 2), -1.0), high=torch.full((3, 2), 1.0))
+    numbers = TanhNormal(loc, scale, low=-1.0, high=1.0)
+    torch.manual_seed(1)
+    a = tensors.rsample()
+    torch.manual_seed(1)
+    b = numbers.rsample()
+    assert torch.equal(a, b) and torch.equal(tensors.log_prob(a), numbers.log_prob(b))
+    other = torch.rand(40, 3, 2) * 1.8 - 0.9
+    assert torch.equal(tensors.log_prob(other), numbers.log_prob(other))
+    assert torch.equal(tensors.mean, numbers.mean)

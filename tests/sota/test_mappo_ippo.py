@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import marlkit
 from marlkit.record import read_metrics, read_video
 
 from ._scripts import kill_after, run, summary
@@ -152,3 +153,19 @@ def test_a_minibatch_larger_than_the_batch_is_refused(tmp_path):
     # It trained on one minibatch of the whole batch per epoch, without a word.
     with pytest.raises(AssertionError, match=r"train.minibatch_size \(1000\) is larger than"):
         run("mappo_ippo", tmp_path / "run", (*BUDGET, "train.minibatch_size=1000"))
+
+
+def test_uniform_action_bounds_reach_tanh_normal_as_numbers() -> None:
+    import importlib.util
+
+    from omegaconf import OmegaConf
+
+    from ._scripts import script
+
+    spec = importlib.util.spec_from_file_location("_mappo_bounds", script("mappo_ippo"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    env = marlkit.make("navigation", num_envs=2, n_agents=3)
+    cfg = OmegaConf.create({"share_params": True, "depth": 1, "num_cells": 8})
+    actor = module.make_actor(env, "agents", cfg)
+    assert actor.module[-1].distribution_kwargs == {"low": -1.0, "high": 1.0}
