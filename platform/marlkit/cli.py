@@ -176,7 +176,7 @@ def _summary_path(out: str) -> pathlib.Path:
     that an unusable one fails before the run."""
     path = pathlib.Path(out)
     if path.suffix.lower() == ".json" and not path.is_dir():
-        make_out_folder(path.parent if str(path.parent) else ".")
+        make_out_folder(path.parent)
         return path
     return make_out_folder(path) / "summary.json"
 

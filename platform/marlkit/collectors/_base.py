@@ -382,8 +382,15 @@ class CollectorBase(abc.ABC):
         return {"frames": self.frames, "batches": self.batches}
 
     def _load_counters(self, state: dict[str, Any]) -> None:
+        self.frames, self.batches = self._checked_counters(state)
+
+    @staticmethod
+    def _checked_counters(state: dict[str, Any]) -> tuple[int, int]:
+        """``(frames, batches)`` of a collector state, checked."""
         for key in ("frames", "batches"):
             if key not in state:
                 raise KeyError(f"the collector state has no {key!r}; keys: {sorted(state)}")
-        self.frames = check_int("frames", state["frames"], low=0)
-        self.batches = check_int("batches", state["batches"], low=0)
+        return (
+            check_int("frames", state["frames"], low=0),
+            check_int("batches", state["batches"], low=0),
+        )

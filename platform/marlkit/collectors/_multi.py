@@ -417,9 +417,7 @@ class _MultiCollector(CollectorBase):
                 f"the state holds {len(workers) if isinstance(workers, list) else 'no'} worker "
                 f"states; this collector has {self.num_workers} workers"
             )
-        frames, batches = self.frames, self.batches
-        self._load_counters(state)  # checked (and set) first, then put back until the workers
-        self.frames, self.batches = frames, batches  # took their states
+        counters = self._checked_counters(state)  # set once the workers took their states
         for w, worker in enumerate(workers):  # checked here: a worker's error shuts all down
             if not isinstance(worker, Mapping) or "traj_counter" not in worker:
                 raise ValueError(
@@ -435,7 +433,7 @@ class _MultiCollector(CollectorBase):
             )
 
         self._guard(run)
-        self._load_counters(state)  # once the workers took theirs
+        self.frames, self.batches = counters
 
     def _shutdown(self) -> None:
         pool, self._pool = self._pool, None

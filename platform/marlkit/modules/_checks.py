@@ -36,7 +36,9 @@ def key_name(key: Any) -> Any:
         return key
 
 
-def get_tensor(td: TensorDictBase, key: NestedKey, owner: str, expected: str) -> torch.Tensor:
+def get_tensor(
+    td: TensorDictBase, key: NestedKey, owner: str, expected: str, shown: Any = None
+) -> torch.Tensor:
     """``td[key]``, or a ``KeyError`` naming the key, the owner and the expected shape.
 
     Args:
@@ -44,18 +46,19 @@ def get_tensor(td: TensorDictBase, key: NestedKey, owner: str, expected: str) ->
         key: the key.
         owner: who reads it (for the message), e.g. ``"QMixer"``.
         expected: the expected shape in words, e.g. ``"[*B, n_agents, 1]"``.
+        shown: the key as messages name it (default ``key``), e.g. with the ``"next"`` of a
+            sub-TensorDict ``td`` is.
 
     Raises:
         KeyError: ``key`` is missing.
     """
+    name = key_name(key if shown is None else shown)
     value = td.get(key, None)
     if value is None:
-        raise KeyError(
-            f"{owner}: the input has no key {key_name(key)!r} (expected a tensor {expected})"
-        )
+        raise KeyError(f"{owner}: the input has no key {name!r} (expected a tensor {expected})")
     if not isinstance(value, torch.Tensor):
         raise TypeError(
-            f"{owner}: {key_name(key)!r} must be a tensor {expected}, got {type(value).__name__}"
+            f"{owner}: {name!r} must be a tensor {expected}, got {type(value).__name__}"
         )
     return value
 

@@ -266,12 +266,7 @@ class ValueLoss(nn.Module):
     def _read_next(self, nxt: TensorDictBase, key: NestedKey, expected: str) -> torch.Tensor:
         """:meth:`_read` of the ``"next"`` TensorDict: a missing key is named with its
         ``"next"`` prefix, as the user's batch spells it."""
-        if nxt.get(key, None) is None:
-            raise KeyError(
-                f"{type(self).__name__}: the input has no key {key_name((NEXT, key))!r} "
-                f"(expected a tensor {expected}, the next step's)"
-            )
-        return self._read(nxt, key, expected)
+        return get_tensor(nxt, key, type(self).__name__, expected, shown=(NEXT, key))
 
     def _next(self, td: TensorDictBase) -> TensorDictBase:
         nxt = td.get(NEXT, None)

@@ -327,7 +327,8 @@ class ValueEstimator(TensorDictModuleBase):
         nxt = td.get(NEXT)
         value = nxt.get(key, None)
         name, expected = (NEXT, *_path(key)), "[*B, T, n_agents, 1]"
-        if value is None:
+        root = value is None
+        if root:
             value = nxt.get(_last(key), None)
             if value is None:
                 raise KeyError(
@@ -335,10 +336,9 @@ class ValueEstimator(TensorDictModuleBase):
                     f"{(NEXT, _last(key))!r})"
                 )
             name, expected = (NEXT, _last(key)), "[*B, T, 1] at the root"
-            given = list(value.shape)
+        given = list(value.shape)
+        if root:
             value = value.unsqueeze(-2)
-        else:
-            given = list(value.shape)
         try:
             return value.expand_as(like)
         except RuntimeError:

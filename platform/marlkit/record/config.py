@@ -90,11 +90,10 @@ def check_config(cfg: Mapping[str, Any], rules: Mapping[str, Rule]) -> None:
         marlkit.record.config.ConfigError: train.epochs must be an int >= 1, got float: 1.5
     """
     for key, rule in rules.items():
+        value = _lookup(cfg, key)
         try:
-            rule(key, _lookup(cfg, key))
+            rule(key, value)
         except (TypeError, ValueError) as err:
-            if isinstance(err, ConfigError):
-                raise
             raise ConfigError(str(err)) from None
 
 
