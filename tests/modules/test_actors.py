@@ -3,9 +3,12 @@ and ValueNorm."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from tensordict import TensorDict
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
 
 from marlkit.data.exploration import set_exploration
 from marlkit.modules import (
@@ -106,7 +109,7 @@ def test_actor_follows_exploration_mode() -> None:
         d1 = actor(td.clone())["agents", "action"]
         d2 = actor(td.clone())["agents", "action"]
     torch.testing.assert_close(d1, d2)
-    torch.testing.assert_close(d1, torch.tanh(actor.get_dist(td.clone()).base_dist.base_dist.loc))
+    torch.testing.assert_close(d1, torch.tanh(actor.get_dist(td.clone()).loc))
     assert not torch.equal(det[0], det[1])  # outside any block: "random", samples
     with set_exploration("random"):
         assert not torch.equal(actor(td.clone())["agents", "action"], d1)
@@ -135,6 +138,69 @@ def test_actor_rejects_non_modules() -> None:
         ProbabilisticActor(lambda x: x, distribution_class=Normal)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no default keys"):
         ProbabilisticActor(torch.nn.Identity(), distribution_class=torch.distributions.Beta)
+
+
+@pytest.mark.parametrize("kind", ["tanh_normal", "masked_categorical"])
+def test_actor_get_dist_is_the_generic_sequence_s(kind: str) -> None:
+    # ProbabilisticActor.get_dist calls a plain network directly: the same distribution and
+    # the same parameters written into the input as tensordict's generic get_dist
+    torch.manual_seed(0)
+    if kind == "tanh_normal":
+        actor = continuous_actor()
+        td = obs_td((5,))
+    else:
+        actor = ProbabilisticActor(
+            MultiAgentMLP(4, 5, 3, num_cells=8),
+            group="agents",
+            distribution_class=MaskedCategorical,
+        )
+        td = obs_td((5,), action_mask=torch.rand(5, 3, 5) > 0.3)
+        td["agents", "action_mask"][..., 0] = True
+    fast_td, generic_td = td.clone(), td.clone()
+    fast = actor.get_dist(fast_td)
+    generic = ProbabilisticTensorDictSequential.get_dist(actor, generic_td)
+    assert type(fast) is type(generic)
+    assert set(fast_td.keys(True, True)) == set(generic_td.keys(True, True))
+    for key in generic_td.keys(True, True):
+        assert torch.equal(fast_td[key], generic_td[key]), key
+    action = generic.sample().clone()  # neither's own sample: both score it the same way
+    assert torch.equal(fast.log_prob(action), generic.log_prob(action))
+    with pytest.raises(KeyError, match="observation"):
+        actor.get_dist(TensorDict({"agents": TensorDict({}, [5, 3])}, [5]))
+
+
+def test_actor_get_dist_keeps_a_tensordict_module_network_s_path() -> None:
+    # a network given as a TensorDictModule (hooks, other keys) runs through tensordict's
+    # sequence, as before
+    net = torch.nn.Sequential(MultiAgentMLP(4, 4, 3, num_cells=8), NormalParamExtractor())
+    seen: list[str] = []
+    head = TensorDictModule(
+        net, in_keys=[("agents", "observation")], out_keys=[("agents", "loc"), ("agents", "scale")]
+    )
+    head.register_forward_hook(lambda *args: seen.append("hook"))
+    actor = ProbabilisticActor(head, group="agents", distribution_class=TanhNormal)
+    actor.get_dist(obs_td((5,)))
+    assert seen == ["hook"]
+
+
+def test_state_value_critic_value_is_what_it_writes() -> None:
+    td = obs_td((2, 5))
+    td.set("state", torch.randn(2, 5, 7))
+    for critic in (
+        StateValueCritic(3, 4, num_cells=8),
+        StateValueCritic(3, 4, centralised=True, num_cells=8),
+        StateValueCritic(3, state_dim=7, num_cells=8),
+    ):
+        before = set(td.keys(True, True))
+        value = critic.value(td)
+        assert set(td.keys(True, True)) == before  # not written
+        assert torch.equal(value, critic(td.clone())["agents", "state_value"])
+    doubled = StateValueCritic(3, 4, num_cells=8)
+    doubled.register_forward_hook(lambda module, args, out: out.apply(lambda x: 2 * x))
+    expected = 2 * doubled.module(td["agents", "observation"])
+    assert torch.equal(doubled.value(td), expected)  # a hooked critic's value goes through it
+    with pytest.raises(KeyError, match="observation"):
+        doubled.value(TensorDict({}, [2, 5]))
 
 
 def test_critics_local_centralised_state() -> None:
@@ -226,6 +292,72 @@ def test_tanh_normal_scores_other_values_through_atanh() -> None:
     beyond = d.log_prob(torch.tensor([[[1.5]], [[0.5]]]))
     assert beyond[0].item() == float("-inf")  # a value the distribution never gives
     assert bool(torch.isfinite(beyond[1]))
+
+
+def _torch_tanh_normal(
+    loc: torch.Tensor, scale: torch.Tensor, low: Any, high: Any
+) -> torch.distributions.Distribution:
+    """torch's composition of the same distribution (what TanhNormal computes in closed form)."""
+    transforms: list[Any] = [torch.distributions.TanhTransform(cache_size=1)]
+    if not (isinstance(low, float) and (low, high) == (-1.0, 1.0)):
+        low, high = torch.as_tensor(low), torch.as_tensor(high)
+        half = (high - low) / 2
+        transforms.append(torch.distributions.AffineTransform(low + half, half, cache_size=1))
+    base = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(loc, scale), transforms
+    )
+    return torch.distributions.Independent(base, 1)
+
+
+@pytest.mark.parametrize(
+    "low, high",
+    [
+        (-1.0, 1.0),
+        (-2.0, 4.0),
+        (torch.full((3, 2), -1.0), torch.full((3, 2), 1.0)),
+        (torch.tensor([[-1.0, -3.0]] * 3), torch.tensor([[2.0, 0.5]] * 3)),
+    ],
+)
+def test_tanh_normal_is_torchs_composed_distribution_bit_for_bit(low: Any, high: Any) -> None:
+    # TanhNormal computes in closed form what torch's Independent(TransformedDistribution(
+    # Normal, [TanhTransform, AffineTransform])) does: the same samples from the same random
+    # state, the same log-probs of its own samples and of other values, the same gradients
+    torch.manual_seed(0)
+    loc = torch.randn(50, 3, 2, requires_grad=True)
+    scale = (torch.rand(50, 3, 2) + 0.1).requires_grad_()
+    ours, ref = TanhNormal(loc, scale, low, high), _torch_tanh_normal(loc, scale, low, high)
+    for method in ("rsample", "sample"):
+        torch.manual_seed(3)
+        a = getattr(ref, method)((2,))
+        torch.manual_seed(3)
+        b = getattr(ours, method)((2,))
+        assert torch.equal(a, b)
+        lp_ref, lp = ref.log_prob(a), ours.log_prob(b)
+        assert torch.equal(lp_ref, lp)
+        if method == "rsample":  # through the sample too
+            grads = torch.autograd.grad(lp.sum(), [loc, scale])
+            grads_ref = torch.autograd.grad(lp_ref.sum(), [loc, scale])
+            assert all(torch.equal(x, y) for x, y in zip(grads, grads_ref))
+    lo, hi = torch.as_tensor(low), torch.as_tensor(high)
+    other = lo + (hi - lo) * torch.rand(50, 3, 2)
+    eps = torch.finfo(torch.float32).eps  # torch's has no clamp: given values inside it
+    lp_ref = ref.log_prob(other.clamp(lo + eps * (hi - lo), hi - eps * (hi - lo)))
+    lp = ours.log_prob(other)
+    assert torch.equal(lp_ref, lp)
+    grads = torch.autograd.grad(lp.sum(), [loc, scale])
+    grads_ref = torch.autograd.grad(lp_ref.sum(), [loc, scale])
+    assert all(torch.equal(x, y) for x, y in zip(grads, grads_ref))
+    assert ours.batch_shape == ref.batch_shape and ours.event_shape == ref.event_shape
+
+
+def test_tanh_normal_names_nan_parameters_and_actions() -> None:
+    loc, scale = torch.zeros(4, 3, 2), torch.ones(4, 3, 2)
+    with pytest.raises(ValueError, match="scale"):
+        TanhNormal(loc, scale.masked_fill(torch.rand(4, 3, 2) < 2, float("nan")))
+    with pytest.raises(ValueError, match="loc"):
+        TanhNormal(loc.masked_fill(torch.rand(4, 3, 2) < 2, float("nan")), scale)
+    with pytest.raises(ValueError, match="NaN"):
+        TanhNormal(loc, scale).log_prob(torch.full((4, 3, 2), float("nan")))
 
 
 def test_tanh_normal_number_bounds_give_the_tensor_bounds_values() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
 from marlkit.modules import (
     Categorical,
@@ -300,3 +301,33 @@ def test_a_batch_cut_to_in_keys_keeps_masks_and_the_old_values() -> None:
         full, part = loss(td.clone()), loss(cut)
         for key in ("loss_objective", "loss_critic", "loss_entropy"):
             torch.testing.assert_close(full[key], part[key])
+
+
+@pytest.mark.parametrize("dist", [Normal, TanhNormal])
+def test_the_direct_critic_and_actor_calls_give_the_generic_module_path_s_loss(dist) -> None:
+    # ClipPPOLoss calls a StateValueCritic's network directly (StateValueCritic.value) and a
+    # ProbabilisticActor's plain network directly (its get_dist): the same terms and gradients,
+    # bit for bit, as the same networks wrapped in tensordict's generic modules
+    actor, critic = make(dist=dist)
+    generic_critic = TensorDictModule(
+        critic.module, in_keys=list(critic.in_keys), out_keys=list(critic.out_keys)
+    )
+    head = TensorDictModule(
+        actor.module[0].module,
+        in_keys=[("agents", "observation")],
+        out_keys=[("agents", "loc"), ("agents", "scale")],
+    )
+    generic_actor = ProbabilisticActor(head, group="agents", distribution_class=dist)
+    td = batch()
+    results = []
+    for a, c in ((actor, critic), (generic_actor, generic_critic)):
+        loss = ClipPPOLoss(a, c, entropy_coef=0.01)
+        torch.manual_seed(5)  # the TanhNormal entropy's sample
+        out = loss(td.clone())
+        params = list(loss.parameters())
+        grads = torch.autograd.grad(total(out), params)
+        results.append((out, grads))
+    (out, grads), (ref, ref_grads) = results
+    for key in ref:
+        assert torch.equal(out[key], ref[key]), key
+    assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
 from marlkit._utils import check_int, check_real
 from marlkit.data.keys import DEFAULT_GROUP, OBSERVATION, STATE, STATE_VALUE, NestedKey
+from marlkit.modules._checks import get_tensor
 from marlkit.modules.activations import Tanh
 from marlkit.modules.mlp import MultiAgentMLP
 
@@ -101,6 +103,20 @@ class StateValueCritic(TensorDictModule):
         out = value_key if value_key is not None else (group, STATE_VALUE)
         super().__init__(module, in_keys=[in_key], out_keys=[out])
         self.group = group
+
+    def value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The values ``[*B, n_agents, 1]`` for ``tensordict``, not written into it: what
+        calling the critic writes at its out key. A loss calls this at every update; it skips
+        the module's key bookkeeping unless hooks are registered on it.
+
+        Raises:
+            KeyError: ``tensordict`` lacks the critic's input.
+        """
+        who = f"StateValueCritic (group {self.group!r})"
+        x = get_tensor(tensordict, self.in_keys[0], who, "that the critic reads")
+        if self._forward_hooks or self._forward_pre_hooks:
+            return self(tensordict.select(*self.in_keys)).get(self.out_keys[0])
+        return self.module(x)
 
 
 class ValueNorm(nn.Module):

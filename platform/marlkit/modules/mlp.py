@@ -103,7 +103,10 @@ class StackedLinear(nn.Module):
         """``x`` ``[n_stacks, N, in]`` (or ``[N, in]``/``[1, N, in]`` with one stack) ->
         ``[n_stacks, N, out]``."""
         if self.n_stacks == 1:
-            return torch.addmm(self.bias[0], x.reshape(-1, self.in_features), self.weight[0]).view(
+            # squeeze, not [0]: its backward is a view of the gradient, where select's
+            # allocates a zeroed parameter-sized tensor and copies into it, per parameter
+            w, b = self.weight.squeeze(0), self.bias.squeeze(0)
+            return torch.addmm(b, x.reshape(-1, self.in_features), w).view(
                 *x.shape[:-1], self.out_features
             )
         return self.stacked(x, self.weight, self.bias)
@@ -232,10 +235,11 @@ class MultiAgentMLP(nn.Module):
     ) -> torch.Tensor:
         """The layers and activations over ``h``; with ``params``, each layer's ``(weight,
         bias)`` for the stacks ``h`` holds (a group's slices) instead of the layer's own."""
+        activations = list(self.activations)  # indexing a ModuleList costs more than this
         for i, layer in enumerate(self.layers):
             h = layer(h) if params is None else StackedLinear.stacked(h, *params[i])
-            if i < len(self.activations):
-                h = self.activations[i](h)
+            if i < len(activations):
+                h = activations[i](h)
         return h
 
     def _grouped_layers(self, h: torch.Tensor, group: int) -> torch.Tensor:
@@ -249,7 +253,7 @@ class MultiAgentMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[*B, n_agents, n_agent_inputs]`` -> ``[*B, n_agents, n_agent_outputs]``."""
         batch = check_agent_input(x, self.n_agents, self.n_agent_inputs, "MultiAgentMLP input")
-        dtype = self.layers[0].weight.dtype
+        dtype = next(iter(self.layers)).weight.dtype
         if x.dtype != dtype:
             raise TypeError(
                 f"MultiAgentMLP input: expected {dtype} (the parameters' dtype), got {x.dtype}; "

@@ -24,7 +24,7 @@ from marlkit.data.keys import (
     NestedKey,
 )
 from marlkit.modules._checks import check_bool
-from marlkit.modules.critics import ValueNorm
+from marlkit.modules.critics import StateValueCritic, ValueNorm
 from marlkit.objectives._keys import replace_keys
 
 __all__ = ["ClipPPOLoss", "PPOKeys"]
@@ -263,9 +263,13 @@ class ClipPPOLoss(TensorDictModuleBase):
         self, td: TensorDictBase, target: torch.Tensor, w: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         k = self.tensor_keys
-        keys = [key for key in getattr(self.critic_network, "in_keys", []) if key in td.keys(True)]
-        out = self.critic_network(td.select(*keys) if keys else td.copy())
-        value = self._get(out, k.value, "value")
+        critic = self.critic_network
+        if isinstance(critic, StateValueCritic) and critic.out_keys[0] == k.value:
+            value = critic.value(td)  # the same values, without the module's key bookkeeping
+        else:
+            keys = [key for key in getattr(critic, "in_keys", []) if key in td.keys(True)]
+            out = critic(td.select(*keys) if keys else td.copy())
+            value = self._get(out, k.value, "value")
         self._check_shape(value, k.value, tuple(target.shape))
         goal = self.value_norm.normalize(target) if self.value_norm is not None else target
         dist = self._distance(value, goal)
