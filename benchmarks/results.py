@@ -12,6 +12,8 @@ experiments that have one runs for the same seeds, alternating with ours seed by
 a change of machine load hits both sides alike. The mean and a 95 % percentile-bootstrap
 interval over the seeds are reported for the final reward and the wall-clock, and the curves
 (mean and band over seeds) are drawn into ``--img`` (``docs/img/results-<experiment>.png``).
+``--threads N`` (default 1) gives both sides N torch threads (the scripts' ``threads=N``, the
+peers' ``--threads N``): 1 compares the code on one core, 2 the machine's default on two.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from marlkit.record import bootstrap_ci, plot_with_bands, read_metrics
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "sota-implementations"
 PEERS = ROOT / "benchmarks" / "peers"
-QUIET = ("eval.every=0", "logger.backends=[csv]", "threads=1")
+QUIET = ("eval.every=0", "logger.backends=[csv]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +146,9 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 
-def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) -> dict[str, Any]:
+def run_ours(
+    exp: Experiment, seed: int, out: pathlib.Path, extra: list[str], threads: int = 1
+) -> dict[str, Any]:
     run_dir = out / f"seed{seed}"
     if run_dir.exists():  # this harness's own output of an earlier run: a fresh run, not a resume
         shutil.rmtree(run_dir)
@@ -154,6 +158,7 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
         *(("--config-name", exp.config) if exp.config else ()),
         *exp.overrides,
         *QUIET,
+        f"threads={threads}",
         f"seed={seed}",
         f"run_dir={run_dir}",
         *extra,
@@ -189,9 +194,9 @@ def run_ours(exp: Experiment, seed: int, out: pathlib.Path, extra: list[str]) ->
     }
 
 
-def run_peer(exp: Experiment, seed: int, python: str) -> dict[str, Any]:
+def run_peer(exp: Experiment, seed: int, python: str, threads: int = 1) -> dict[str, Any]:
     assert exp.peer is not None
-    cmd = [python, str(PEERS / exp.peer), "--seed", str(seed)]
+    cmd = [python, str(PEERS / exp.peer), "--seed", str(seed), "--threads", str(threads)]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
     seconds = time.perf_counter() - start
@@ -218,9 +223,12 @@ def _band(runs: list[dict[str, Any]]) -> tuple[Any, Any, Any, Any]:
     return x, ci.mean, ci.low, ci.high
 
 
-def report(name: str, sides: dict[str, list[dict[str, Any]]], img: pathlib.Path) -> dict:
+def report(
+    name: str, sides: dict[str, list[dict[str, Any]]], img: pathlib.Path, threads: int = 1
+) -> dict:
     exp = EXPERIMENTS[name]
     out: dict[str, Any] = {"experiment": name, "what": exp.what, "measure": exp.measure}
+    out["threads"] = threads  # torch's threads on both sides
     for side, runs in sides.items():
         out[side] = {
             "final_reward": _ci([r["final"] for r in runs]),
@@ -271,7 +279,7 @@ def throughput(out: pathlib.Path) -> dict[str, Any]:
         sys.executable,
         str(SCRIPTS / "mappo_ippo" / "mappo_ippo.py"),
         *overrides,
-        *QUIET[:-1],
+        *QUIET,
         "threads=2",
         f"run_dir={run_dir}",
     ]
@@ -301,6 +309,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "runs" / "results"))
     parser.add_argument("--img", default=str(ROOT / "docs" / "img"))
     parser.add_argument("--override", action="append", default=[], help="extra overrides")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads on both sides (the scripts' threads=, the peers' --threads)",
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     for name in args.experiments:
@@ -317,10 +331,10 @@ def main() -> None:
             order = ["marlkit", "torchrl"] if i % 2 == 0 else ["torchrl", "marlkit"]
             for side in order:
                 if side == "marlkit":
-                    sides[side].append(run_ours(exp, seed, out, args.override))
+                    sides[side].append(run_ours(exp, seed, out, args.override, args.threads))
                 elif peer:
-                    sides[side].append(run_peer(exp, seed, peer))
-        print(json.dumps(report(name, sides, pathlib.Path(args.img))), flush=True)
+                    sides[side].append(run_peer(exp, seed, peer, args.threads))
+        print(json.dumps(report(name, sides, pathlib.Path(args.img), args.threads)), flush=True)
 
 
 if __name__ == "__main__":
