@@ -423,6 +423,32 @@ def test_partial_reset_resets_only_the_selected_envs() -> None:
     assert env.vmas_env.steps.tolist() == [3, 0, 3, 3]
 
 
+def test_every_env_done_is_one_vectorised_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # episodes cut at the same step (max_steps) reset every env: VMAS's one batched call, not
+    # a reset_at per env (each saves and restores three random states), as TorchRL's wrapper
+    env = _make("balance", n_agents=2, max_steps=2)
+    calls: list[str] = []
+    raw = env.vmas_env
+    for name in ("reset", "reset_at"):
+        original = getattr(raw, name)
+
+        def spy(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(raw, name, spy)
+    td = env.reset()
+    calls.clear()
+    for _ in range(2):
+        _, td = env.step_and_maybe_reset(env.rand_action(td))
+    assert calls == ["reset"]
+    assert env.vmas_env.steps.tolist() == [0, 0, 0, 0]
+    td["_reset"] = torch.tensor([True, False, True, False]).unsqueeze(-1)
+    calls.clear()
+    env.reset(td)
+    assert calls == ["reset_at", "reset_at"]
+
+
 def test_same_seed_same_rollout_other_seed_differs() -> None:
     env = _make("balance", n_agents=2)
     runs = []
