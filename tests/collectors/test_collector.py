@@ -189,6 +189,35 @@ def test_a_bad_policy_output_names_the_key_and_what_came(make, error, message) -
         next(iter(collector))
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            lambda t: None if t == 0 else torch.zeros(4, 2),
+            r"step 1 of the batch adds \('agents', 'extra'\)",
+        ),
+        (
+            lambda t: torch.zeros(4, 2, t + 1),
+            r"'extra'\) has shape \[4, 2, 2\] at step 1 .* \[4, 2, 1\]",
+        ),
+    ],
+)
+def test_a_policy_whose_keys_change_between_steps_is_named(extra, message) -> None:  # type: ignore[no-untyped-def]
+    # a key written from the second step on, or with another shape: the steps cannot stack
+    # into a batch, and the error says which key and step (tensordict's names neither)
+    steps = iter(range(100))
+
+    def policy(td: TensorDictBase) -> TensorDictBase:
+        value = extra(next(steps))
+        if value is not None:
+            td.set(("agents", "extra"), value)
+        return td.set(ACT, torch.zeros(4, 2, 2))
+
+    collector = Collector(nav(), policy, frames_per_batch=8)
+    with pytest.raises(ValueError, match=message):
+        next(iter(collector))
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(
         ValueError, match=r"frames_per_batch=10 is not a multiple of the 4 envs.*use 8 or 12"

@@ -104,6 +104,8 @@ def test_bad_buffers_and_batches_that_do_not_fit_are_named() -> None:
     with pytest.raises(KeyError, match=r"does not fit the replay buffer.*init_random_frames"):
         collector.next()
     assert len(rb) == 8  # nothing of the refused batch was written
+    assert (collector.frames, collector.batches) == (8, 1)  # nor counted
+    assert collector.state_dict()["frames"] == 8
 
 
 def test_a_killed_worker_leaves_the_buffer_as_after_the_last_whole_batch() -> None:

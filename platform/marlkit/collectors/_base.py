@@ -285,16 +285,18 @@ class CollectorBase(abc.ABC):
         batch = self._collect()
         seconds = max(time.perf_counter() - start, 1e-9)
         frames = int(batch.numel())
-        self.frames += frames
-        self.batches += 1
-        self.frames_per_s = frames / seconds
-        self._advance_bar(frames)
         if self.split_trajs:
             batch = split_trajectories(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
         if self.replay_buffer is not None:
             self._store(batch)
+        # counted once delivered: a batch that postproc or the replay buffer refused is not in
+        # frames (nor in a state_dict), as it is in no buffer
+        self.frames += frames
+        self.batches += 1
+        self.frames_per_s = frames / seconds
+        self._advance_bar(frames)
         return batch
 
     def _store(self, batch: TensorDictBase) -> None:

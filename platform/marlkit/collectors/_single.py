@@ -47,6 +47,32 @@ def _parameter_device(policy: Any) -> torch.device | None:
     return None
 
 
+def _unstackable(steps: list[TensorDictBase], err: RuntimeError) -> Exception:
+    """Why the steps of a batch do not stack: the first step whose keys or shapes differ from
+    the first step's, named (tensordict's own message names neither)."""
+    first = {k: v.shape for k, v in steps[0].items(True, True)}
+    for t, step in enumerate(steps[1:], 1):
+        here = {k: v.shape for k, v in step.items(True, True)}
+        added = ", ".join(sorted(map(repr, here.keys() - first)))
+        missing = ", ".join(sorted(map(repr, first.keys() - here.keys())))
+        if added or missing:
+            parts = [f"adds {added}" if added else "", f"lacks {missing}" if missing else ""]
+            change = " and ".join(part for part in parts if part)
+            return ValueError(
+                f"Collector: step {t} of the batch {change} against its first step: the policy "
+                "(and the env) must write the same keys at every step, so that the steps stack "
+                "into one batch; write such a key at every step (zeros where it has no value)"
+            )
+        for key, shape in here.items():
+            if shape != first[key]:
+                return ValueError(
+                    f"Collector: {key!r} has shape {list(shape)} at step {t} of the batch and "
+                    f"{list(first[key])} at its first step: a key must keep its shape across "
+                    "steps, so that the steps stack into one batch"
+                )
+    return err
+
+
 class Collector(CollectorBase):
     """Batches of ``frames_per_batch`` frames from ``env``, as an iterator.
 
@@ -239,7 +265,10 @@ class Collector(CollectorBase):
                 if bool(done.any()):  # those envs were reset: new trajectories from here on
                     self._new_ids(done)
         self._root = root
-        batch = stack_tensordicts(steps, len(self.env.batch_size))
+        try:
+            batch = stack_tensordicts(steps, len(self.env.batch_size))
+        except RuntimeError as err:
+            raise _unstackable(steps, err) from None
         if self.storing_device != self.env.device:
             batch = batch.to(self.storing_device)
         return batch
