@@ -4,6 +4,7 @@ bad input refused with the buffer unchanged, and state that restores exactly."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -316,6 +317,43 @@ def test_a_memmap_storage_reopens_its_items(tmp_path: Path) -> None:
     ]
     with pytest.raises(FileNotFoundError, match="holds no memmap storage"):
         MemmapStorage.open(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ({"len": 20}, r"storage.json: len 20 above capacity 8"),
+        ({"len": -1}, r"storage.json: len must be an int >= 0"),
+        ({"capacity": "8"}, r"storage.json: capacity must be an int >= 1, got str"),
+        ({"capacity": 16}, r"item files hold \[8\] slots, storage.json says capacity 16"),
+        ({"allocated": False}, r"5 items were written, but none are allocated"),
+        ({"allocated": "yes"}, r"allocated must be true or false"),
+        ("{not json", r"storage.json: Expecting property name"),
+        ({"len": None, "drop": "len"}, r"storage.json: no 'len' entry"),
+        ("no data", r"item files do not load \(FileNotFoundError"),
+    ],
+)
+def test_a_damaged_memmap_storage_is_refused_naming_what(
+    tmp_path: Path, damage: object, message: str
+) -> None:
+    # a hand-edited or half-copied storage: refused with the file and what is wrong, where it
+    # used to open with a length past its slots or fail deep in tensordict
+    rb = ReplayBuffer(MemmapStorage(8, tmp_path / "live"))
+    rb.extend(items(0, 5))
+    meta_file = tmp_path / "live" / "storage.json"
+    meta = json.loads(meta_file.read_text())
+    if damage == "no data":
+        shutil.rmtree(tmp_path / "live" / "data")
+    elif isinstance(damage, str):
+        meta_file.write_text(damage)
+    else:
+        assert isinstance(damage, dict)
+        meta.update({k: v for k, v in damage.items() if k != "drop"})
+        meta.pop(damage.get("drop", ""), None)
+        meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=message) as err:
+        MemmapStorage.open(tmp_path / "live")
+    assert str(tmp_path / "live") in str(err.value) and "damaged" in str(err.value)
 
 
 # ---------------------------------------------------------------------- groups

@@ -436,21 +436,49 @@ class MemmapStorage(Storage):
 
         Raises:
             FileNotFoundError: no storage there.
+            ValueError: a ``storage.json`` that does not parse or holds impossible values (a
+                length above the capacity, say), or item files that do not load or do not
+                hold ``capacity`` slots; the message names the file.
         """
         folder = Path(path)
         meta_file = folder / _META
         if not meta_file.exists():
             raise FileNotFoundError(f"{folder} holds no memmap storage ({_META} is missing)")
-        meta = json.loads(meta_file.read_text())
+
+        def damaged(why: str) -> ValueError:
+            return ValueError(f"memmap storage {folder}: {why}; the storage is damaged")
+
+        try:
+            meta = json.loads(meta_file.read_text())
+            capacity = check_int("capacity", meta["capacity"], low=1)
+            length = check_int("len", meta["len"], low=0)
+            if length > capacity:
+                raise ValueError(f"len {length} above capacity {capacity}")
+            allocated = meta["allocated"]
+            if not isinstance(allocated, bool):
+                raise ValueError(f"allocated must be true or false, got {allocated!r}")
+            cursor = _cursor(length, capacity, meta.get("cursor"), str(meta_file))
+        except (ValueError, TypeError, KeyError) as err:  # JSONDecodeError is a ValueError
+            what = f"no {err.args[0]!r} entry" if isinstance(err, KeyError) else str(err)
+            raise damaged(f"{_META}: {what}") from None
         storage = cls.__new__(cls)
-        Storage.__init__(storage, int(meta["capacity"]))
+        Storage.__init__(storage, capacity)
         storage.path = folder
-        if meta["allocated"]:
-            storage._set_data(TensorDict.load_memmap(folder / "data"))
-        storage._len = int(meta["len"])
-        storage._cursor = _cursor(
-            storage._len, storage.capacity, meta.get("cursor"), str(meta_file)
-        )
+        if allocated:
+            try:
+                data = TensorDict.load_memmap(folder / "data")
+            except Exception as err:  # missing or truncated files, a broken meta.json
+                raise damaged(f"its item files do not load ({type(err).__name__}: {err})") from None
+            if not data.batch_size or data.batch_size[0] != capacity:
+                raise damaged(
+                    f"its item files hold {list(data.batch_size)[:1]} slots, {_META} says "
+                    f"capacity {capacity}"
+                )
+            storage._set_data(data)
+        elif length:
+            raise damaged(f"{_META} says {length} items were written, but none are allocated")
+        storage._len = length
+        storage._cursor = cursor
         return storage
 
     def _allocate(self, like: TensorDictBase) -> TensorDictBase:
