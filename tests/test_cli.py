@@ -51,6 +51,30 @@ def test_run_prints_throughput_and_rewards(tmp_path: pathlib.Path) -> None:
     assert summary["episodes"]["agents"] == 4 * 3  # 30 steps / 10 per episode, 4 envs
 
 
+def test_run_refuses_more_envs_than_memory_holds(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a probe of 64 envs sizes the batch before it is made: too many envs is a one-line error
+    # with the estimate and what fits, not a run the out-of-memory killer ends
+    import marlkit.cli as cli
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  1000 kB\nMemAvailable:    100 kB\n")
+    monkeypatch.setattr(cli, "_MEMINFO", meminfo)
+    assert main(["run", "navigation", "--envs", "1000", "--steps", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(
+        r"--envs 1000 of navigation would take about .* GiB \(.* KiB per env, measured on 64 "
+        r"envs\), and 0\.0 GiB is available: use at most about \d+ envs",
+        err,
+    ), err
+    assert main(["run", "navigation", "--envs", "64", "--steps", "1", "--no-progress"]) == 0
+    meminfo.write_text("MemAvailable:    100000000 kB\n")  # 95 GiB: fits
+    assert main(["run", "navigation", "--envs", "1000", "--steps", "1", "--no-progress"]) == 0
+    monkeypatch.setattr(cli, "_MEMINFO", tmp_path / "none")  # not Linux: no check
+    assert main(["run", "navigation", "--envs", "1000", "--steps", "1", "--no-progress"]) == 0
+
+
 def test_run_discrete_actions() -> None:
     out = marlkit_cmd(
         "run", "navigation", "--discrete", "--envs", "2", "--steps", "5", "--no-progress"
