@@ -328,6 +328,6 @@ def test_the_direct_critic_and_actor_calls_give_the_generic_module_path_s_loss(d
         grads = torch.autograd.grad(total(out), params)
         results.append((out, grads))
     (out, grads), (ref, ref_grads) = results
-    for key in ref:
-        assert torch.equal(out[key], ref[key]), key
+    for key, value in ref.items():
+        assert torch.equal(out[key], value), key
     assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
