@@ -379,6 +379,24 @@ class TestBounded:
         counts = torch.bincount(sample.long(), minlength=4).float() / sample.numel()
         assert torch.allclose(counts, torch.full((4,), 0.25), atol=0.02)
 
+    @pytest.mark.parametrize(
+        ("low", "high"),
+        [(-(2**63), 2**63 - 1), (0, 2**63 - 1), (-(2**62), 2**62), (-(2**60), 2**60 + 7)],
+    )
+    def test_int64_rand_spanning_2_53_or_more_spreads_over_the_range(self, low, high):
+        # high - low does not fit in int64 offsets (a Gymnasium int Box with the int64 limits):
+        # the samples used to be the upper bound every time; now spread over [low, high], in
+        # both halves, and inside
+        spec = Bounded(low, high, (4_000,), dtype=torch.int64)
+        sample = spec.rand(generator=_gen())
+        assert spec.is_in(sample)
+        assert sample.unique().numel() > 3_900
+        mid = low // 2 + high // 2
+        below = float((sample < mid).double().mean())
+        assert 0.45 < below < 0.55, below
+        edge = Bounded(2**63 - 3, 2**63 - 1, (300,), dtype=torch.int64).rand(generator=_gen())
+        assert set(edge.tolist()) == {2**63 - 3, 2**63 - 2, 2**63 - 1}  # narrow: still exact
+
     def test_zero_is_clamped(self):
         assert Bounded(1.0, 2.0, (2,)).zero().tolist() == [1.0, 1.0]
         assert Bounded(-2.0, -1.0).zero().item() == -1.0

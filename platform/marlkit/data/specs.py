@@ -67,6 +67,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+#: int spans from which a Bounded spec samples in float64 (below it, exact int64 offsets)
+_EXACT_SPAN = float(2**53)
+_BELOW_2_63 = float(2**63 - 2**10)  # the largest float64 below 2**63
+
+
 def _short(value: torch.Tensor, limit: int = 6) -> str:
     flat = value.detach().reshape(-1)
     items = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in flat[:limit].tolist())
@@ -377,13 +382,20 @@ class Bounded(TensorSpec):
             u = torch.rand(shape, generator=generator, device=self.device, dtype=self.dtype)
             # low * (1 - u) + high * u never forms high - low, which overflows for wide boxes.
             return (low * (1 - u) + high * u).clamp_(min=low, max=high)
-        # Offsets in int64, so that high - low cannot wrap around in a narrow dtype (an int64
-        # box spanning 2**63 or more still wraps: its samples stay inside but are not uniform).
+        # Offsets in int64, so that high - low cannot wrap around in a narrow dtype.
         u = torch.rand(shape, generator=generator, device=self.device, dtype=torch.float64)
         low64, high64 = low.long(), high.long()
-        span = (high64 - low64).to(torch.float64) + 1.0
-        offset = torch.minimum(torch.floor(u * span).long(), high64 - low64)
-        return (low64 + offset).clamp(min=low64, max=high64).to(self.dtype)
+        low_f, high_f = low64.double(), high64.double()
+        if bool((high_f - low_f < _EXACT_SPAN).all()):
+            span = (high64 - low64).to(torch.float64) + 1.0
+            offset = torch.minimum(torch.floor(u * span).long(), high64 - low64)
+            return (low64 + offset).clamp(min=low64, max=high64).to(self.dtype)
+        # A span of 2**53 or more (an int64 box, e.g. a Gymnasium int Box with the int64 limits
+        # as bounds) does not fit in int64 offsets: drawn in float64 between the bounds, on a
+        # grid of span / 2**53, kept below 2**63 so that it converts back to int64.
+        x = torch.floor(low_f + u * (high_f - low_f + 1.0))
+        x = torch.minimum(x.clamp(min=low_f), high_f.clamp(max=_BELOW_2_63))
+        return x.long().clamp(min=low64, max=high64).to(self.dtype)
 
     def _zero(self, shape: torch.Size) -> torch.Tensor:
         zeros = torch.zeros(shape, dtype=self.dtype, device=self.device)
