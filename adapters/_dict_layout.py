@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from marlkit._utils import import_optional
-from marlkit.adapters._spaces import GIVEN_SPEC, describe, numpy_dtype, spec_from_space
+from marlkit.adapters._spaces import GIVEN_SPEC, box_dtype, describe, numpy_dtype, spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.keys import ACTION_MASK, OBSERVATION
 from marlkit.data.specs import (
@@ -132,7 +132,7 @@ def space_leaves(space: Any, key: Key, path: tuple[Any, ...]) -> list[Leaf]:
     store = tuple(spec.shape)
     start: Any = None
     if isinstance(space, spaces.Box):
-        value_shape, dtype = tuple(space.shape), np.dtype(space.dtype)
+        value_shape, dtype = tuple(space.shape), box_dtype(space)
     elif isinstance(space, spaces.Discrete):
         value_shape, dtype, start = (), np.dtype(np.int64), int(space.start)
         start = start or None

@@ -4,7 +4,8 @@
 
 =====================  =======================================================
 ``Box``                ``Bounded`` when every bound is finite, else ``Unbounded``;
-                       a bool Box gives bool ``Binary`` (``Categorical(2)`` if 0-d)
+                       a bool Box gives bool ``Binary`` (``Categorical(2)`` if 0-d);
+                       uint16/32/64 are held as int32/int64 (torch cannot compare them)
 ``Discrete(n, start)`` ``Categorical(n)`` (values shifted by ``start``)
 ``MultiDiscrete``      ``MultiCategorical(nvec)`` (values shifted by ``start``)
 ``MultiBinary(n)``     ``Binary(n)``
@@ -31,7 +32,7 @@ from marlkit._utils import import_optional
 from marlkit.data.composite import Composite
 from marlkit.data.specs import Binary, Bounded, Categorical, MultiCategorical, TensorSpec, Unbounded
 
-__all__ = ["spec_from_space", "to_space", "to_tensor"]
+__all__ = ["box_dtype", "spec_from_space", "to_space", "to_tensor"]
 
 
 def _spaces() -> Any:
@@ -73,6 +74,34 @@ def _torch_dtype(dtype: Any) -> torch.dtype:
     return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
 
 
+#: Unsigned ints wider than 8 bits, which torch cannot compare or clamp: held in the next signed
+#: int that holds every value (a uint64 Box whose bounds pass 2**63 - 1 is refused).
+_WIDER: dict[np.dtype[Any], np.dtype[Any]] = {
+    np.dtype(np.uint16): np.dtype(np.int32),
+    np.dtype(np.uint32): np.dtype(np.int64),
+}
+_WIDER[np.dtype(np.uint64)] = np.dtype(np.int64)
+
+
+def box_dtype(space: Any) -> np.dtype[Any]:
+    """The NumPy dtype a ``Box``'s values are held in: its own, except for unsigned ints wider
+    than 8 bits (see :data:`_WIDER`).
+
+    Raises:
+        TypeError: a uint64 Box with a bound above ``2**63 - 1``.
+    """
+    dtype = np.dtype(space.dtype)
+    wider = _WIDER.get(dtype)
+    if wider is None:
+        return dtype
+    if dtype == np.uint64 and np.any(np.asarray(space.high) > np.iinfo(np.int64).max):
+        raise TypeError(
+            f"{space_repr(space)}: torch has no comparisons of uint64, and its bounds pass "
+            f"int64's {np.iinfo(np.int64).max}; give the space bounds within int64"
+        )
+    return wider
+
+
 def spec_from_space(
     space: Any,
     batch_shape: Sequence[int] = (),
@@ -92,7 +121,7 @@ def spec_from_space(
         return placed.expand(*batch, *given.shape)
     if isinstance(space, spaces.Box):
         shape = (*batch, *space.shape)
-        dtype = _torch_dtype(space.dtype)
+        dtype = _torch_dtype(box_dtype(space))
         if dtype == torch.bool:  # e.g. board planes (go_v5): flags, which Bounded does not take
             if not space.shape:
                 return Categorical(2, batch, torch.bool, device)
@@ -189,7 +218,8 @@ def to_tensor(
                 f"values of the {space_repr(space)} that {space.dtype} cannot hold exactly (they "
                 f"would wrap or be truncated): {describe(array)}"
             )
-        return torch.as_tensor(array.astype(space.dtype, copy=False), device=device)
+        held = array.astype(space.dtype, copy=False).astype(box_dtype(space), copy=False)
+        return torch.as_tensor(held, device=device)
     if isinstance(space, spaces.Discrete):
         return torch.as_tensor(array.astype(np.int64) - int(space.start), device=device)
     if isinstance(space, spaces.MultiDiscrete):

@@ -34,7 +34,7 @@ from marlkit.adapters._dict_env import (
     check_renders,
     space_from_spec,
 )
-from marlkit.adapters._spaces import spec_from_space
+from marlkit.adapters._spaces import GIVEN_SPEC, _spaces_of, space_repr, spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike
 from marlkit.data.keys import ACTION, DONE, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
@@ -130,16 +130,49 @@ def _as_tensor(value: Any) -> torch.Tensor:
     return value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
 
 
+def _converted(space: Any) -> str | None:
+    """Why the values of a Gymnasium ``space`` differ from those of its spec (a ``start``
+    offset, dims that the spec flattens), or None where they are the same arrays."""
+    spaces = _spaces_of(space)
+    if getattr(space, GIVEN_SPEC, None) is not None:
+        return None
+    if isinstance(space, spaces.Dict):
+        reasons = (_converted(s) for s in space.spaces.values())
+        return next((r for r in reasons if r is not None), None)
+    if isinstance(space, spaces.Tuple):
+        return "its entries are a tuple, the spec's a dict keyed '0', '1', ..."
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)) and np.any(space.start):
+        return f"its values start at {space.start}, the spec's at 0"
+    if isinstance(space, spaces.MultiDiscrete) and np.ndim(space.nvec) > 1:
+        return f"its values have shape {tuple(space.shape)}, the spec flattens them"
+    if isinstance(space, spaces.MultiBinary) and len(space.shape) > 1:
+        return f"its values have shape {tuple(space.shape)}, the spec flattens them"
+    return None
+
+
 def _per_agent_spec(value: Any, lead: tuple[int, ...], what: str) -> TensorSpec | Composite:
-    """A per-agent space or spec expanded to ``lead`` (``[*B, n]`` or ``[*B]``)."""
+    """A per-agent space or spec expanded to ``lead`` (``[*B, n]`` or ``[*B]``).
+
+    Raises:
+        TypeError: neither a spec nor a space; or a space whose values are not its spec's
+            (``from_batched`` passes the simulator's arrays through as they are).
+    """
     if isinstance(value, Composite):
         return value.expand(*lead, *value.shape)
     if isinstance(value, TensorSpec):
         return value.expand(*lead, *value.shape)
     try:
-        return spec_from_space(value, lead)
+        spec = spec_from_space(value, lead)
     except TypeError as err:
         raise TypeError(f"{what} must be a marlkit spec or a Gymnasium space: {err}") from None
+    why = _converted(value)
+    if why is not None:
+        raise TypeError(
+            f"{what}: from_batched passes the simulator's arrays through as they are, and the "
+            f"values of {space_repr(value)} are not those of its spec {spec!r}: {why}; give the "
+            "spec (and convert in the simulator), or use from_parallel, which converts per agent"
+        )
+    return spec
 
 
 class BatchedEnv(EnvBase):

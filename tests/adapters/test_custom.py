@@ -459,6 +459,38 @@ def test_from_batched_passes_the_conformance_kit():
     )
 
 
+@pytest.mark.parametrize(
+    ("space", "why"),
+    [
+        (spaces.Discrete(3, start=1), r"its values start at 1, the spec's at 0"),
+        (spaces.MultiDiscrete([2, 3], start=[1, 0]), r"its values start at \[1 0\]"),
+        (spaces.MultiDiscrete([[2, 3], [2, 2]]), r"shape \(2, 2\), the spec flattens them"),
+        (spaces.MultiBinary([2, 2]), r"shape \(2, 2\), the spec flattens them"),
+        (spaces.Tuple([spaces.Discrete(2)]), "a tuple"),
+        (spaces.Dict({"a": spaces.Discrete(4, start=-1)}), "start at -1"),
+    ],
+)
+def test_from_batched_refuses_spaces_whose_values_are_not_their_spec_s(space, why) -> None:  # type: ignore[no-untyped-def]
+    # from_batched passes arrays through: a Discrete(3, start=1) observation was stored
+    # unshifted, outside the declared Categorical(3), and actions 0..2 went to a simulator
+    # that takes 1..3. Refused, naming the space and what to give instead.
+    def make(observation_space: Any) -> BatchedEnv:
+        return from_batched(
+            Particles(3),
+            num_envs=3,
+            group_map={"particles": 2},
+            observation_spaces={"particles": observation_space},
+            action_spaces={"particles": Bounded(-1.0, 1.0, (1,))},
+        )
+
+    with pytest.raises(TypeError, match=why) as err:
+        make(space)
+    assert "observation of particles: from_batched passes" in str(err.value)
+    assert "use from_parallel" in str(err.value)
+    for fine in (spaces.Discrete(3), spaces.MultiDiscrete([2, 3]), spaces.MultiBinary(4)):
+        make(fine)
+
+
 def test_the_kit_catches_a_simulator_that_ignores_the_reset_mask():
     class Stubborn(Particles):  # a partial reset resets nothing
         def reset(self, seed: int | None = None, env_mask: np.ndarray | None = None) -> dict:
@@ -713,3 +745,24 @@ def test_a_value_that_does_not_fit_names_the_spec_given() -> None:
     box = spaces.Box(-1.0, 1.0, (3,))  # a space given: named as the space
     with pytest.raises(SimulatorOutputError, match=r"from its space Box\(-1.0, 1.0, \(3,\)"):
         from_parallel(Typed, observation_spaces=box, action_spaces=Categorical(3, (2,)))
+
+
+def test_from_parallel_holds_wide_unsigned_boxes_in_signed_ints() -> None:
+    # a uint16/uint32 Box (torch cannot compare them) observed and acted in, per agent
+    class Counters(Typed):
+        def observation_space(self, agent: str) -> Any:
+            return spaces.Box(0, 60_000, (2,), np.uint16)
+
+        def action_space(self, agent: str) -> Any:
+            return spaces.Box(0, 5, (1,), np.uint32)
+
+        def _obs(self) -> Any:
+            return np.array([60_000, self.t], np.uint16)
+
+    env = from_parallel(Counters, num_envs=2, seed=0)
+    assert env.observation_spec["agents", "observation"].dtype == torch.int32
+    assert env.action_spec["agents", "action"].dtype == torch.int64
+    rollout = env.rollout(3)
+    assert rollout["next", "agents", "observation"][0, -1, 0].tolist() == [60_000, 3]
+    assert env.simulators[0].received[-1]["a"].dtype == np.uint32
+    check_adapter(env)

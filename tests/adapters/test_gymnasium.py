@@ -187,6 +187,57 @@ def test_dict_tuple_multidiscrete_spaces(closing: Any) -> None:
     assert out["agents", "observation", "flags", "0"][:, 0].tolist() == [[1, 0], [1, 0]]
 
 
+class WideUints(gym.Env):
+    """A counter in a uint16/32/64 Box, moved by an action in a Box of the same dtype."""
+
+    def __init__(self, dtype: Any = np.uint16, high: int = 60_000) -> None:
+        self.observation_space = spaces.Box(0, high, (2,), dtype)
+        self.action_space = spaces.Box(0, 3, (1,), dtype)
+        self.seen: list[Any] = []
+        self.x = np.zeros(2, dtype)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        self.x = np.array([high_value(self.observation_space), 0], self.observation_space.dtype)
+        return self.x.copy(), {}
+
+    def step(self, action: Any) -> tuple:
+        self.seen.append(action)
+        if not self.action_space.contains(action):
+            raise ValueError(f"an action outside the space: {action!r}")
+        self.x[1] += action[0]
+        return self.x.copy(), 0.0, False, False, {}
+
+
+def high_value(space: Any) -> int:
+    return int(space.high[0])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "held"),
+    [(np.uint16, torch.int32), (np.uint32, torch.int64), (np.uint64, torch.int64)],
+)
+def test_unsigned_boxes_wider_than_8_bits_are_held_in_a_signed_int(
+    closing: Any, dtype: Any, held: torch.dtype
+) -> None:
+    # torch cannot compare uint16/32/64: a Box of them failed at construction ("lt_cpu" not
+    # implemented for 'UInt16'); its values are now held in the next signed int
+    sim = WideUints(dtype)
+    env = GymnasiumEnv(sim, seed=0)
+    closing(env)
+    assert env.observation_spec["agents", "observation"].dtype == held
+    assert env.action_spec["agents", "action"].dtype == held
+    rollout = env.rollout(4)
+    assert rollout["agents", "observation"][0, 0].tolist() == [60_000, 0]
+    assert all(np.asarray(a).dtype == dtype for a in sim.seen)  # in the simulator's own dtype
+    check_adapter(env, steps=6)
+
+
+def test_a_uint64_box_past_int64_is_refused(closing: Any) -> None:
+    with pytest.raises(TypeError, match=r"uint64.*bounds pass int64's 9223372036854775807"):
+        GymnasiumEnv(WideUints(np.uint64, high=2**64 - 1))
+
+
 def test_dict_spaces_plain_keys_single(closing: Any) -> None:
     env = make(closing, f"gymnasium/{COUNTDOWN_ID}", plain_keys=True)
     assert env.observation_spec["observation", "flags", "1"].shape == (2,)
