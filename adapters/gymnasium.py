@@ -53,7 +53,14 @@ from marlkit._utils import (
     import_optional,
     keyword_names,
 )
-from marlkit.adapters._spaces import check_seed, spec_from_space, to_space, to_tensor
+from marlkit.adapters._spaces import (
+    SimulatorOutputError,
+    check_seed,
+    space_repr,
+    spec_from_space,
+    to_space,
+    to_tensor,
+)
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import make_group_map
@@ -226,6 +233,7 @@ class GymnasiumEnv(EnvBase):
         b, dev = tuple(self.batch_size), self.device
         lead = b if self.group is None else (*b, 1)
         obs = spec_from_space(self._obs_space, lead, device=dev)
+        self._obs_leaf = spec_from_space(self._obs_space, ())  # one env's, for the checks
         act = spec_from_space(self._act_space, lead, device=dev)
         if self.group is None:
             self.observation_spec = Composite({OBSERVATION: obs}, shape=b, device=dev)
@@ -262,9 +270,31 @@ class GymnasiumEnv(EnvBase):
         ``batched``); a dict of them for Dict/Tuple spaces."""
         lead = len(self.batch_size) if batched else 0
         value = to_tensor(self._obs_space, raw)
+        self._check_obs(value, self._obs_leaf, tuple(self.batch_size)[:lead], ())
         if self.group is None:
             return _tree_map(lambda t: t.to(self.device, copy=True), value)
         return _tree_map(lambda t: t.to(self.device, copy=True).unsqueeze(lead), value)
+
+    def _check_obs(self, value: Tree, spec: Any, lead: tuple[int, ...], key: tuple) -> None:
+        """A SimulatorOutputError for an observation of another shape than its space's, or
+        with a NaN or infinite value, naming the key, as ``from_parallel`` does."""
+        if isinstance(value, dict):
+            for k, v in value.items():
+                self._check_obs(v, spec[k], lead, (*key, k))
+            return
+        name = (OBSERVATION, *key)
+        expected = (*lead, *spec.shape)
+        if tuple(value.shape) != expected:
+            raise SimulatorOutputError(
+                f"the env returned an observation {name!r} of shape {list(value.shape)}, "
+                f"expected {list(expected)} (from its {space_repr(self._obs_space)})"
+            )
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            where = tuple((~torch.isfinite(value)).nonzero()[0].tolist())
+            raise SimulatorOutputError(
+                f"the env returned an observation {name!r} that is not finite: "
+                f"{value[where].item()} at index {list(where)}"
+            )
 
     def _td(self, obs: Tree, group: Mapping[str, Any], root: Mapping[str, Any]) -> TensorDict:
         """The output TensorDict: ``obs`` and ``group`` entries at the observation's level,

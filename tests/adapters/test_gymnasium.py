@@ -556,6 +556,44 @@ def test_values_an_integer_space_cannot_hold_are_refused_not_wrapped(values: lis
     assert fits.dtype == torch.uint8 and fits.tolist() == [[255, 0]]
 
 
+class _Sensor(gym.Env):
+    """A Box(4) observation space whose simulator returns ``value`` at reset and each step."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        return self.value, {}
+
+    def step(self, action: int) -> tuple:
+        return self.value, 0.0, False, False, {}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (np.zeros(5, np.float32), r"observation',\) of shape \[5\], expected \[4\] \(from"),
+        (np.array([0, np.nan, 0, 0], np.float32), r"not finite: nan at index \[1\]"),
+        (np.array([0, 0, np.inf, 0], np.float32), r"not finite: inf at index \[2\]"),
+    ],
+)
+def test_observations_of_another_shape_or_not_finite_are_refused(
+    closing: Any, value: np.ndarray, message: str
+) -> None:
+    # as from_parallel and the PettingZoo adapter: a simulator's bad output is named at the
+    # step it happens, not passed on (a [1, 5] tensor under a [1, 4] spec, or NaN, went through)
+    with pytest.raises(SimulatorOutputError, match=message):
+        GymnasiumEnv(_Sensor(value)).reset()
+    if value.shape == (4,):  # a vector env of them: the env named by its index in the batch
+        env = GymnasiumEnv(gym.vector.SyncVectorEnv([lambda: _Sensor(value)] * 2))
+        closing(env)
+        with pytest.raises(SimulatorOutputError, match=message.replace("[", "[0, ")):
+            env.reset()
+
+
 def test_single_env_seed_matches_gymnasium(closing: Any) -> None:
     env = make(closing, "gymnasium/CartPole-v1", seed=5)
     reference = gym.make("CartPole-v1")
