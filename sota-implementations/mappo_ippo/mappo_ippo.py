@@ -51,6 +51,7 @@ from marlkit.record.config import (
     flag,
     integer,
     number,
+    register_resolvers,
 )
 from marlkit.replay import (
     GroupReplayBuffers,
@@ -59,9 +60,7 @@ from marlkit.replay import (
     TensorStorage,
 )
 
-OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
-# a resumed run keeps the first run's .hydra/ and writes its own config next to it
-OmegaConf.register_new_resolver("if_none", lambda a, b, c: b if a is None else c, replace=True)
+register_resolvers()  # run_folder, if_none: the configs' resolvers
 
 # every value the script reads, checked before anything runs (the key named when one is wrong)
 RULES = {

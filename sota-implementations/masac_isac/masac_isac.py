@@ -54,12 +54,11 @@ from marlkit.record.config import (
     check_config,
     check_not_above,
     flag,
+    register_resolvers,
 )
 from marlkit.replay import GroupReplayBuffers, RandomSampler, ReplayBuffer, TensorStorage
 
-OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
-# a resumed run keeps the first run's .hydra/ and writes its own config next to it
-OmegaConf.register_new_resolver("if_none", lambda a, b, c: b if a is None else c, replace=True)
+register_resolvers()  # run_folder, if_none: the configs' resolvers
 
 # every value the script reads, checked before anything runs (the key named when one is wrong)
 RULES = {**COMMON_RULES, **CRITIC_RULES, **OFF_POLICY_RULES, "loss.fixed_alpha": flag()}

@@ -47,7 +47,14 @@ from marlkit.modules import (
 )
 from marlkit.objectives import QMixerLoss, SoftUpdate
 from marlkit.record import TrainingRun, rng_state, set_rng_state
-from marlkit.record.config import COMMON_RULES, check_config, check_not_above, flag, integer
+from marlkit.record.config import (
+    COMMON_RULES,
+    check_config,
+    check_not_above,
+    flag,
+    integer,
+    register_resolvers,
+)
 from marlkit.replay import (
     GroupReplayBuffers,
     ReplayBuffer,
@@ -55,9 +62,7 @@ from marlkit.replay import (
     TensorStorage,
 )
 
-OmegaConf.register_new_resolver("or", lambda a, b: a or b, replace=True)
-# a resumed run keeps the first run's .hydra/ and writes its own config next to it
-OmegaConf.register_new_resolver("if_none", lambda a, b, c: b if a is None else c, replace=True)
+register_resolvers()  # run_folder, if_none: the configs' resolvers
 
 # every value the script reads, checked before anything runs (the key named when one is wrong)
 RULES = {

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from marlkit.record import read_metrics
-from marlkit.record.config import ConfigError, check_config
+from marlkit.record.config import ConfigError, check_config, register_resolvers
 
 from ._scripts import SCRIPTS, run, script, summary
 from .test_mappo_ippo import BUDGET
@@ -22,8 +24,7 @@ ENVS = sorted(
 
 
 def _compose(name: str, overrides: list[str] | None = None):
-    if not OmegaConf.has_resolver("or"):  # the scripts register it at import
-        OmegaConf.register_new_resolver("or", lambda a, b: a if a is not None else b)
+    register_resolvers()  # as the scripts do at import
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         return compose(config_name=name, overrides=overrides or [])
 
@@ -220,3 +221,17 @@ def test_a_script_refuses_a_bad_value_before_collecting(tmp_path):
     with pytest.raises(AssertionError, match=r"critic.centralised must be a bool, got str: 'no'"):
         run("mappo_ippo", run_dir, (*BUDGET, "critic.centralised=no"))
     assert not (run_dir / "metrics.csv").exists()
+
+
+def test_resume_true_without_a_folder_is_refused_before_hydra_makes_one(tmp_path):
+    # resume=true made Hydra create a folder True/ for the run (run_dir: ${run_folder:...})
+    # before failing in the script with a bare TypeError; now the resolver refuses it
+    cfg = _compose("mappo_ippo", ["resume=true"])
+    with pytest.raises(Exception, match=r"resume takes the folder of the run to go on with"):
+        _ = cfg.run_dir
+    assert _compose("mappo_ippo", ["resume=runs/x"]).run_dir == "runs/x"
+    assert str(_compose("mappo_ippo").run_dir).startswith("runs/mappo_ippo/")
+    argv = [sys.executable, str(script("mappo_ippo")), "resume=true"]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "resume takes the folder" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no True/ (nor any run folder)

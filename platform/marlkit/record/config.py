@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from marlkit._utils import check_flag, check_int, check_real
+from marlkit._utils import check_flag, check_int, check_real, import_optional
 
 __all__ = [
     "COMMON_RULES",
@@ -30,6 +30,8 @@ __all__ = [
     "flag",
     "integer",
     "number",
+    "register_resolvers",
+    "run_folder",
 ]
 
 #: A rule checks one value: ``rule(key, value)`` raises ``TypeError``/``ValueError`` naming
@@ -108,6 +110,35 @@ def check_not_above(cfg: Mapping[str, Any], key: str, limit: str, why: str) -> N
     value, bound = _lookup(cfg, key), _lookup(cfg, limit)
     if value > bound:
         raise ConfigError(f"{key} ({value}) is larger than {limit} ({bound}): {why}")
+
+
+def run_folder(resume: Any, default: Any) -> Any:
+    """A script's ``run_dir`` (the config's ``${run_folder:${resume},runs/...}``): the folder
+    ``resume`` names, else ``default`` (a new, time-stamped folder).
+
+    Raises:
+        ConfigError: ``resume`` is not a folder name (``resume=true``: Hydra would have made a
+            folder ``True/`` for the run before the script could say so).
+    """
+    if resume is None:
+        return default
+    if isinstance(resume, bool) or not isinstance(resume, str) or not resume.strip():
+        raise ConfigError(
+            "resume takes the folder of the run to go on with (resume=runs/<algorithm>/<stamp>),"
+            f" got {type(resume).__name__}: {resume!r}"
+        )
+    return resume
+
+
+def register_resolvers() -> None:
+    """Register the resolvers the scripts' configs use, with OmegaConf (``hydra-core``):
+    ``run_folder`` (:func:`run_folder`) and ``if_none`` (``${if_none:a,b,c}``: ``b`` when ``a``
+    is null, else ``c``; a resumed run keeps the first run's ``.hydra/`` and writes its own
+    config next to it)."""
+    omegaconf = import_optional("omegaconf", extra="train", purpose="the training scripts' config")
+    register = omegaconf.OmegaConf.register_new_resolver
+    register("run_folder", run_folder, replace=True)
+    register("if_none", lambda a, b, c: b if a is None else c, replace=True)
 
 
 #: Keys that every training script of ``sota-implementations/`` reads.
