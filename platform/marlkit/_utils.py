@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import importlib.util
@@ -11,6 +12,7 @@ import math
 import numbers
 import os
 import pathlib
+import secrets
 from collections.abc import Callable, Collection, Iterable, Sequence
 from types import ModuleType
 from typing import Any, Literal, overload
@@ -22,6 +24,7 @@ __all__ = [
     "check_int",
     "check_kwargs",
     "close_matches",
+    "create_temp",
     "did_you_mean",
     "fsync_dir",
     "fsync_tree",
@@ -30,6 +33,7 @@ __all__ = [
     "import_optional",
     "keyword_names",
     "unexpected_kwargs_message",
+    "write_text_atomic",
 ]
 
 _LOGGER_NAME = "marlkit"
@@ -251,6 +255,37 @@ def fsync_tree(folder: str | os.PathLike[str]) -> None:
                 os.close(fd)
         for name in (*dirs, "."):
             fsync_dir(os.path.join(root, name))
+
+
+def create_temp(folder: str | os.PathLike[str], prefix: str) -> tuple[int, str]:
+    """A new file in ``folder`` for an atomic replace: ``(fd, path)``, opened for writing, with
+    the mode a plain ``open`` gives (``0o666`` less the umask; ``tempfile.mkstemp``'s ``0o600``
+    would pass to the file it replaces)."""
+    for _ in range(100):
+        path = os.path.join(folder, f"{prefix}{os.getpid()}-{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name {prefix}*.tmp in {folder}")
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` so that a kill at any moment leaves the old content or the new
+    (a temporary file in the same folder, ``fsync``, ``os.replace``, the folder ``fsync``-ed)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = create_temp(folder, f".{os.path.basename(path)}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(folder)
 
 
 def fsync_dir(folder: str | os.PathLike[str]) -> None:

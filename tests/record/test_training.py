@@ -255,7 +255,11 @@ def _run_loop(
         **kwargs,
     )
     counter = {"updates": 0}
-    state = run.restore()
+    try:
+        state = run.restore()
+    except BaseException:
+        run.close()  # its folder's lock with it
+        raise
     if state is not None:
         counter["updates"] = state["updates"]
         collector.load_state_dict(state["collector"])
@@ -537,3 +541,100 @@ def test_eval_seed_makes_evaluations_independent_of_eval_every_and_resumes(tmp_p
     for summary in (every, resumed):
         assert summary["trained"] == summary["random"]
         assert summary["improvement"]["agents/episode_reward"] == 0
+
+
+# ---------------------------------------------------------------------------- folder hygiene
+def test_a_second_run_in_a_folder_in_use_is_refused_until_the_first_closes(tmp_path):
+    # two resumes of one folder at once both ran to the end, every metrics row twice
+    from marlkit.record import RunFolderInUse, TrainingRun
+
+    _run_loop(tmp_path, resume=False, total=2)
+
+    def resumed():
+        env = nav(num_envs=2, max_steps=5)
+        return TrainingRun(
+            tmp_path, resume=True, eval_env=env, eval_steps=5, video=False, backends=["csv"]
+        )
+
+    first = resumed()
+    with pytest.raises(
+        RunFolderInUse, match=rf"in use by another training run \(pid {os.getpid()}\)"
+    ):
+        resumed()
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == [1, 2]  # untouched
+    first.close()
+    resumed().close()  # free again
+    # a process killed while it runs leaves the lock to the kernel, which drops it
+    code = (
+        "import sys, os, signal; from marlkit.record.run import _lock_folder; "
+        f"_lock_folder(__import__('pathlib').Path({str(tmp_path)!r})); "
+        "print('locked', flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL and "locked" in proc.stdout
+    resumed().close()
+
+
+def test_the_time_column_goes_on_from_the_checkpoint_after_a_resume(tmp_path):
+    assert _run_loop(tmp_path, resume=False, iterations_before_kill=2, total=4) is None
+    saved = Checkpointer(tmp_path / "checkpoints").load()["time"]
+    _run_loop(tmp_path, resume=True, total=4)
+    times = [r["time"] for r in read_metrics(tmp_path / "metrics.csv")]
+    assert times[1] == pytest.approx(saved)
+    assert times == sorted(times) and times[2] > saved  # it restarted from 0 before
+
+
+def test_a_damaged_latest_checkpoint_is_named_with_the_one_before(tmp_path):
+    _run_loop(tmp_path, resume=False, total=3)
+    state = tmp_path / "checkpoints" / "step-00000003" / "state.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    with pytest.raises(
+        ValueError,
+        match=r"step-00000003: state.pt does not load .* damaged; the checkpoint before it, "
+        r"step-00000002",
+    ) as err:
+        _run_loop(tmp_path, resume=True, total=3)
+    assert "write its name into" in str(err.value)
+    (tmp_path / "checkpoints" / "latest").write_text("step-00000002")  # as the message says
+    summary = _run_loop(tmp_path, resume=True, total=3)
+    assert summary["iterations"] == 3
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == [1, 2, 3]
+
+
+def test_a_blank_line_in_the_metrics_file_does_not_stop_a_resume(tmp_path):
+    assert _run_loop(tmp_path, resume=False, iterations_before_kill=2, total=3) is None
+    with open(tmp_path / "metrics.csv", "a") as f:
+        f.write("\n")  # a hand edit, an editor's trailing line
+    _run_loop(tmp_path, resume=True, total=3)
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == [1, 2, 3]
+
+
+def test_the_metrics_file_has_the_folder_s_usual_mode(tmp_path):
+    # created through a temporary file, it was 0600 where the other files follow the umask
+    old = os.umask(0o022)
+    try:
+        _run_loop(tmp_path, resume=False, total=2)
+    finally:
+        os.umask(old)
+    mode = (tmp_path / "metrics.csv").stat().st_mode & 0o777
+    assert mode == 0o644 == (tmp_path / "summary.json").stat().st_mode & 0o777
+
+
+def test_an_empty_wandb_run_id_resumes_into_a_new_wandb_run(tmp_path, caplog, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert (
+        _run_loop(
+            tmp_path, resume=False, iterations_before_kill=2, total=3, backends=("csv", "wandb")
+        )
+        is None
+    )
+    id_file = tmp_path / "wandb" / "run-id"
+    first = id_file.read_text().strip()
+    assert first
+    id_file.write_text("")  # a kill while an older marlkit rewrote it
+    with caplog.at_level("WARNING", logger="marlkit.record"):
+        _run_loop(tmp_path, resume=True, total=3, backends=("csv", "wandb"))
+    assert any("is empty" in r.getMessage() for r in caplog.records)
+    assert id_file.read_text().strip() not in ("", first)

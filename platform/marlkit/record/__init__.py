@@ -33,7 +33,7 @@ from marlkit.record.loggers import (
 )
 from marlkit.record.plot import ConfidenceInterval, bootstrap_ci, plot_curves, plot_with_bands
 from marlkit.record.recorder import RecordResult, VideoRecorder, record_rollout
-from marlkit.record.run import TrainingRun
+from marlkit.record.run import RunFolderInUse, TrainingRun
 from marlkit.record.video import (
     GIFWriter,
     MP4Writer,
@@ -54,6 +54,7 @@ __all__ = [
     "MP4Writer",
     "MultiLogger",
     "RecordResult",
+    "RunFolderInUse",
     "TensorBoardLogger",
     "TrainingRun",
     "VideoFormat",

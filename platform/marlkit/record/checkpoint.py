@@ -13,6 +13,7 @@ containers of them, never pickled objects.
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import shutil
 from collections.abc import Mapping
@@ -182,8 +183,24 @@ class Checkpointer:
 
         Raises:
             FileNotFoundError: no checkpoint there.
+            ValueError: its ``state.pt`` does not load (truncated, overwritten); the message
+                names the file and the complete checkpoint before it, if any.
         """
-        return torch.load(self._resolve(path) / _STATE, weights_only=True)
+        folder = self._resolve(path)
+        try:
+            return torch.load(folder / _STATE, weights_only=True)
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            older = [p for p in sorted(self.directory.glob(f"{_PREFIX}*")) if p.name < folder.name]
+            hint = (
+                f"; the checkpoint before it, {older[-1].name}, is in {self.directory}: write its "
+                f"name into {self.directory / _LATEST} to go on from there"
+                if older and (older[-1] / _STATE).exists()
+                else ""
+            )
+            raise ValueError(
+                f"checkpoint {folder}: {_STATE} does not load ({first}); it is damaged{hint}"
+            ) from None
 
     def load_buffers(
         self, buffers: Mapping[str, _Dumpable], path: str | os.PathLike[str] | None = None

@@ -37,7 +37,6 @@ import numbers
 import os
 import pathlib
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, get_args
@@ -46,7 +45,15 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int, fsync_dir, get_logger, has_module, import_optional
+from marlkit._utils import (
+    check_int,
+    create_temp,
+    fsync_dir,
+    get_logger,
+    has_module,
+    import_optional,
+    write_text_atomic,
+)
 
 __all__ = [
     "Backend",
@@ -195,7 +202,7 @@ def _read_table(path: pathlib.Path) -> tuple[list[str], list[list[str]], bool]:
     torn = bool(text) and not text.endswith("\n")
     if torn:
         text = text[: text.rfind("\n") + 1]
-    table = list(csv.reader(io.StringIO(text)))
+    table = [row for row in csv.reader(io.StringIO(text)) if row]  # blank lines: none
     if not table:
         return [], [], torn
     header, rows = table[0], table[1:]
@@ -342,7 +349,7 @@ class CSVLogger(Logger):
         (padded to the header's width) atomically."""
         columns = list(self._columns if columns is None else columns)
         width = len(columns) + 1
-        fd, tmp = tempfile.mkstemp(prefix=self._tmp_prefix, dir=self.path.parent)
+        fd, tmp = create_temp(self.path.parent, self._tmp_prefix)
         try:
             with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
                 writer = csv.writer(f, lineterminator="\n")
@@ -536,6 +543,22 @@ def _backends(backends: Sequence[str] | str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _wandb_run_id(id_file: pathlib.Path) -> str | None:
+    """The wandb run a resumed run goes on with (``run-id``); ``None`` (a new wandb run) when
+    the file is missing or empty, with a warning for the latter."""
+    if not id_file.is_file():
+        return None
+    run_id = id_file.read_text().strip()
+    if not run_id:
+        _logger.warning(
+            "%s is empty (a kill while it was written, before marlkit wrote it atomically): "
+            "the resumed run logs to a new wandb run",
+            id_file,
+        )
+        return None
+    return run_id
+
+
 def make_logger(
     run_dir: str | os.PathLike[str],
     *,
@@ -604,14 +627,14 @@ def make_logger(
                         dir=run_dir,
                         config=config,
                         mode=wandb_mode,
-                        run_id=id_file.read_text().strip()
-                        if resume and id_file.is_file()
-                        else None,
+                        run_id=_wandb_run_id(id_file) if resume else None,
                     )
                     made[backend] = wandb_logger
                     if wandb_mode != "disabled":  # a disabled run's id names no run
                         id_file.parent.mkdir(parents=True, exist_ok=True)
-                        id_file.write_text(wandb_logger.run.id + "\n")
+                        # atomic: a kill while it was written left it empty, and wandb refuses
+                        # an empty id at every resume after
+                        write_text_atomic(id_file, wandb_logger.run.id + "\n")
             except ImportError as err:
                 if not auto:
                     raise

@@ -72,6 +72,45 @@ def _holds_a_run(folder: pathlib.Path) -> bool:
     return (folder / _METRICS).exists() or (folder / _CHECKPOINTS).is_dir()
 
 
+_LOCK = ".marlkit-run.lock"
+
+
+class RunFolderInUse(RuntimeError):
+    """Another process runs a training run in the folder (it holds the folder's lock)."""
+
+
+def _lock_folder(folder: pathlib.Path) -> Any:
+    """An exclusive lock on ``folder`` for this process's run (an open file holding an
+    ``flock``; the kernel drops it when the process ends, killed or not), or ``None`` where
+    ``flock`` does not exist (Windows).
+
+    Raises:
+        RunFolderInUse: another process holds it.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / _LOCK, "a+")  # noqa: SIM115 - held for the run's lifetime
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        pid = handle.read().strip() or "?"
+        handle.close()
+        raise RunFolderInUse(
+            f"{str(folder)!r} is in use by another training run (pid {pid}): two runs in one "
+            "folder would interleave their metrics and checkpoints; wait for it to end, stop "
+            "it, or choose another run_dir"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
 def _resume_folder(
     run_dir: pathlib.Path, resume: bool | str | os.PathLike[str] | None
 ) -> pathlib.Path | None:
@@ -204,15 +243,22 @@ class TrainingRun:
         #: The run's config, saved with each checkpoint and compared with the checkpoint's when
         #: resuming; through JSON (what loads with ``weights_only``; other values as text).
         self.config = None if config is None else json.loads(json.dumps(config, default=str))
-        self.logger: MultiLogger = make_logger(
-            self.run_dir,
-            backends=backends,  # type: ignore[arg-type]
-            resume=self.resume,
-            purge_step=self._resumed_from + 1,
-            project=project,
-            name=self.run_dir.name,
-            config=config,
-        )
+        # held until close(): a second run (a resume started twice) is refused, not interleaved
+        self._lock = _lock_folder(self.run_dir)
+        try:
+            self.logger: MultiLogger = make_logger(
+                self.run_dir,
+                backends=backends,  # type: ignore[arg-type]
+                resume=self.resume,
+                purge_step=self._resumed_from + 1,
+                project=project,
+                name=self.run_dir.name,
+                config=config,
+            )
+        except BaseException:
+            if self._lock is not None:
+                self._lock.close()
+            raise
         #: Iterations done (restored by :meth:`restore`).
         self.iteration = 0
         #: The collector's :attr:`num_batches`, known once :meth:`batches` starts.
@@ -235,6 +281,8 @@ class TrainingRun:
             if "iteration" not in state:
                 raise KeyError(f"{self.checkpointer.latest()} has no 'iteration'")
             self.iteration = check_int("iteration", state["iteration"], low=0)
+            if isinstance(state.get("time"), (int, float)):  # the time column goes on from it
+                self._start = time.perf_counter() - float(state["time"])
             self._compare_config(state.get("config"))
         elif self.resume:
             _logger.warning(
@@ -344,7 +392,12 @@ class TrainingRun:
         if last or self.iteration % self.checkpoint_every == 0:
             self.checkpointer.save(
                 self.iteration,
-                {**state(), "iteration": self.iteration, **self._config_entry()},
+                {
+                    **state(),
+                    "iteration": self.iteration,
+                    "time": out["time"],
+                    **self._config_entry(),
+                },
                 buffers=buffers,
             )
         return out
@@ -395,8 +448,13 @@ class TrainingRun:
             self.close()
 
     def close(self) -> None:
-        """Close the loggers (idempotent)."""
-        self.logger.close()
+        """Close the loggers and let go of the folder (idempotent)."""
+        try:
+            self.logger.close()
+        finally:
+            if self._lock is not None:
+                self._lock.close()  # closing the file drops the flock
+                self._lock = None
 
     def __enter__(self) -> TrainingRun:
         return self
