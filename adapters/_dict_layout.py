@@ -83,7 +83,8 @@ def _leaf_space(spec: TensorSpec, spaces: Any) -> Any:
             return spaces.MultiDiscrete(np.full(shape, spec.n, dtype=np.int64))
         return spaces.Discrete(spec.n)
     if isinstance(spec, MultiCategorical):
-        return spaces.MultiDiscrete(spec.nvec.cpu().numpy().reshape(shape))
+        # nvec is per last dim, the same for the leading ones: spread over the spec's shape
+        return spaces.MultiDiscrete(np.broadcast_to(spec.nvec.cpu().numpy(), shape).copy())
     if isinstance(spec, Binary):
         return spaces.MultiBinary(shape[0] if len(shape) == 1 else list(shape))
     raise TypeError(

@@ -258,11 +258,12 @@ def to_space(space: Any, value: torch.Tensor | Mapping[str, Any]) -> Any:
         return out.item() if out.ndim == 0 else out
     given = getattr(space, GIVEN_SPEC, None)
     dtype = space.dtype if given is None else numpy_dtype(given.dtype)
+    # the value's own dims: one flat dim in spec terms, or the given spec's shape (kept)
+    own = 1 if given is None else len(given.shape)
+    lead = array.shape[: array.ndim - own]
     if isinstance(space, spaces.MultiDiscrete):
         nvec = np.asarray(space.nvec)
-        lead = array.shape[: array.ndim - 1]
         return (array.reshape(*lead, *nvec.shape) + np.asarray(space.start)).astype(dtype)
     if isinstance(space, spaces.MultiBinary):
-        lead = array.shape[: array.ndim - 1]
         return array.reshape(*lead, *space.shape).astype(dtype)
     raise TypeError(f"cannot convert actions for a {type(space).__name__} space")

@@ -766,3 +766,37 @@ def test_from_parallel_holds_wide_unsigned_boxes_in_signed_ints() -> None:
     assert rollout["next", "agents", "observation"][0, -1, 0].tolist() == [60_000, 3]
     assert env.simulators[0].received[-1]["a"].dtype == np.uint32
     check_adapter(env)
+
+
+@pytest.mark.parametrize(
+    "action_spec",
+    [
+        Categorical(3, (2, 3)),
+        Binary(3, (2, 3), dtype=torch.bool),
+        Binary(3, (2, 3)),
+        MultiCategorical([2, 3], (4, 2)),
+    ],
+)
+def test_given_specs_of_several_dims_reach_the_simulator_in_their_shape(action_spec) -> None:  # type: ignore[no-untyped-def]
+    # a per-agent spec with more than one dim: its actions were reshaped as one flat dim
+    # ("cannot reshape array of size 6 into shape (2,2,3)"), and a MultiCategorical's nvec
+    # could not spread over its leading dims at construction
+    obs_spec = MultiCategorical([2, 3], (4, 2))
+
+    class Grid(Typed):
+        def _obs(self) -> Any:
+            return np.tile(np.array([1, 2]), (4, 1)) * (self.t % 2)
+
+    env = from_parallel(
+        Grid, num_envs=2, observation_spaces=obs_spec, action_spaces=action_spec, seed=0
+    )
+    assert env.action_spec["agents", "action"] == action_spec.expand(2, 2, *action_spec.shape)
+    td = env.reset()
+    td = env.rand_action(td)
+    out = env.step(td)["next", "agents", "observation"]
+    assert out.shape == (2, 2, 4, 2) and out[0, 0].tolist() == [[1, 2]] * 4
+    sent = env.simulators[1].received[-1]["b"]
+    assert sent.shape == tuple(action_spec.shape)
+    assert sent.dtype == torch.zeros((), dtype=action_spec.dtype).numpy().dtype
+    assert np.array_equal(sent, td["agents", "action"][1, 1].numpy())
+    check_adapter(env)
