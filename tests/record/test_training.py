@@ -242,7 +242,7 @@ def _run_loop(
 
     env = nav(num_envs=2, max_steps=5)
     policy = None  # random actions; the "training" is a counter
-    collector = Collector(env, policy, frames_per_batch=10, total_frames=10 * total)
+    collector = Collector(env, policy, frames_per_batch=10, total_frames=int(10 * total))
     run = TrainingRun(
         folder,
         resume=resume,
@@ -464,6 +464,12 @@ def test_resume_with_a_budget_already_spent_says_so(tmp_path, caplog):
     caplog.clear()
     with caplog.at_level("WARNING", logger="marlkit.record"):
         _run_loop(tmp_path, resume=True, total=4)  # a finished run, resumed to its summary
+    assert not caplog.records
+    # a total that is not a multiple of the batch: the run ended past it, in its last batch;
+    # resumed with that same total, nothing is "below the frames already collected"
+    _run_loop(tmp_path / "odd", resume=False, total=3.5)  # 35 frames: 4 batches, 40 frames
+    with caplog.at_level("WARNING", logger="marlkit.record"):
+        _run_loop(tmp_path / "odd", resume=True, total=3.5)
     assert not caplog.records
 
 

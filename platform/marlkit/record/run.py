@@ -329,7 +329,11 @@ class TrainingRun:
         """The collector's batches, each timed from the end of the previous iteration."""
         self.total_iterations = getattr(collector, "num_batches", None)
         frames, total = getattr(collector, "frames", None), getattr(collector, "total_frames", None)
-        if isinstance(frames, int) and isinstance(total, int) and 0 <= total < frames:
+        # the budget that collected `frames` ended within its last batch: only a total below
+        # that (not a finished run resumed with its own total) is a budget already spent
+        batch = getattr(collector, "frames_per_batch", None)
+        spent = frames - batch if isinstance(frames, int) and isinstance(batch, int) else frames
+        if isinstance(spent, int) and isinstance(total, int) and 0 <= total <= spent:
             _logger.warning(
                 "the collector's total_frames (%d) is below the %d frames already collected "
                 "(the resumed checkpoint's): nothing more is trained; raise total_frames to "
