@@ -443,6 +443,10 @@ class MultiAgentMujocoEnv(EnvBase):
             num_threads=self.num_threads,
         )
         self.agent_names = [f"agent_{i}" for i in range(len(self.partition.agents))]
+        # envs that must be reset before they step: all until the first reset, then the
+        # terminated ones (as the Gymnasium and PettingZoo adapters)
+        self._needs_reset = np.ones(num_envs, dtype=bool)
+        self._never_reset = True
         self.group_map = make_group_map(self.agent_names, group_map)
         self._plans = self._group_plans()
         self._build_specs()
@@ -526,6 +530,8 @@ class MultiAgentMujocoEnv(EnvBase):
         qpos = model.qpos0 + self._np_rng.uniform(-scale, scale, size=(len(ids), model.nq))
         qvel = scale * self._np_rng.standard_normal((len(ids), model.nv))
         self._sim.reset(ids, qpos, qvel)
+        self._needs_reset[ids] = False
+        self._never_reset = False
         return self._output(None)
 
     def set_state(
@@ -560,17 +566,29 @@ class MultiAgentMujocoEnv(EnvBase):
                 raise ValueError(f"{name} holds NaN or infinite values")
             arrays[name] = array.astype(np.float64)
         self._sim.reset(ids, arrays["qpos"], arrays["qvel"])
+        self._needs_reset[ids] = False
+        self._never_reset = False
         out = self._output(None)
         self._fill_reset_done(out, None, None)
         return out
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._never_reset:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before step()")
+        if self._needs_reset.any():
+            envs = np.flatnonzero(self._needs_reset).tolist()
+            raise RuntimeError(
+                f"{type(self).__name__}: env(s) {envs} terminated at the last step; reset them "
+                "(set '_reset', or use step_and_maybe_reset / rollout) before stepping again"
+            )
         ctrl = np.zeros((self.num_envs, self.model.nu))
         for group, (_, act_index) in self._plans.items():
             action = tensordict.get((group, ACTION)).detach().to("cpu", torch.float64)
             ctrl[:, act_index] = action.numpy()
         self._sim.step(ctrl)
-        return self._output(self._rewards(ctrl))
+        rewards, terminated = self._rewards(ctrl)
+        self._needs_reset |= terminated
+        return self._output((rewards, terminated))
 
     def _rewards(self, ctrl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Gymnasium v5's reward ``[B]`` and termination ``[B]`` for actions ``ctrl``."""

@@ -196,6 +196,28 @@ def test_ant_termination_parity_with_gymnasium() -> None:
     assert gym_terms == ours == [True]
 
 
+def test_stepping_before_a_reset_or_past_a_termination_is_refused() -> None:
+    # as the Gymnasium and PettingZoo adapters: it stepped from the model's initial state, and
+    # stepped a fallen ant on (Gymnasium's own Ant asserts a reset after termination)
+    env = make("ant_2x4", num_envs=2)
+    action = env.rand_action()
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
+        env.step(action)
+    qpos, qvel = env.model.qpos0.copy(), np.zeros(env.model.nv)
+    qpos[2] = 1.2  # above healthy_z_range: terminated at the first step
+    healthy = env.model.qpos0.copy()
+    td = env.set_state(np.stack([qpos, healthy]), np.stack([qvel, qvel]))
+    td.update(env.rand_action(td))
+    td = env.step(td)
+    assert td["next", "terminated"][:, 0].tolist() == [True, False]
+    with pytest.raises(RuntimeError, match=r"env\(s\) \[0\] terminated at the last step"):
+        env.step(env.rand_action(env._step_mdp(td)))
+    root = env._step_mdp(td)
+    root["_reset"] = root["terminated"].clone()  # env 0 only
+    root.update(env.reset(root))
+    assert env.step(env.rand_action(root))["next", "terminated"].shape == (2, 1)
+
+
 def test_ant_parity_with_options() -> None:
     options = {"frame_skip": 2, "ctrl_cost_weight": 0.1, "contact_cost_weight": 1e-3}
     gym_terms, ours = _gym_rollout_parity("Ant-v5", "ant_2x4", 10, {}, **options)
