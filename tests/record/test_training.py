@@ -644,3 +644,17 @@ def test_an_empty_wandb_run_id_resumes_into_a_new_wandb_run(tmp_path, caplog, mo
         _run_loop(tmp_path, resume=True, total=3, backends=("csv", "wandb"))
     assert any("is empty" in r.getMessage() for r in caplog.records)
     assert id_file.read_text().strip() not in ("", first)
+
+
+def test_a_run_logging_only_to_tensorboard_is_a_run_before_its_first_checkpoint(tmp_path, caplog):
+    pytest.importorskip("tensorboard")
+    # killed before its first checkpoint, it left only tensorboard/: resume= said "holds no
+    # training run", and a new run into the folder was accepted (its steps shown twice)
+    args = {"checkpoint_every": 3, "backends": ("tensorboard",)}
+    assert _run_loop(tmp_path, resume=False, iterations_before_kill=2, **args) is None
+    with pytest.raises(FileExistsError, match=r"already holds a training run \(tensorboard\)"):
+        _run_loop(tmp_path, resume=False, **args)
+    with caplog.at_level("WARNING", logger="marlkit.record"):
+        summary = _run_loop(tmp_path, resume=True, **args)
+    assert any("holds no checkpoint yet" in r.getMessage() for r in caplog.records)
+    assert summary["iterations"] == 4

@@ -66,10 +66,19 @@ def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: What a run writes into its folder: any of them marks a folder that holds a run (a folder
+#: that Hydra has just made for a mistyped ``resume=`` holds none; a run logging only to
+#: TensorBoard or wandb, killed before its first checkpoint, holds one of the last two).
+_RUN_ENTRIES = (_METRICS, _CHECKPOINTS, "tensorboard", "wandb")
+
+
+def _held(folder: pathlib.Path) -> str:
+    return ", ".join(entry for entry in _RUN_ENTRIES if (folder / entry).exists())
+
+
 def _holds_a_run(folder: pathlib.Path) -> bool:
-    """Whether ``folder`` holds a training run: its metrics file or its checkpoints (a folder
-    that Hydra has just made for a mistyped ``resume=`` holds neither)."""
-    return (folder / _METRICS).exists() or (folder / _CHECKPOINTS).is_dir()
+    """Whether ``folder`` holds a training run (see :data:`_RUN_ENTRIES`)."""
+    return any((folder / entry).exists() for entry in _RUN_ENTRIES)
 
 
 _LOCK = ".marlkit-run.lock"
@@ -124,9 +133,9 @@ def _resume_folder(
     if resume is None or resume is False:
         if _holds_a_run(run_dir):
             raise FileExistsError(
-                f"{str(run_dir)!r} already holds a training run ({_METRICS} or "
-                f"{_CHECKPOINTS}/): go on with it with resume={run_dir} (TrainingRun: "
-                "resume=True), or choose another run_dir"
+                f"{str(run_dir)!r} already holds a training run ({_held(run_dir)}): go on with "
+                f"it with resume={run_dir} (TrainingRun: resume=True), or choose another "
+                "run_dir"
             )
         return None
     if resume is True:
@@ -147,9 +156,9 @@ def _resume_folder(
         raise FileNotFoundError(f"cannot resume {str(folder)!r}: no such folder")
     if not _holds_a_run(folder):
         raise FileNotFoundError(
-            f"cannot resume {str(folder)!r}: it holds no training run (neither {_METRICS} nor "
-            f"{_CHECKPOINTS}/); a mistyped folder? (the scripts' Hydra creates the folder, "
-            "with its .hydra*/ and log, before the run starts)"
+            f"cannot resume {str(folder)!r}: it holds no training run (none of "
+            f"{', '.join(_RUN_ENTRIES)}); a mistyped folder? (the scripts' Hydra creates the "
+            "folder, with its .hydra*/ and log, before the run starts)"
         )
     return folder
 
