@@ -805,3 +805,24 @@ def test_rename_keys_keeps_a_masked_action_next_to_its_mask():
 def test_rename_keys_refuses_to_name_something_a_mask(nav):
     with pytest.raises(ValueError, match=r"cannot touch \('agents', 'action_mask'\)"):
         RenameKeys([("agents", "observation")], [("agents", "action_mask")])
+
+
+@pytest.mark.parametrize(
+    ("transform", "message"),
+    [
+        # the count overwrote navigation's [E, 12] global state, or the root done (every
+        # rollout stopped after one step)
+        (lambda: StepCounter(step_count_key="state"), "the step_count_key 'state' already exists"),
+        (lambda: StepCounter(step_count_key="done"), "the step_count_key 'done' already exists"),
+        # the reset flag replaced the observations, or a group's done and mask
+        (lambda: InitTracker(init_key="observation"), r"\('agents', 'observation'\) already"),
+        (lambda: InitTracker(init_key="done"), r"init_key \('agents', 'done'\) already exists"),
+        (lambda: InitTracker(init_key="mask"), r"the init_key \('agents', 'mask'\) ends in 'mask'"),
+        (lambda: StepCounter(step_count_key="_reset"), r"'_reset' is '_reset', a name the env"),
+        (lambda: RenameKeys(["state"], ["next"]), r"'next' is 'next', a name the env API reads"),
+        (lambda: RenameKeys(["state"], ["_reset"]), r"'_reset' is '_reset'"),
+    ],
+)
+def test_a_transform_may_not_write_over_an_entry_or_an_api_name(nav, transform, message):
+    with pytest.raises(ValueError, match=message):
+        TransformedEnv(nav(), transform())

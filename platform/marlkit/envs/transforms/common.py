@@ -16,6 +16,8 @@ from marlkit.data.keys import (
     EPISODE_REWARD,
     IS_INIT,
     MASK,
+    NEXT,
+    RESET,
     STEP_COUNT,
     TERMINATED,
     TRUNCATED,
@@ -210,6 +212,7 @@ class StepCounter(Transform):
         # Not capped at max_steps: a loop that ignores done keeps counting.
         high = torch.iinfo(torch.int64).max
         self._spec = Bounded(0, high, (*b, 1), dtype=torch.int64, device=specs.observation.device)
+        _check_new_key(specs, self.step_count_key, "StepCounter", "step_count_key", _API_NAMES)
         specs.observation[self.step_count_key] = self._spec
         self._levels = done_levels(specs.done)
         for prefix, shape in self._levels:
@@ -321,12 +324,7 @@ class RewardSum(Transform):
                     f"RewardSum: {in_key!r} is not a reward key; reward keys: "
                     f"{specs.reward.keys(True, True)}"
                 )
-            taken = [name for name, composite in _named_specs(specs) if out_key in composite]
-            if taken:
-                raise ValueError(
-                    f"RewardSum: the out_key {out_key!r} already exists (in the {taken[0]} "
-                    "spec); pass out_keys naming new keys"
-                )
+            _check_new_key(specs, out_key, "RewardSum", "out_key", _API_NAMES)
             reward = specs.reward[in_key]
             dtype = reward.dtype if reward.dtype is not None else torch.float32
             spec = Unbounded(reward.shape, dtype=dtype, device=reward.device)
@@ -376,6 +374,36 @@ def _like(spec: TensorSpec, tensordict: TensorDictBase | None, key: NestedKey) -
     if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != spec.dtype:
         return Unbounded(spec.shape, dtype=value.dtype, device=spec.device)
     return spec
+
+
+#: Names the env API reads at every level: a transform's new entry may not take them (the done
+#: rule, the reset masks, action validation and ``step_mdp`` would read it instead).
+_API_NAMES = (NEXT, RESET, MASK, ACTION_MASK, DONE, TERMINATED, TRUNCATED)
+
+
+def _check_new_key(
+    specs: EnvSpecs, key: NestedKey, who: str, role: str, names: Sequence[str]
+) -> None:
+    """Refuse a transform's output ``key`` (its ``role``, e.g. ``"out_key"``) that an entry of
+    ``specs`` holds already, or whose last name is one of ``names`` (see :data:`_API_NAMES`).
+
+    Raises:
+        ValueError: naming the key and why.
+    """
+    label = f"the {role} {key!r}" if role else repr(key)
+    taken = [name for name, composite in _named_specs(specs) if key in composite]
+    if taken:
+        raise ValueError(
+            f"{who}: {label} already exists (in the {taken[0]} spec) and would be "
+            "overwritten; choose a new key"
+        )
+    path = key_path(key)
+    if path[-1] in names:
+        what = f"is {path[-1]!r}" if len(path) == 1 else f"ends in {path[-1]!r}"
+        raise ValueError(
+            f"{who}: {label} {what}, a name the env API reads (the done rule, the "
+            "reset masks, action validation, step_mdp); choose another key"
+        )
 
 
 def _named_specs(specs: EnvSpecs) -> list[tuple[str, Composite]]:
@@ -556,9 +584,8 @@ class RenameKeys(_OutputTransform):
                     f"RenameKeys cannot rename {old!r}: it holds entries of the "
                     f"{', '.join(holders)} specs; rename their leaves instead"
                 )
-            taken = [name for name, composite in named.items() if new in composite]
-            if taken:
-                raise ValueError(f"RenameKeys: {new!r} already exists (in the {taken[0]} spec)")
+            # "mask" and the like may be the point of a renaming; "next" and "_reset" never
+            _check_new_key(specs, new, "RenameKeys", "", (NEXT, RESET))
             for composite in (specs.observation, specs.state, specs.reward):
                 if old in composite:
                     self._move(composite, old, new)
@@ -648,6 +675,9 @@ class InitTracker(Transform):
     def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
         self._levels = done_levels(specs.done)
         self._specs = []
+        for prefix, _ in self._levels:
+            key = join_key(prefix, self.init_key)
+            _check_new_key(specs, key, "InitTracker", "init_key", _API_NAMES)
         for prefix, shape in self._levels:
             spec = Categorical(2, shape, dtype=torch.bool, device=specs.observation.device)
             specs.observation[join_key(prefix, self.init_key)] = spec
