@@ -693,3 +693,96 @@ def test_a_timeout_of_days_waits(timeout: float) -> None:
         assert env.rollout(2).batch_size == (2, 3, 2)
     finally:
         env.close()
+
+
+class _Closing(NavigationEnv):
+    """Navigation that records its close (and raises there when told to)."""
+
+    closed: list[int] = []
+
+    def __init__(self, tag: int = 0, raise_on_close: bool = False, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.tag, self.raise_on_close = tag, raise_on_close
+
+    def _close(self) -> None:
+        _Closing.closed.append(self.tag)
+        super()._close()
+        if self.raise_on_close:
+            raise OSError(f"env {self.tag} failed to close")
+
+
+def test_a_serial_env_closes_every_env_it_made_when_it_refuses_them_and_on_close() -> None:
+    # refused for other specs, the envs made so far stayed open (a ParallelEnv shuts down);
+    # and close() stopped at the first env whose close raised, for good
+    _Closing.closed.clear()
+    makers = [
+        functools.partial(_Closing, 0, num_envs=3, n_agents=2),
+        functools.partial(_Closing, 1, num_envs=3, n_agents=3),  # other specs
+    ]
+    with pytest.raises(ValueError, match="env 1 has other specs than env 0"):
+        SerialEnv(2, makers)
+    assert sorted(_Closing.closed) == [0, 1]
+    _Closing.closed.clear()
+    env = SerialEnv(
+        3,
+        [
+            functools.partial(_Closing, i, raise_on_close=i == 0, num_envs=3, n_agents=2)
+            for i in range(3)
+        ],
+    )
+    with pytest.raises(OSError, match="env 0 failed to close"):
+        env.close()
+    assert sorted(_Closing.closed) == [0, 1, 2]  # the others closed all the same
+
+
+def _plain() -> EnvBase:
+    return TransformedEnv(marlkit.make(**NAV), [])
+
+
+def _plain_reset_fails_once() -> EnvBase:
+    return _ResetFailsOnce(marlkit.make(**NAV), [])
+
+
+def test_a_serial_reset_failing_part_way_reports_the_workers_that_did_reset() -> None:
+    # worker 0 resets, worker 1 raises: a later partial reset of worker 1 alone reported
+    # worker 0's observation from before the failed reset (a ParallelEnv reports the new one)
+    env = SerialEnv(2, [_plain, _plain_reset_fails_once])
+    try:
+        first = env.reset()
+        with pytest.raises(RuntimeError, match="simulated reset failure"):
+            env.reset()  # worker 0 resets again, worker 1 raises
+        mask = torch.zeros(2, 3, 1, dtype=torch.bool)
+        mask[1] = True
+        out = env.reset(TensorDict({"_reset": mask}, [2, 3]))
+        none = TensorDict({"_reset": torch.zeros(3, 1, dtype=torch.bool)}, [3])
+        now = env.envs[0].reset(none)  # worker 0 as it is, nothing reset
+        assert torch.equal(out["agents", "observation"][0], now["agents", "observation"])
+        assert not torch.equal(out["agents", "observation"][0], first["agents", "observation"][0])
+    finally:
+        env.close()
+
+
+def test_a_serial_seed_chain_past_int64_is_refused_with_nothing_changed() -> None:
+    env = SerialEnv(2, marlkit.make, NAV)
+    try:
+        before = [e.seed_range for e in env.envs]
+        with pytest.raises(ValueError, match=r"too large for 2 workers.*a seed of at most"):
+            env.set_seed(2**63 - 1)
+        assert [e.seed_range for e in env.envs] == before
+        env.set_seed(2**63 - 6)  # 2 workers of 3 envs: the last seed is 2**63 - 1
+    finally:
+        env.close()
+
+
+def test_an_env_on_cpu_0_is_an_env_on_the_cpu() -> None:
+    # "cpu:0" was kept, and the env refused its own random actions ("device cpu != spec
+    # device cpu:0"): tensors made on cpu:0 report cpu
+    env = marlkit.make("navigation", num_envs=2, n_agents=2, seed=0, device="cpu:0")
+    assert env.device == torch.device("cpu")
+    assert env.action_spec["agents", "action"].device == torch.device("cpu")
+    assert env.rollout(3).batch_size == (2, 3)
+    serial = SerialEnv(2, marlkit.make, {**NAV, "device": "cpu:0"})
+    try:
+        assert serial.rollout(2).batch_size == (2, 3, 2)
+    finally:
+        serial.close()

@@ -8,12 +8,14 @@ import re
 from collections.abc import Callable
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
+import marlkit
 from marlkit.data.composite import Composite
 from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import (
@@ -506,15 +508,23 @@ def test_rollout_auto_reset_applies_the_masks_of_the_given_tensordict(point_mass
 @pytest.mark.parametrize("max_steps", [0, -3])
 def test_rollout_validates_max_steps_value(nav, max_steps):
     env = nav()
-    with pytest.raises(ValueError, match=f"max_steps must be >= 1, got {max_steps}"):
+    with pytest.raises(ValueError, match=f"max_steps must be an int >= 1, got {max_steps}"):
         env.rollout(max_steps)
 
 
 @pytest.mark.parametrize("max_steps", [2.5, True, "4", None])
 def test_rollout_validates_max_steps_type(nav, max_steps):
     env = nav()
-    with pytest.raises(TypeError, match="max_steps must be an int, got"):
+    with pytest.raises(TypeError, match="max_steps must be an int >= 1, got"):
         env.rollout(max_steps)
+
+
+def test_rollout_and_render_take_numpy_ints(nav):
+    # refused as "got int64" where num_envs, seed and StepCounter(max_steps) took them
+    env = nav()
+    assert env.rollout(np.int64(3)).batch_size[-1] == 3
+    with pytest.raises(TypeError, match="validate_actions must be a bool, got str: 'False'"):
+        marlkit.make("navigation", num_envs=2, validate_actions="False")
 
 
 BACKENDS = [

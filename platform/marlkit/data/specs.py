@@ -51,7 +51,9 @@ def _as_device(device: DeviceLike | None) -> torch.device:
     if device is None:
         return torch.device("cpu")
     device = torch.device(device)
-    if device.index is None and device.type not in ("cpu", "meta"):
+    if device.type == "cpu":  # "cpu:0": tensors made there report "cpu"
+        return torch.device("cpu")
+    if device.index is None and device.type != "meta":
         # "cuda" -> "cuda:0" (the current one): tensors report an index, and a spec on "cuda"
         # must accept the tensors it creates itself.
         device = torch.empty(0, device=device).device

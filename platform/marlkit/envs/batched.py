@@ -219,17 +219,25 @@ class SerialEnv(_BatchedEnv):
     ):
         factories = _as_factories(num_workers, create_env_fn, create_env_kwargs)
         self.envs: list[EnvBase] = []
-        for fn, kw in factories:
-            env = fn(**kw)
-            if not isinstance(env, EnvBase):
-                raise TypeError(f"create_env_fn returned {type(env).__name__}, not an EnvBase")
-            env.validate_actions = False  # validated once, by this env
-            self.envs.append(env)
-        first = self.envs[0]
-        super().__init__(num_workers, _specs_of(first), _meta_of(first), validate_actions)
-        for i, env in enumerate(self.envs[1:], start=1):
-            if _specs_of(env) != _specs_of(first):
-                raise ValueError(f"env {i} has other specs than env 0; a batch needs equal specs")
+        try:
+            for fn, kw in factories:
+                env = fn(**kw)
+                if not isinstance(env, EnvBase):
+                    if callable(getattr(env, "close", None)):
+                        env.close()
+                    raise TypeError(f"create_env_fn returned {type(env).__name__}, not an EnvBase")
+                env.validate_actions = False  # validated once, by this env
+                self.envs.append(env)
+            first = self.envs[0]
+            super().__init__(num_workers, _specs_of(first), _meta_of(first), validate_actions)
+            for i, env in enumerate(self.envs[1:], start=1):
+                if _specs_of(env) != _specs_of(first):
+                    raise ValueError(
+                        f"env {i} has other specs than env 0; a batch needs equal specs"
+                    )
+        except BaseException:  # nothing left behind: the envs made so far are closed
+            _close_all(self.envs)
+            raise
         # Each worker's last output (reset or step): what it reports when a partial reset
         # leaves it alone, as a ParallelEnv worker's slice of the output buffer does.
         self._last: list[TensorDictBase | None] = [None] * num_workers
@@ -238,15 +246,16 @@ class SerialEnv(_BatchedEnv):
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
-        if env_mask is None:
-            outs = [env.reset() for env in self.envs]
-        else:
-            outs = [
-                self._reset_worker(w, tensordict, mask)
-                for w, mask in enumerate(self._worker_masks(env_mask))
-            ]
-        outs = [_select(out, self._reset_keys, w, "reset") for w, out in enumerate(outs)]
-        self._last = list(outs)
+        masks = [None] * self.num_workers if env_mask is None else self._worker_masks(env_mask)
+        outs = []
+        for w, mask in enumerate(masks):
+            if env_mask is None:
+                out = self.envs[w].reset()
+            else:
+                out = self._reset_worker(w, tensordict, mask)
+            out = _select(out, self._reset_keys, w, "reset")
+            self._last[w] = out  # as it goes: a later worker that raises leaves these current
+            outs.append(out)
         return stack_tensordicts(outs, 0)
 
     def _reset_worker(
@@ -276,6 +285,16 @@ class SerialEnv(_BatchedEnv):
         return stack_tensordicts(outs, 0)
 
     def _set_seed(self, seed: int) -> int:
+        # every worker's seeds must fit, or none is seeded (a refused seed changes nothing);
+        # a worker takes as many as at its last seeding (one if it was never seeded)
+        widths = [r[1] - r[0] if (r := env.seed_range) is not None else 1 for env in self.envs]
+        last = seed + sum(widths) - 1
+        if last >= 2**63:
+            largest = seed - (last - 2**63 + 1)
+            raise ValueError(
+                f"seed {seed} is too large for {self.num_workers} workers: they take seeds "
+                f"{seed} to {last}, past 2**63 - 1; use a seed of at most {largest}"
+            )
         for env in self.envs:
             seed = env.set_seed(seed)
         return seed
@@ -285,8 +304,19 @@ class SerialEnv(_BatchedEnv):
         return self.envs[w].render(i)
 
     def _close(self) -> None:
-        for env in self.envs:
+        _close_all(self.envs)
+
+
+def _close_all(envs: Sequence[EnvBase]) -> None:
+    """Close every env, even if some raise; the first error is raised after."""
+    error: BaseException | None = None
+    for env in envs:
+        try:
             env.close()
+        except BaseException as err:  # raised once the others are closed
+            error = error or err
+    if error is not None:
+        raise error
 
 
 # ---------------------------------------------------------------------- ParallelEnv

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from marlkit._utils import check_flag, check_int
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.composite import Composite
 from marlkit.data.keys import (
@@ -116,7 +117,9 @@ class EnvBase(abc.ABC):
             self._device = torch.device(device)
         except (RuntimeError, TypeError) as err:
             raise ValueError(f"device {device!r} is not a torch device: {err}") from None
-        self.validate_actions = validate_actions
+        if self._device.type == "cpu":  # "cpu:0": tensors made there report "cpu"
+            self._device = torch.device("cpu")
+        self.validate_actions = check_flag("validate_actions", validate_actions)
         self.group_map: dict[str, list[str]] = {}
         try:
             self._rng = torch.Generator(device=self._device)
@@ -491,10 +494,7 @@ class EnvBase(abc.ABC):
                 ``False``, ``tensordict`` is the starting point and must be given.
             tensordict: see ``auto_reset``.
         """
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int):
-            raise TypeError(f"max_steps must be an int, got {type(max_steps).__name__}")
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        max_steps = check_int("max_steps", max_steps, low=1)  # NumPy ints too, as elsewhere
         if auto_reset:
             td = self.reset(tensordict)
         elif tensordict is None:
@@ -571,8 +571,9 @@ class EnvBase(abc.ABC):
                 f"{type(self).__name__} does not render (render_modes={self.render_modes})"
             )
         n = self.batch_size.numel()
-        if isinstance(env_index, bool) or not isinstance(env_index, int):
+        if isinstance(env_index, bool) or not isinstance(env_index, numbers.Integral):
             raise TypeError(f"env_index must be an int, got {type(env_index).__name__}")
+        env_index = int(env_index)
         if not -n <= env_index < n:
             raise IndexError(f"env_index {env_index} is outside a batch of {n} envs")
         frame = self._render(env_index % n)
