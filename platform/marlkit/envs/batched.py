@@ -26,6 +26,7 @@ worker for commands. Both expose the same API and specs as any env: every spec g
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -236,7 +237,8 @@ class SerialEnv(_BatchedEnv):
                         f"env {i} has other specs than env 0; a batch needs equal specs"
                     )
         except BaseException:  # nothing left behind: the envs made so far are closed
-            _close_all(self.envs)
+            with contextlib.suppress(Exception):  # the refusal is the error to see
+                _close_all(self.envs)
             raise
         # Each worker's last output (reset or step): what it reports when a partial reset
         # leaves it alone, as a ParallelEnv worker's slice of the output buffer does.
