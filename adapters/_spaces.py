@@ -197,6 +197,24 @@ def check_seed(seed: int, who: str) -> None:
         raise ValueError(f"{who} takes seeds >= 0 (NumPy's generators refuse others), got {seed}")
 
 
+def check_steppable(who: str, never_reset: bool, needs_reset: np.ndarray, ended: str) -> None:
+    """Refuse a step before the first reset, or of envs whose episode ended at the last step
+    (``needs_reset``, ``[E]`` bool) and that were not reset since: ``ended`` says how they
+    ended, e.g. ``"terminated"``.
+
+    Raises:
+        RuntimeError: naming the envs.
+    """
+    if never_reset:
+        raise RuntimeError(f"{who}: call reset() before step()")
+    if needs_reset.any():
+        envs = np.flatnonzero(needs_reset).tolist()
+        raise RuntimeError(
+            f"{who}: env(s) {envs} {ended} at the last step; reset them (set '_reset', or use "
+            "step_and_maybe_reset / rollout) before stepping again"
+        )
+
+
 def to_tensor(
     space: Any, value: Any, *, device: str | torch.device | None = None
 ) -> torch.Tensor | dict[str, Any]:

@@ -56,6 +56,7 @@ from marlkit._utils import (
 from marlkit.adapters._spaces import (
     SimulatorOutputError,
     check_seed,
+    check_steppable,
     space_repr,
     spec_from_space,
     to_space,
@@ -367,15 +368,8 @@ class GymnasiumEnv(EnvBase):
         self._needs_reset &= ~mask
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if self._obs is None:
-            raise RuntimeError(f"{type(self).__name__}: call reset() before step()")
-        if self._needs_reset.any():
-            envs = np.flatnonzero(self._needs_reset).tolist()
-            raise RuntimeError(
-                f"{type(self).__name__}: env(s) {envs} finished their episode at the last step; "
-                "reset them (set '_reset', or use step_and_maybe_reset / rollout) before stepping "
-                "again"
-            )
+        ended = "finished their episode"
+        check_steppable(type(self).__name__, self._obs is None, self._needs_reset, ended)
         action = tensordict.get(self._key(ACTION))
         if self.group is not None:  # drop the agent dim: [*B, 1, ...] -> [*B, ...]
             action = action[(slice(None),) * len(self.batch_size) + (0,)]

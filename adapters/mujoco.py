@@ -54,6 +54,7 @@ from marlkit._utils import (
     keyword_names,
 )
 from marlkit.adapters._mujoco_partitions import PARTITIONS, Layout, Partition, build_layout
+from marlkit.adapters._spaces import check_steppable
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
 from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
@@ -573,14 +574,7 @@ class MultiAgentMujocoEnv(EnvBase):
         return out
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if self._never_reset:
-            raise RuntimeError(f"{type(self).__name__}: call reset() before step()")
-        if self._needs_reset.any():
-            envs = np.flatnonzero(self._needs_reset).tolist()
-            raise RuntimeError(
-                f"{type(self).__name__}: env(s) {envs} terminated at the last step; reset them "
-                "(set '_reset', or use step_and_maybe_reset / rollout) before stepping again"
-            )
+        check_steppable(type(self).__name__, self._never_reset, self._needs_reset, "terminated")
         ctrl = np.zeros((self.num_envs, self.model.nu))
         for group, (_, act_index) in self._plans.items():
             action = tensordict.get((group, ACTION)).detach().to("cpu", torch.float64)

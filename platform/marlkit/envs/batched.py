@@ -248,13 +248,10 @@ class SerialEnv(_BatchedEnv):
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
-        masks = [None] * self.num_workers if env_mask is None else self._worker_masks(env_mask)
+        masks = None if env_mask is None else self._worker_masks(env_mask)
         outs = []
-        for w, mask in enumerate(masks):
-            if env_mask is None:
-                out = self.envs[w].reset()
-            else:
-                out = self._reset_worker(w, tensordict, mask)
+        for w, env in enumerate(self.envs):
+            out = env.reset() if masks is None else self._reset_worker(w, tensordict, masks[w])
             out = _select(out, self._reset_keys, w, "reset")
             self._last[w] = out  # as it goes: a later worker that raises leaves these current
             outs.append(out)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from marlkit._utils import check_int, fsync_dir, fsync_tree
+from marlkit._utils import check_int, fsync_dir, fsync_tree, write_text_atomic
 
 __all__ = ["Checkpointer", "rng_state", "set_rng_state"]
 
@@ -140,13 +140,7 @@ class Checkpointer:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         fsync_dir(root)
-        pointer = root / f".{_LATEST}.tmp"
-        with open(pointer, "w") as handle:
-            handle.write(final.name)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(pointer, root / _LATEST)
-        fsync_dir(root)
+        write_text_atomic(root / _LATEST, final.name)
         self._prune(final)
         return final
 
@@ -161,6 +155,8 @@ class Checkpointer:
             shutil.rmtree(old, ignore_errors=True)
         for tmp in self.directory.glob(".tmp-*"):
             shutil.rmtree(tmp, ignore_errors=True)
+        for pointer in self.directory.glob(f".{_LATEST}.*.tmp"):  # a killed pointer write's
+            pointer.unlink(missing_ok=True)
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint's folder, or ``None`` when there is none."""

@@ -78,7 +78,7 @@ def _held(folder: pathlib.Path) -> str:
 
 def _holds_a_run(folder: pathlib.Path) -> bool:
     """Whether ``folder`` holds a training run (see :data:`_RUN_ENTRIES`)."""
-    return any((folder / entry).exists() for entry in _RUN_ENTRIES)
+    return bool(_held(folder))
 
 
 _LOCK = ".marlkit-run.lock"
