@@ -5,7 +5,9 @@ from __future__ import annotations
 import multiprocessing
 import pathlib
 import random
+import subprocess
 import sys
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -75,3 +77,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return "ray" if _starts_ray(nodeid) else nodeid
 
     return RayTogether(config, log)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def small_fs(tmp_path: pathlib.Path) -> Iterator[Callable[[int], pathlib.Path]]:
+    """``small_fs(size)``: a new folder on a tmpfs of ``size`` bytes (rounded up to pages), for
+    tests of a full disk; unmounted afterwards. Skipped where this process cannot mount one
+    (not root, or a container without the capability)."""
+    mounts: list[pathlib.Path] = []
+
+    def make(size: int) -> pathlib.Path:
+        point = tmp_path / f"small-fs-{len(mounts)}"
+        point.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={int(size)}", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
+        mounts.append(point)
+        return point
+
+    yield make
+    for point in mounts:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)

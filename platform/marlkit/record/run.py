@@ -37,6 +37,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from marlkit._files import FolderInUse, lock_folder
 from marlkit._utils import check_int, get_logger
 from marlkit.envs import EnvBase
 from marlkit.record.checkpoint import Checkpointer
@@ -84,40 +85,27 @@ def _holds_a_run(folder: pathlib.Path) -> bool:
 _LOCK = ".marlkit-run.lock"
 
 
-class RunFolderInUse(RuntimeError):
+class RunFolderInUse(FolderInUse):
     """Another process runs a training run in the folder (it holds the folder's lock)."""
 
 
 def _lock_folder(folder: pathlib.Path) -> Any:
-    """An exclusive lock on ``folder`` for this process's run (an open file holding an
-    ``flock``; the kernel drops it when the process ends, killed or not), or ``None`` where
-    ``flock`` does not exist (Windows).
+    """An exclusive lock on ``folder`` for this process's run (see
+    :func:`marlkit._files.lock_folder`), or ``None`` where ``flock`` does not exist.
 
     Raises:
         RunFolderInUse: another process holds it.
     """
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = open(folder / _LOCK, "a+")  # noqa: SIM115 - held for the run's lifetime
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        pid = handle.read().strip() or "?"
-        handle.close()
-        raise RunFolderInUse(
-            f"{str(folder)!r} is in use by another training run (pid {pid}): two runs in one "
-            "folder would interleave their metrics and checkpoints; wait for it to end, stop "
-            "it, or choose another run_dir"
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    return handle
+        return lock_folder(
+            folder,
+            _LOCK,
+            what="training run",
+            advice="two runs in one folder would interleave their metrics and checkpoints; wait "
+            "for it to end, stop it, or choose another run_dir",
+        )
+    except FolderInUse as err:
+        raise RunFolderInUse(str(err)) from None
 
 
 def _resume_folder(
