@@ -25,6 +25,7 @@ import xxhash
 
 __all__ = [
     "MANIFEST",
+    "DiskFull",
     "FolderInUse",
     "digest_file",
     "flock",
@@ -41,6 +42,10 @@ MANIFEST = "manifest.json"
 _FORMAT = "marlkit-manifest/1"
 _HASH = "xxh3_128"
 _CHUNK = 1 << 23  # 8 MiB: large enough for the hash's full speed, small enough for the cache
+
+
+class DiskFull(OSError):
+    """ENOSPC (or EDQUOT) for a write, naming the file, the bytes needed and the bytes free."""
 
 
 class FolderInUse(RuntimeError):
@@ -68,7 +73,9 @@ def lock_folder(folder: pathlib.Path, name: str, *, what: str, advice: str) -> I
         handle.seek(0)
         pid = handle.read().strip() or "?"
         handle.close()
-        raise FolderInUse(f"{str(folder)!r} is in use by another {what} (pid {pid}); {advice}") from None
+        raise FolderInUse(
+            f"{str(folder)!r} is in use by another {what} (pid {pid}); {advice}"
+        ) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"{os.getpid()}\n")
@@ -91,18 +98,20 @@ def flock(path: pathlib.Path, *, shared: bool) -> Iterator[None]:
 
 
 def no_space(path: str | os.PathLike[str], needed: int, err: OSError | None = None) -> OSError:
-    """The ``OSError`` (ENOSPC) for a write of ``needed`` bytes to ``path`` that does not fit,
-    with the space the file system has left."""
+    """The :class:`DiskFull` (an ``OSError``, ENOSPC) for a write of ``needed`` bytes to
+    ``path`` that does not fit, with the space the file system has left (``err``, a
+    :class:`DiskFull` already, is returned as it is)."""
     free = "?"
     with contextlib.suppress(OSError):
         stat = os.statvfs(os.path.dirname(os.path.abspath(path)))
         free = f"{stat.f_bavail * stat.f_frsize:,}"
+    if isinstance(err, DiskFull):
+        return err
     why = f" ({err.strerror})" if err is not None and err.strerror else ""
-    return OSError(
+    return DiskFull(
         errno.ENOSPC,
         f"no space left on the device for {str(path)!r}: {needed:,} bytes needed, {free} bytes "
         f"free{why}",
-        str(path),
     )
 
 
@@ -189,6 +198,44 @@ def _walk(folder: pathlib.Path) -> Iterator[tuple[str, pathlib.Path]]:
             yield path.relative_to(folder).as_posix(), path
 
 
+def _read_manifest(path: pathlib.Path) -> dict[str, tuple[int, str]]:
+    """The files ``manifest.json`` lists, after checking its own digest.
+
+    Raises:
+        FileNotFoundError: no manifest.
+        ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError: a damaged one.
+    """
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != _FORMAT:
+        raise ValueError(f"format {manifest.get('format')!r}, not {_FORMAT!r}")
+    entries = manifest["files"]
+    if xxhash.xxh3_128(_files_of(entries).encode()).hexdigest() != manifest["digest"]:
+        raise ValueError("its list of files does not match its digest")
+    return {name: (int(entry["size"]), str(entry[_HASH])) for name, entry in entries.items()}
+
+
+def _unexpected(
+    folder: pathlib.Path, files: Mapping[str, Any], folders: Iterable[str], skip: tuple[str, ...]
+) -> str | None:
+    """Why an entry under ``folder`` is not one the manifest allows (the first), or None."""
+    allowed = {str(pathlib.PurePosixPath(d)) for d in (*folders, *skip)}
+    for name in files:
+        allowed.update(str(p) for p in pathlib.PurePosixPath(name).parents if str(p) != ".")
+    for name, entry in _walk(folder):
+        if entry.is_symlink():
+            return f"{name} is a link; a checkpoint holds plain files only"
+        if any(name == s or name.startswith(f"{s}/") for s in skip):
+            continue
+        if entry.is_dir():
+            if name not in allowed:
+                return f"{name}/ is not part of the format (a folder no manifest lists)"
+        elif name != MANIFEST and name not in files:
+            return f"{name} is not part of the format (a file the manifest does not list)"
+        elif not entry.is_file():
+            return f"{name} is not a regular file"
+    return None
+
+
 def verify_manifest(
     folder: pathlib.Path,
     what: str,
@@ -198,7 +245,8 @@ def verify_manifest(
 ) -> dict[str, tuple[int, str]]:
     """Check ``folder`` against its ``manifest.json``: it holds exactly the files listed (and
     the sub-folders that lead to them, ``folders``, and what is under ``skip``: folders checked
-    on their own), each a regular file of its size and digest. Returns the manifest's files.
+    on their own), each a regular file of its size and digest, and no link. Returns the
+    manifest's files.
 
     Raises:
         ValueError: naming ``what`` (the checkpoint), ``folder`` and the first file that is
@@ -209,37 +257,15 @@ def verify_manifest(
     def damaged(why: str) -> ValueError:
         return ValueError(f"{what} {folder}: {why}; nothing was loaded")
 
-    path = folder / MANIFEST
     try:
-        manifest = json.loads(path.read_text())
-        if manifest.get("format") != _FORMAT:
-            raise ValueError(f"format {manifest.get('format')!r}, not {_FORMAT!r}")
-        entries = manifest["files"]
-        if xxhash.xxh3_128(_files_of(entries).encode()).hexdigest() != manifest["digest"]:
-            raise ValueError("its list of files does not match its digest")
-        files = {
-            name: (int(entry["size"]), str(entry[_HASH])) for name, entry in entries.items()
-        }
+        files = _read_manifest(folder / MANIFEST)
     except FileNotFoundError:
         raise damaged(f"{MANIFEST} is missing") from None
     except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as err:
         raise damaged(f"{MANIFEST} is damaged ({type(err).__name__}: {err})") from None
-    skipped = tuple(skip)
-    allowed_dirs = {str(pathlib.PurePosixPath(d)) for d in (*folders, *skipped)}
-    for name in files:
-        allowed_dirs.update(str(p) for p in pathlib.PurePosixPath(name).parents if str(p) != ".")
-    for name, entry in _walk(folder):
-        if any(name == s or name.startswith(f"{s}/") for s in skipped) and not entry.is_symlink():
-            continue
-        if entry.is_symlink():
-            raise damaged(f"{name} is a link; a checkpoint holds plain files only")
-        if entry.is_dir():
-            if name not in allowed_dirs:
-                raise damaged(f"{name}/ is not part of the format (a folder no manifest lists)")
-        elif name != MANIFEST and name not in files:
-            raise damaged(f"{name} is not part of the format (a file the manifest does not list)")
-        elif name != MANIFEST and not entry.is_file():
-            raise damaged(f"{name} is not a regular file")
+    why = _unexpected(folder, files, folders, tuple(skip))
+    if why is not None:
+        raise damaged(why)
     for name, (size, digest) in sorted(files.items()):
         entry = folder / name
         if not entry.is_file():

@@ -596,8 +596,8 @@ def test_a_damaged_latest_checkpoint_is_named_with_the_one_before(tmp_path):
     state.write_bytes(state.read_bytes()[:100])
     with pytest.raises(
         ValueError,
-        match=r"step-00000003: state.pt does not load .* damaged; the checkpoint before it, "
-        r"step-00000002",
+        match=r"step-00000003: state.pt holds 100 bytes, the manifest says [\d,]+; it is damaged; "
+        r"the checkpoint before it, step-00000002",
     ) as err:
         _run_loop(tmp_path, resume=True, total=3)
     assert "write its name into" in str(err.value)

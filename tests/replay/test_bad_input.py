@@ -75,10 +75,20 @@ def test_non_tensor_data_is_refused_not_dropped() -> None:
         rb.extend(items.exclude("info"))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "emptied", "deleted", "state"])
+_DAMAGES = {
+    "truncated": r"items/o\.memmap holds 100 bytes, the manifest says 1,024",
+    "emptied": r"items/o\.memmap holds 0 bytes, the manifest says 1,024",
+    "deleted": r"items/o\.memmap is missing",
+    "state": r"state\.pt holds 16 bytes",
+    "flipped item": r"items/o\.memmap does not match its checksum",
+    "flipped state": r"state\.pt does not match its checksum",
+}
+
+
+@pytest.mark.parametrize("damage", list(_DAMAGES))
 def test_a_damaged_checkpoint_is_refused_and_the_buffer_kept(tmp_path, damage: str) -> None:
-    # A truncated or emptied item file loaded as zeros, a deleted one dropped its key, and a
-    # broken state.pt gave torch's "central directory" error without the checkpoint's path.
+    # Every file of a checkpoint is checked against the size and checksum of its manifest, so
+    # a damaged one is refused by name, before anything is loaded.
     saved = ReplayBuffer(TensorStorage(64))
     saved.extend(TensorDict({"o": torch.randn(40, 4), "a": torch.ones(40)}, [40]))
     folder = saved.dumps(tmp_path)
@@ -89,20 +99,23 @@ def test_a_damaged_checkpoint_is_refused_and_the_buffer_kept(tmp_path, damage: s
         item.write_bytes(b"")
     elif damage == "deleted":
         item.unlink()
-    else:
+    elif damage == "state":
         (folder / "state.pt").write_bytes(b"not a checkpoint")
+    else:
+        target = item if damage == "flipped item" else folder / "state.pt"
+        raw = bytearray(target.read_bytes())
+        raw[len(raw) // 2] ^= 0x10  # one bit
+        target.write_bytes(bytes(raw))
     other = ReplayBuffer(TensorStorage(64))
     other.extend(_items(3).rename_key_("o", "x"))
-    message = (
-        "state.pt does not load .* the checkpoint is damaged"
-        if damage == "state"
-        else r"is damaged: item files \['o\.memmap \("
-    )
     with pytest.raises(
-        ValueError, match=rf"replay buffer checkpoint .*checkpoint-000000.*{message}"
+        ValueError,
+        match=rf"replay buffer checkpoint .*checkpoint-000000: {_DAMAGES[damage]}.*nothing was "
+        "loaded",
     ):
         other.loads(tmp_path)
     assert len(other) == 3  # left as it was
+    assert other.storage.data is not None and "x" in other.storage.data
 
 
 def test_a_slice_sampler_over_whole_rollouts_is_refused() -> None:

@@ -5,17 +5,22 @@ optimisers' ``state_dict``s, the collector's state, the iteration counters, the 
 (:func:`rng_state`) and its replay buffers (each through its own ``dumps``).
 :class:`Checkpointer` writes all of it into a temporary folder, flushes it to the disk, renames
 it to ``step-<n>`` and only then points ``latest`` at it, so a process killed at any moment
-leaves ``latest`` naming a complete checkpoint. Loading goes through
+leaves ``latest`` naming a complete checkpoint. Each ``state.pt`` is listed with its size and
+XXH3 checksum in the checkpoint's ``manifest.json`` and checked before it loads (each replay
+buffer checks its own files the same way). Loading goes through
 ``torch.load(..., weights_only=True)``: a checkpoint holds tensors, numbers, strings and the
 containers of them, never pickled objects.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import random
+import re
 import shutil
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from marlkit._files import MANIFEST, verify_manifest, write_bytes, write_manifest
 from marlkit._utils import check_int, fsync_dir, fsync_tree, write_text_atomic
 
 __all__ = ["Checkpointer", "rng_state", "set_rng_state"]
@@ -116,6 +122,9 @@ class Checkpointer:
 
         Raises:
             TypeError: ``state`` is not a mapping, or a buffer has no ``dumps``.
+            OSError: the disk is full (ENOSPC, naming the file and the bytes it needed) or
+                another write failure; nothing of this checkpoint is left, and ``latest`` still
+                names the one before.
         """
         step = check_int("step", step, low=0)
         if not isinstance(state, Mapping):
@@ -129,9 +138,14 @@ class Checkpointer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            torch.save(dict(state), tmp / _STATE)
+            blob = io.BytesIO()
+            torch.save(dict(state), blob)
+            view = blob.getbuffer()
+            files = {_STATE: (len(view), write_bytes(tmp / _STATE, [view], len(view)))}
+            del view, blob
             for name, buffer in (buffers or {}).items():
                 buffer.dumps(tmp / _REPLAY / name)
+            write_manifest(tmp, files)
             fsync_tree(tmp)
             final = root / f"{_PREFIX}{step:08d}"
             shutil.rmtree(final, ignore_errors=True)
@@ -159,11 +173,22 @@ class Checkpointer:
             pointer.unlink(missing_ok=True)
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint's folder, or ``None`` when there is none."""
+        """The newest complete checkpoint's folder, or ``None`` when there is none.
+
+        Raises:
+            ValueError: ``latest`` names something other than a ``step-<n>`` folder of this
+                directory (``../elsewhere``, say).
+        """
         pointer = self.directory / _LATEST
         if not pointer.exists():
             return None
-        return self.directory / pointer.read_text().strip()
+        name = pointer.read_text(errors="replace").strip()
+        if re.fullmatch(rf"{_PREFIX}\d+", name) is None:
+            raise ValueError(
+                f"{pointer} names {name[:80]!r}, not a {_PREFIX}<n> checkpoint of "
+                f"{self.directory}; nothing was loaded"
+            )
+        return self.directory / name
 
     def _resolve(self, path: str | os.PathLike[str] | None) -> Path:
         folder = self.latest() if path is None else Path(path)
@@ -173,30 +198,56 @@ class Checkpointer:
             raise FileNotFoundError(f"{folder} is not a checkpoint (no {_STATE})")
         return folder
 
+    def _verify(self, folder: Path) -> None:
+        """Check ``state.pt`` against the checkpoint's manifest, and that the folder holds
+        nothing else but its buffers' folders (each checked by its own ``loads``)."""
+        if (folder / MANIFEST).exists():
+            verify_manifest(folder, "checkpoint", skip=[_REPLAY])
+            return
+        extra = sorted(set(os.listdir(folder)) - {_STATE, _REPLAY})
+        if extra:
+            raise ValueError(f"checkpoint {folder}: {extra[0]} is not part of the format")
+        warnings.warn(
+            f"checkpoint {folder} was written before marlkit kept checksums ({MANIFEST} "
+            "missing): its state.pt is loaded unverified",
+            stacklevel=3,
+        )
+
     def load(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         """The state saved in checkpoint ``path`` (default: :meth:`latest`), loaded with
         ``weights_only=True``.
 
         Raises:
             FileNotFoundError: no checkpoint there.
-            ValueError: its ``state.pt`` does not load (truncated, overwritten); the message
-                names the file and the complete checkpoint before it, if any.
+            ValueError: its ``state.pt`` does not match its checksum or does not load
+                (truncated, overwritten), or the folder holds a file the format does not
+                define; the message names the file and the complete checkpoint before it, if
+                any.
         """
         folder = self._resolve(path)
         try:
+            self._verify(folder)
             return torch.load(folder / _STATE, weights_only=True)
-        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            older = [p for p in sorted(self.directory.glob(f"{_PREFIX}*")) if p.name < folder.name]
-            hint = (
-                f"; the checkpoint before it, {older[-1].name}, is in {self.directory}: write its "
-                f"name into {self.directory / _LATEST} to go on from there"
-                if older and (older[-1] / _STATE).exists()
-                else ""
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, ValueError) as err:
+            text = str(err).strip()
+            first = text.splitlines()[0] if text else type(err).__name__
+            prefix = f"checkpoint {folder}: "
+            why = (
+                first[len(prefix) :].removesuffix("; nothing was loaded")
+                if isinstance(err, ValueError) and first.startswith(prefix)
+                else f"{_STATE} does not load ({first})"
             )
-            raise ValueError(
-                f"checkpoint {folder}: {_STATE} does not load ({first}); it is damaged{hint}"
-            ) from None
+            raise ValueError(f"{prefix}{why}; it is damaged{self._before(folder)}") from None
+
+    def _before(self, folder: Path) -> str:
+        """Where the complete checkpoint before ``folder`` is, for an error message."""
+        older = [p for p in sorted(self.directory.glob(f"{_PREFIX}*")) if p.name < folder.name]
+        if not older or not (older[-1] / _STATE).exists():
+            return ""
+        return (
+            f"; the checkpoint before it, {older[-1].name}, is in {self.directory}: write its "
+            f"name into {self.directory / _LATEST} to go on from there"
+        )
 
     def load_buffers(
         self, buffers: Mapping[str, _Dumpable], path: str | os.PathLike[str] | None = None
@@ -207,12 +258,12 @@ class Checkpointer:
             FileNotFoundError: no checkpoint there, or it holds no buffer of that name.
         """
         folder = self._resolve(path)
-        for name, buffer in buffers.items():
-            where = folder / _REPLAY / name
-            if not where.exists():
+        for name in buffers:
+            if not (folder / _REPLAY / name).exists():
                 held = sorted(p.name for p in (folder / _REPLAY).glob("*"))
                 raise FileNotFoundError(f"{folder} holds no buffer {name!r}; it holds {held}")
-            buffer.loads(where)
+        for name, buffer in buffers.items():
+            buffer.loads(folder / _REPLAY / name)
 
     @staticmethod
     def step_of(path: str | os.PathLike[str]) -> int:

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import re
 import shutil
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from marlkit._utils import check_int, fsync_dir, fsync_tree
+from marlkit._files import (
+    MANIFEST,
+    flock,
+    lock_folder,
+    verify_manifest,
+    write_bytes,
+    write_manifest,
+)
+from marlkit._utils import check_int, fsync_dir, fsync_tree, write_text_atomic
+from marlkit.replay._memmap import read_items, write_items
 from marlkit.replay._samplers import (
     PrioritizedSampler,
     RandomSampler,
@@ -29,6 +41,11 @@ __all__ = ["ReplayBuffer"]
 INDEX = "index"
 _LATEST = "latest"
 _PREFIX = "checkpoint-"
+_STATE = "state.pt"
+#: Held by the process writing checkpoints into a folder (its pid inside).
+_LOCK = ".lock"
+#: Shared by readers while they read a checkpoint; a writer takes it to remove old ones.
+_READERS = ".readers.lock"
 
 
 class ReplayBuffer:
@@ -258,48 +275,77 @@ class ReplayBuffer:
     def dumps(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint of the whole buffer under the folder ``path``, atomically.
 
-        The checkpoint is written into a temporary folder, flushed to the disk (fsync), renamed
-        to ``checkpoint-<n>``, and only then named by ``path/latest`` (replaced atomically);
-        older checkpoints are removed afterwards. A process killed at any moment leaves
-        ``latest`` naming a complete checkpoint: the last one whose ``dumps`` returned, or the
-        one being written if it got as far as renaming ``latest``. Returns the checkpoint's
-        folder.
+        The checkpoint is written into a temporary folder (each file's space reserved before it
+        is written, its XXH3 checksum in ``manifest.json``), flushed to the disk (fsync),
+        renamed to ``checkpoint-<n>``, and only then named by ``path/latest`` (replaced
+        atomically); older checkpoints are removed afterwards. A process killed at any moment
+        leaves ``latest`` naming a complete checkpoint: the last one whose ``dumps`` returned,
+        or the one being written if it got as far as renaming ``latest``. One process writes
+        into ``path`` at a time (it holds ``path/.lock``). Returns the checkpoint's folder.
+
+        Raises:
+            FolderInUse: another process is writing a checkpoint into ``path``.
+            OSError: the disk is full (ENOSPC, naming the file and the bytes it needed) or
+                another write failure; the temporary folder is removed and the checkpoints
+                already there are untouched.
         """
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        numbers = [int(p.name[len(_PREFIX) :]) for p in root.glob(f"{_PREFIX}*")]
+        lock = lock_folder(
+            root,
+            _LOCK,
+            what="process writing replay buffer checkpoints",
+            advice="two writers in one folder would overwrite each other's checkpoints; give "
+            "each buffer its own folder",
+        )
+        try:
+            final = self._write_checkpoint(root)
+            with flock(root / _READERS, shared=False):  # readers of the old ones are done
+                for old in (*root.glob(f"{_PREFIX}*"), *root.glob(".tmp-*")):
+                    if old != final:
+                        shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if lock is not None:
+                lock.close()
+        return final
+
+    def _write_checkpoint(self, root: Path) -> Path:
+        numbers = [int(p.name[len(_PREFIX) :]) for p in root.glob(f"{_PREFIX}*") if _named(p.name)]
         number = max(numbers, default=-1) + 1
         tmp = root / f".tmp-{number}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        state = self.state_dict()
-        data = state["storage"].pop("data")
-        if data is not None:
-            data.memmap(tmp / "items", copy_existing=True)
-            # each item file's size: a file truncated or lost later is refused by loads()
-            state["item_files"] = _item_files(tmp / "items")
-        torch.save(state, tmp / "state.pt")
-        fsync_tree(tmp)
-        final = root / f"{_PREFIX}{number:06d}"
-        os.rename(tmp, final)
+        try:
+            state = self.state_dict()
+            data = state["storage"].pop("data")
+            files: dict[str, tuple[int, str]] = {}
+            if data is not None:
+                items = write_items(data, tmp / "items")
+                files.update((f"items/{name}", entry) for name, entry in items.items())
+            blob = io.BytesIO()
+            torch.save(state, blob)
+            view = blob.getbuffer()
+            files[_STATE] = (len(view), write_bytes(tmp / _STATE, [view], len(view)))
+            del view
+            write_manifest(tmp, files)
+            fsync_tree(tmp)
+            final = root / f"{_PREFIX}{number:06d}"
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         fsync_dir(root)
-        pointer = root / f".{_LATEST}.tmp"
-        with open(pointer, "w") as handle:
-            handle.write(final.name)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(pointer, root / _LATEST)
-        fsync_dir(root)
-        for old in (*root.glob(f"{_PREFIX}*"), *root.glob(".tmp-*")):
-            if old != final:
-                shutil.rmtree(old, ignore_errors=True)
+        write_text_atomic(root / _LATEST, final.name)
         return final
 
     def loads(self, path: str | os.PathLike[str]) -> None:
-        """Restore the checkpoint ``path/latest`` names (see :meth:`dumps`).
+        """Restore the checkpoint ``path/latest`` names (see :meth:`dumps`), after checking every
+        file against its checksum.
 
         Raises:
             FileNotFoundError: no checkpoint under ``path``.
+            ValueError: a damaged or crafted checkpoint (see :func:`read_checkpoint`); the
+                buffer is left as it was.
         """
         self.load_state_dict(read_checkpoint(path))
 
@@ -310,44 +356,92 @@ class ReplayBuffer:
         )
 
 
+def _named(name: str) -> bool:
+    return re.fullmatch(rf"{_PREFIX}\d{{6,}}", name) is not None
+
+
 def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The state of the checkpoint ``path/latest`` names (see :meth:`ReplayBuffer.dumps`), its
     items memory-mapped (with their batch dims; a checkpoint written before they were kept holds
-    items ``[capacity]``, which load as such).
+    items ``[capacity]``, which load as such), after checking every file against
+    ``manifest.json``. Nothing is unpickled: ``state.pt`` loads with ``weights_only=True``,
+    and the items through :func:`marlkit.replay._memmap.read_items`.
+
+    A checkpoint written before marlkit kept checksums (no ``manifest.json``) loads with a
+    warning after its files' sizes are checked.
 
     Raises:
         FileNotFoundError: no checkpoint under ``path``.
+        ValueError: a damaged or crafted checkpoint, naming it and the file: a ``latest`` that
+            names no checkpoint of this folder, a file that is missing, unexpected (not part of
+            the format: an ``other.pickle``, say), a link, or of another size or checksum, a
+            ``meta.json`` that declares anything but tensors, a ``state.pt`` that does not load.
     """
     root = Path(path)
     pointer = root / _LATEST
     if not pointer.exists():
         raise FileNotFoundError(f"{root} holds no replay buffer checkpoint ({_LATEST} missing)")
-    folder = root / pointer.read_text().strip()
-    try:
-        state: dict[str, Any] = torch.load(folder / "state.pt", weights_only=True)
-    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    name = pointer.read_text(errors="replace").strip()
+    if not _named(name):
         raise ValueError(
-            f"replay buffer checkpoint {folder}: state.pt does not load ({first}); the "
-            "checkpoint is damaged"
-        ) from None
-    items = folder / "items"
-    expected = state.pop("item_files", None)  # None: a checkpoint written before they were kept
-    if expected is not None:
-        found = _item_files(items) if items.exists() else {}
-        damaged = [
-            f"{name} ({'missing' if name not in found else f'{found[name]} bytes'}, "
-            f"expected {size})"
-            for name, size in sorted(expected.items())
-            if found.get(name) != size
-        ]
-        if damaged:
+            f"replay buffer checkpoint folder {root}: {_LATEST} names {name[:80]!r}, not a "
+            f"{_PREFIX}<n> folder of its own; nothing was loaded"
+        )
+    folder = root / name
+    what = "replay buffer checkpoint"
+    with flock(root / _READERS, shared=True):  # dumps removes no checkpoint while it is read
+        if not folder.is_dir():
             raise ValueError(
-                f"replay buffer checkpoint {folder} is damaged: item files {damaged}; the "
-                "buffer was left as it was"
+                f"{what} {folder}: named by {pointer}, but missing; nothing was loaded"
             )
-    state["storage"]["data"] = TensorDict.load_memmap(items) if items.exists() else None
+        if (folder / MANIFEST).exists():
+            verify_manifest(folder, what)
+        else:
+            _check_unverified(folder, what)
+        try:
+            state: dict[str, Any] = torch.load(folder / _STATE, weights_only=True)
+        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"{what} {folder}: {_STATE} does not load ({first}); the checkpoint is damaged"
+            ) from None
+        if not isinstance(state, dict) or not isinstance(state.get("storage"), dict):
+            raise ValueError(f"{what} {folder}: {_STATE} holds no replay buffer state")
+        expected = state.pop("item_files", None)  # checkpoints written before the manifest
+        if expected is not None:
+            _check_sizes(folder / "items", expected, f"{what} {folder}")
+        items = folder / "items"
+        state["storage"]["data"] = (
+            read_items(items, f"{what} {folder}", writable=False) if items.exists() else None
+        )
     return state
+
+
+def _check_unverified(folder: Path, what: str) -> None:
+    """A checkpoint written before checksums: it holds ``state.pt`` and ``items/`` only."""
+    extra = sorted(set(os.listdir(folder)) - {_STATE, "items"})
+    if extra:
+        raise ValueError(
+            f"{what} {folder}: {extra[0]} is not part of the format; nothing was loaded"
+        )
+    warnings.warn(
+        f"{what} {folder} was written before marlkit kept checksums ({MANIFEST} missing): only "
+        "its files' sizes are checked; save it again (dumps) to checksum it",
+        stacklevel=3,
+    )
+
+
+def _check_sizes(items: Path, expected: Any, what: str) -> None:
+    found = _item_files(items) if items.exists() else {}
+    if not isinstance(expected, dict):
+        raise ValueError(f"{what}: {_STATE} records item files as {type(expected).__name__}")
+    damaged = [
+        f"{name} ({'missing' if name not in found else f'{found[name]} bytes'}, expected {size})"
+        for name, size in sorted(expected.items())
+        if found.get(name) != size
+    ]
+    if damaged:
+        raise ValueError(f"{what} is damaged: item files {damaged}; the buffer was left as it was")
 
 
 def _item_files(items: Path) -> dict[str, int]:

@@ -16,7 +16,9 @@ an autograd graph.
 from __future__ import annotations
 
 import abc
+import errno
 import json
+import math
 import os
 import shutil
 import warnings
@@ -27,10 +29,12 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from marlkit._files import no_space, reserve
 from marlkit._utils import check_int
 from marlkit.data._fast import get_entry, unchecked_tensordict
 from marlkit.native.gather import gather_rows
 from marlkit.native.memory import zeros
+from marlkit.replay._memmap import read_items
 
 __all__ = ["MemmapStorage", "Storage", "TensorStorage"]
 
@@ -261,6 +265,8 @@ class Storage(abc.ABC):
         ``cursor``). The values are copied without their autograd history."""
         items = self._slots(data)
         index = as_index(index).reshape(-1)
+        if index.numel():
+            self._reserve(int(index.max()) + 1)
         with torch.no_grad():
             for key, slots in zip(items.keys, items.slots):
                 slots[index.to(slots.device)] = get_entry(data, key).to(slots.device)
@@ -277,6 +283,7 @@ class Storage(abc.ABC):
         if not 0 <= start <= stop <= self.capacity:
             raise IndexError(f"slots [{start}, {stop}) are not within [0, {self.capacity})")
         items = self._slots(data)
+        self._reserve(stop)
         with torch.no_grad():
             for key, slots in zip(items.keys, items.slots):
                 slots[start:stop].copy_(get_entry(data, key))
@@ -305,6 +312,12 @@ class Storage(abc.ABC):
 
     def _written(self) -> None:  # noqa: B027  # optional hook: most storages need nothing
         """Called after each write."""
+
+    def _reserve(  # noqa: B027  # optional hook
+        self, stop: int, slots: list[torch.Tensor] | None = None
+    ) -> None:
+        """Called before a write to the slots below ``stop`` (of ``slots``, default the
+        storage's): make sure it cannot fail half-way (a memory-mapped file's disk space)."""
 
     def empty(self) -> None:
         """Forget every item (the slots stay allocated)."""
@@ -360,6 +373,7 @@ class Storage(abc.ABC):
         mine = self._data
         if mine is None or _signature(mine) != _signature(data):
             mine = self._allocate(data)
+        self._reserve(self.capacity, _Items(mine).slots)  # every slot is written
         with torch.no_grad():
             for key, value in data.items(True, True):
                 mine.get(key).copy_(value)
@@ -438,7 +452,9 @@ class MemmapStorage(Storage):
             FileNotFoundError: no storage there.
             ValueError: a ``storage.json`` that does not parse or holds impossible values (a
                 length above the capacity, say), or item files that do not load or do not
-                hold ``capacity`` slots; the message names the file.
+                hold ``capacity`` slots, or a file the layout does not define (an
+                ``other.pickle``: nothing in the folder is ever unpickled); the message names
+                the file.
         """
         folder = Path(path)
         meta_file = folder / _META
@@ -465,10 +481,8 @@ class MemmapStorage(Storage):
         Storage.__init__(storage, capacity)
         storage.path = folder
         if allocated:
-            try:
-                data = TensorDict.load_memmap(folder / "data")
-            except Exception as err:  # missing or truncated files, a broken meta.json
-                raise damaged(f"its item files do not load ({type(err).__name__}: {err})") from None
+            # Never TensorDict.load_memmap: it unpickles what it finds in the folder.
+            data = read_items(folder / "data", f"memmap storage {folder}", writable=True)
             if not data.batch_size or data.batch_size[0] != capacity:
                 raise damaged(
                     f"its item files hold {list(data.batch_size)[:1]} slots, {_META} says "
@@ -490,7 +504,31 @@ class MemmapStorage(Storage):
 
         shapes = _skeleton(like, self.capacity, None, leaf)
         shutil.rmtree(self.path / "data", ignore_errors=True)  # the files of another layout
+        self._reserved = 0
         return shapes.memmap_like(self.path / "data")
+
+    def _reserve(self, stop: int, slots: list[torch.Tensor] | None = None) -> None:
+        """Allocate the disk space of the slots below ``stop`` in every item file before they
+        are written: a write into a memory map beyond what the disk holds is a ``SIGBUS`` that
+        kills the process; this makes it an ``OSError`` naming the file, with nothing written.
+        (Slots are allocated as they are first written, so a storage larger than the disk
+        works until it holds more than the disk.)"""
+        reserved = getattr(self, "_reserved", 0)
+        if slots is None:
+            slots = self._items.slots if self._items is not None else []
+        if stop <= reserved:
+            return
+        for leaf in slots:
+            filename = getattr(leaf, "filename", None)
+            if filename is None or not leaf.numel():
+                continue
+            row = leaf.element_size() * math.prod(leaf.shape[1:])
+            fd = os.open(filename, os.O_RDWR)
+            try:
+                reserve(fd, filename, reserved * row, (stop - reserved) * row)
+            finally:
+                os.close(fd)
+        self._reserved = stop
 
     def _written(self) -> None:
         meta = {
@@ -499,6 +537,13 @@ class MemmapStorage(Storage):
             "cursor": self._cursor,
             "allocated": self._data is not None,
         }
+        text = json.dumps(meta)
         tmp = self.path / f"{_META}.tmp"
-        tmp.write_text(json.dumps(meta))
+        try:
+            tmp.write_text(text)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise no_space(tmp, len(text), err) from None
+            raise
         os.replace(tmp, self.path / _META)
