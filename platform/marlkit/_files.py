@@ -13,6 +13,7 @@ reserved before a write, and per-file checksums verified on load. Standard libra
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import json
@@ -42,6 +43,8 @@ MANIFEST = "manifest.json"
 _FORMAT = "marlkit-manifest/1"
 _HASH = "xxh3_128"
 _CHUNK = 1 << 23  # 8 MiB: large enough for the hash's full speed, small enough for the cache
+#: Files from this size on are hashed on a second thread while they are written.
+_PIPELINE = 4 * _CHUNK
 
 
 class DiskFull(OSError):
@@ -146,9 +149,12 @@ def write_bytes(path: pathlib.Path, chunks: Iterable[memoryview], size: int) -> 
     try:
         reserve(fd, path, 0, size)
         with os.fdopen(fd, "wb", closefd=False) as handle:
-            for chunk in chunks:
-                digest.update(chunk)
-                handle.write(chunk)
+            if size < _PIPELINE:
+                for chunk in chunks:
+                    digest.update(chunk)
+                    handle.write(chunk)
+            else:
+                _hash_while_writing(chunks, digest, handle)
     except OSError as err:
         os.close(fd)
         path.unlink(missing_ok=True)
@@ -161,6 +167,23 @@ def write_bytes(path: pathlib.Path, chunks: Iterable[memoryview], size: int) -> 
         raise
     os.close(fd)
     return digest.hexdigest()
+
+
+def _hash_while_writing(chunks: Iterable[memoryview], digest: Any, handle: IO[bytes]) -> None:
+    """Hash each chunk on a second thread while this one writes it (both release the GIL), in
+    order: the hash of a large file then costs little more than its write. The thread lives
+    for this call only (a pool kept across calls would not survive a fork)."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="marlkit-hash") as pool:
+        pending: concurrent.futures.Future[None] | None = None
+        try:
+            for chunk in chunks:
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(digest.update, chunk)
+                handle.write(chunk)
+        finally:
+            if pending is not None:
+                pending.result()
 
 
 def digest_file(path: pathlib.Path) -> str:

@@ -20,8 +20,14 @@ import pytest
 import torch
 from tensordict import NonTensorData, TensorDict
 
-from marlkit._files import MANIFEST, FolderInUse, digest_file, lock_folder, write_manifest
-from marlkit.replay import MemmapStorage, PrioritizedSampler, ReplayBuffer, TensorStorage
+from marlkit._files import MANIFEST, digest_file, lock_folder, write_manifest
+from marlkit.replay import (
+    FolderInUse,
+    MemmapStorage,
+    PrioritizedSampler,
+    ReplayBuffer,
+    TensorStorage,
+)
 
 
 class _Payload:

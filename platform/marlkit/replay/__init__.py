@@ -4,6 +4,7 @@
 * Storages: :class:`TensorStorage` (memory), :class:`MemmapStorage` (memory maps on disk).
 * :class:`RoundRobinWriter`: circular overwrite.
 * :class:`GroupReplayBuffers`: one buffer per agent group.
+* :class:`FolderInUse`: another process writes checkpoints into the folder (``dumps``).
 * Samplers: :class:`RandomSampler`, :class:`SamplerWithoutReplacement`,
   :class:`PrioritizedSampler` (native segment trees), :class:`SliceSampler` (sequences).
 
@@ -12,6 +13,7 @@ See ``docs/replay.md``.
 
 from __future__ import annotations
 
+from marlkit._files import FolderInUse
 from marlkit.replay._buffer import ReplayBuffer
 from marlkit.replay._groups import GroupReplayBuffers
 from marlkit.replay._samplers import (
@@ -25,6 +27,7 @@ from marlkit.replay._samplers import (
 from marlkit.replay._storage import MemmapStorage, Storage, TensorStorage
 
 __all__ = [
+    "FolderInUse",
     "GroupReplayBuffers",
     "MemmapStorage",
     "PrioritizedSampler",
