@@ -144,3 +144,52 @@ def test_killed_run_resumes_with_its_replay_buffer_and_epsilon(tmp_path):
 def test_a_bad_config_is_named(tmp_path, override, message):
     with pytest.raises(AssertionError, match=message):
         run("qmix_vdn", tmp_path / "run", (*BUDGET, *override.split()))
+
+
+class _Payload:
+    """Unpickling it runs ``touch <marker>``: what a crafted replay dump would hold."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_run_folder_with_a_planted_pickle_resumes_no_code(tmp_path):
+    # A non-tensor entry added to the replay dump of the latest checkpoint ran its pickled
+    # os.system call in the resumed run's restore.
+    import json
+    import shutil
+
+    from tensordict import NonTensorData, TensorDict
+
+    run_dir = tmp_path / "run"
+    budget = (*BUDGET, "checkpoint.every=1", "eval.every=0", "eval.video=false")
+    run("qmix_vdn", run_dir, budget)
+    step = Checkpointer(run_dir / "checkpoints").latest()
+    assert step is not None
+    replay = next(step.glob("replay/**/latest")).parent  # replay/<buffer>/<group>/
+    items = replay / (replay / "latest").read_text() / "items"
+    marker = tmp_path / "pwned"
+    capacity = json.loads((items / "meta.json").read_text())["shape"][0]
+    evil = TensorDict({"evil": NonTensorData(_Payload(marker), batch_size=[capacity])}, [capacity])
+    evil.memmap(tmp_path / "planted")
+    shutil.move(tmp_path / "planted" / "evil", items / "evil")
+    meta = json.loads((items / "meta.json").read_text())
+    meta["evil"] = {"type": "NonTensorData"}
+    (items / "meta.json").write_text(json.dumps(meta))
+    more = (*budget, "collector.total_frames=1200", f"resume={run_dir}")
+    with pytest.raises(AssertionError, match=r"replay buffer checkpoint .*items/evil/ is not part"):
+        run("qmix_vdn", run_dir, more)
+    assert not marker.exists()
+
+
+def test_a_run_on_a_full_disk_names_the_file(tmp_path, small_fs):
+    # The replay dump's memory-mapped write killed the run with SIGBUS, and no message.
+    run_dir = small_fs(2 << 20) / "run"
+    budget = (*BUDGET, "buffer.capacity=20000", "checkpoint.every=1", "eval.video=false")
+    with pytest.raises(AssertionError, match=r"(?s)rc 1\).*no space left on the device for '.*run/"):
+        run("qmix_vdn", run_dir, budget)
