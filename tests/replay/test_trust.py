@@ -327,3 +327,11 @@ def test_dumps_on_a_full_disk_names_the_file_and_keeps_the_last_checkpoint(small
     restored = ReplayBuffer(TensorStorage(500))
     restored.loads(disk / "ckpt")
     assert len(restored) == 500
+
+
+def test_a_checkpoint_of_another_capacity_is_named(tmp_path: Path) -> None:
+    # "the saved items are of batch [32], not [16, ...]" named no checkpoint
+    _buffer().dumps(tmp_path / "ckpt")
+    small = ReplayBuffer(TensorStorage(16), PrioritizedSampler(16))
+    with pytest.raises(ValueError, match=r"replay buffer checkpoint .*ckpt: .*capacity 32"):
+        small.loads(tmp_path / "ckpt")

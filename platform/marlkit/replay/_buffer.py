@@ -347,7 +347,13 @@ class ReplayBuffer:
             ValueError: a damaged or crafted checkpoint (see :func:`read_checkpoint`); the
                 buffer is left as it was.
         """
-        self.load_state_dict(read_checkpoint(path))
+        state = read_checkpoint(path)
+        try:
+            self.check_state_dict(state)
+        except (KeyError, ValueError, TypeError) as err:  # a state that does not fit this buffer
+            message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+            raise type(err)(f"replay buffer checkpoint {Path(path)}: {message}") from None
+        self.load_state_dict(state)
 
     def __repr__(self) -> str:
         return (

@@ -152,7 +152,12 @@ class GroupReplayBuffers:
         Raises:
             FileNotFoundError: a group's checkpoint is missing (nothing loaded).
         """
-        self.load_state_dict({group: read_checkpoint(Path(path) / group) for group in self.groups})
+        states = {group: read_checkpoint(Path(path) / group) for group in self.groups}
+        try:
+            self.load_state_dict(states)
+        except (KeyError, ValueError, TypeError) as err:  # states that do not fit these buffers
+            message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+            raise type(err)(f"replay buffer checkpoints {Path(path)}: {message}") from None
 
     def __repr__(self) -> str:
         return f"GroupReplayBuffers({self.lengths()})"
