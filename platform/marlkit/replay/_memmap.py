@@ -66,7 +66,7 @@ def _chunks(tensor: torch.Tensor) -> Iterator[memoryview]:
     """The bytes of ``tensor`` (C order), in chunks, without copying a contiguous tensor."""
     flat = tensor.detach().contiguous().reshape(-1)
     raw = flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
-    view = memoryview(raw.numpy()).cast("B")
+    view = raw.numpy().data.cast("B")
     for start in range(0, len(view), _CHUNK):
         yield view[start : start + _CHUNK]
 
@@ -94,6 +94,8 @@ def _write_node(
             _write_node(value, folder / name, root, files)
             meta[name] = {"type": "TensorDict"}
             continue
+        if not isinstance(value, torch.Tensor):  # storages hold tensors only (Storage.check)
+            raise TypeError(f"{name!r} is a {type(value).__name__}, not a tensor")
         tensor = value.cpu()
         meta[name] = {
             "device": "cpu",
