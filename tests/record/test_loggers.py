@@ -4,9 +4,11 @@ SIGKILL and resumed."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -191,6 +193,60 @@ def test_csv_tolerates_a_torn_last_line(csv_path: pathlib.Path) -> None:
     with CSVLogger(csv_path, resume=True) as logger:
         logger.log({"loss": 0.25}, step=20)
     assert lines(csv_path) == ["step,loss,reward", "0,1.0,2.0", "10,0.5,", "20,0.25,"]
+
+
+def test_csv_cuts_a_torn_row_off_before_the_next_one(
+    csv_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A row torn by a failed write was glued to the next: "20,0.220,0.25," and the whole file
+    # was refused by read_metrics and resume=True ("row 3 has 4 cells, the header 3").
+    with CSVLogger(csv_path) as logger:
+        logger.log({"loss": 1.0, "reward": 2.0}, step=10)
+        with open(csv_path, "a") as f:
+            f.write("20,0.2")  # what a write that failed part-way leaves
+        with caplog.at_level("WARNING", logger="marlkit.record"):
+            logger.log({"loss": 0.25}, step=20)
+        # a complete row without its newline is torn too (a torn row can have all its cells)
+        with open(csv_path, "a") as f:
+            f.write("30,0.1,1.0")
+        logger.log({"loss": 0.125}, step=30)
+    assert lines(csv_path) == ["step,loss,reward", "10,1.0,2.0", "20,0.25,", "30,0.125,"]
+    assert read_metrics(csv_path)[1:] == [{"step": 20, "loss": 0.25}, {"step": 30, "loss": 0.125}]
+    assert re.search(
+        r"metrics.csv ended in a torn row \(6 bytes without a newline: a write that failed or "
+        r"was killed part-way\); it is cut off",
+        caplog.text,
+    )
+    with CSVLogger(csv_path, resume=True) as logger:  # and a resume goes on with it
+        assert logger.truncate(20) == 1
+        logger.log({"loss": 0.5}, step=30)
+    assert lines(csv_path)[-1] == "30,0.5,"
+
+
+def test_csv_on_a_full_disk_names_the_file_and_leaves_no_torn_row(small_fs) -> None:
+    # A row longer than the room left was written in part, then glued to the next row.
+    path = small_fs(2 * 1024 * 1024) / "metrics.csv"
+    wide = {f"metric_{i:03d}": i / 7 for i in range(300)}  # a row of ~5 kB, beyond the page
+    logger = CSVLogger(path)
+    logger.log(wide, step=0)
+    before = path.read_bytes()
+    filler = path.parent / "filler"
+    with contextlib.suppress(OSError):  # written until the disk is full
+        filler.write_bytes(bytes(3 * 1024 * 1024))
+    with pytest.raises(
+        OSError, match=r"no space left on the device for '.*metrics.csv': [\d,]+ by"
+    ):
+        logger.log(wide, step=1)
+    assert path.read_bytes() == before  # no part of the row
+    with pytest.raises(OSError, match=r"no space left on the device for '.*metrics.csv'"):
+        logger.log({"new": 1.0}, step=1)  # a new column: the rewrite fails, atomically
+    assert path.read_bytes() == before and logger.columns == tuple(wide)
+    filler.unlink()
+    logger.log(wide, step=2)
+    logger.close()
+    assert [r["step"] for r in read_metrics(path)] == [0, 2]
+    assert [r["step"] for r in CSVLogger(path, resume=True).rows()] == [0, 2]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["metrics.csv"]  # no temporary file
 
 
 def test_csv_removes_the_temporary_file_of_a_killed_rewrite(csv_path: pathlib.Path) -> None:

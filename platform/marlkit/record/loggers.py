@@ -14,7 +14,9 @@ before :meth:`~Logger.log` returns, so a process killed at any moment (``SIGKILL
 loses nothing already logged; a run resumed from its last checkpoint reopens the file with
 ``resume=True`` and calls :meth:`CSVLogger.truncate` with the checkpoint's step, which drops the
 rows logged after it (they are logged again by the resumed run), so the run leaves one unbroken
-file.
+file. A row whose write failed part-way (a kill, a full disk) is cut off the file, with a
+warning, before the next row is written and when the file is reopened: it is never glued to the
+next row. A full disk is an ``OSError`` (ENOSPC) that names the file and the bytes needed.
 
 Example:
     >>> import tempfile
@@ -30,14 +32,16 @@ Example:
 from __future__ import annotations
 
 import abc
+import contextlib
 import csv
+import errno
 import glob
 import io
 import numbers
 import os
 import pathlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, get_args
 
@@ -45,10 +49,9 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._files import no_space
 from marlkit._utils import (
     check_int,
-    create_temp,
-    fsync_dir,
     get_logger,
     has_module,
     import_optional,
@@ -233,7 +236,8 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, float]]:
     """The rows of a metrics file written by :class:`CSVLogger`, oldest first.
 
     Each row is ``{step_key: int, name: float, ...}`` with the empty cells left out; a torn last
-    line (a process killed while writing it) is ignored.
+    line (no newline after it: a process killed while writing it, a write that failed part-way)
+    is ignored.
     """
     path = pathlib.Path(path)
     header, rows, _ = _read_table(path)
@@ -242,6 +246,52 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, float]]:
 
 def _format_row(step: int, columns: Sequence[str], metrics: Mapping[str, float]) -> list[str]:
     return [str(step), *(repr(metrics[c]) if c in metrics else "" for c in columns)]
+
+
+def _csv_bytes(rows: Iterable[Sequence[str]]) -> bytes:
+    """``rows`` as the lines of a metrics file (``\\n`` after each)."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue().encode("utf-8")
+
+
+@contextlib.contextmanager
+def _full_disk_named(path: pathlib.Path, needed: int) -> Iterator[None]:
+    """A full disk (ENOSPC, EDQUOT) within the block is an ``OSError`` naming ``path`` and the
+    ``needed`` bytes (:func:`marlkit._files.no_space`), not a bare ``[Errno 28]``."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise no_space(path, needed, err) from None
+        raise
+
+
+_TAIL = 4096  # bytes read at a time, backwards, looking for a torn row's start
+
+
+def _cut_torn_row(f: io.FileIO, path: pathlib.Path) -> int:
+    """Cut off what follows the last newline of the open file ``f`` (a row whose write failed
+    part-way: a kill, a full disk; the next row would be glued to it), with a warning; the
+    file's size after it."""
+    size = end = f.seek(0, os.SEEK_END)
+    while end > 0:
+        start = f.seek(max(0, end - (1 if end == size else _TAIL)))  # the last byte first
+        newline = f.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    if end == size:
+        return size
+    _logger.warning(
+        "%s ended in a torn row (%d bytes without a newline: a write that failed or was killed "
+        "part-way); it is cut off, as readers ignore it",
+        path,
+        size - end,
+    )
+    f.truncate(end)
+    return end
 
 
 class CSVLogger(Logger):
@@ -255,10 +305,16 @@ class CSVLogger(Logger):
     folder, ``fsync``, then ``os.replace``, so a kill at any moment leaves the old file or the new
     one. One process writes a file at a time.
 
+    A row is only ever written after the file's last newline: a torn last line (a row whose write
+    failed part-way, or a kill while it was written; a complete row without its newline too,
+    since a torn row can have all its cells) is cut off, with a logged warning, before the next
+    row is written and when the file is reopened with ``resume``; a :meth:`log` whose write fails
+    takes its partial row back before it raises.
+
     Args:
         path: the CSV file; its parent folders are created.
         resume: go on with an existing file (its columns and rows are kept; a torn last line is
-            dropped); then :meth:`truncate` drops the rows logged after the checkpoint the run
+            cut off); then :meth:`truncate` drops the rows logged after the checkpoint the run
             resumes from. Without it, an existing file is an error. A missing file is started
             either way.
         step_key: the name of the first column.
@@ -266,6 +322,8 @@ class CSVLogger(Logger):
     Raises:
         FileExistsError: ``path`` exists and ``resume`` is false.
         ValueError: with ``resume``, a file whose first column is not ``step_key``.
+        OSError: a full disk (ENOSPC), here or in :meth:`log`, naming ``path`` and the bytes
+            needed; the file keeps its rows.
     """
 
     def __init__(
@@ -294,8 +352,11 @@ class CSVLogger(Logger):
                 f"column {step_key!r} (pass step_key={header[0]!r} to go on with it)"
             )
         self._columns = header[1:]
-        if not header or torn:
-            self._rewrite(rows)  # a new file, or one whose torn last line is dropped
+        if not header:
+            self._rewrite(rows)  # a new file
+        elif torn:  # cut in place: no room needed for a copy of the file
+            with open(self.path, "r+b", buffering=0) as f:
+                _cut_torn_row(f, self.path)
 
     @property
     def _tmp_prefix(self) -> str:
@@ -339,29 +400,38 @@ class CSVLogger(Logger):
         new = [k for k in metrics if k not in self._columns]
         if new:  # the wider file first: a failed rewrite leaves the logger as it was
             self._rewrite(_read_table(self.path)[1], [*self._columns, *new])
-        with open(self.path, "a", newline="", encoding="utf-8") as f:
-            csv.writer(f, lineterminator="\n").writerow(_format_row(step, self._columns, metrics))
-            f.flush()
-            os.fsync(f.fileno())
+        self._append(_format_row(step, self._columns, metrics))
+
+    def _append(self, row: Sequence[str]) -> None:
+        """Append ``row`` after the file's last newline (a torn row before it is cut off) and
+        ``fsync`` it; a write that fails is undone, so it leaves no torn row either."""
+        line = _csv_bytes([row])
+        with open(self.path, "r+b", buffering=0) as f:
+            end = _cut_torn_row(f, self.path)
+            if end == 0:  # not even the header is left (a file emptied by hand)
+                line = _csv_bytes([[self.step_key, *self._columns]]) + line
+            try:
+                with _full_disk_named(self.path, len(line)):
+                    f.seek(end)
+                    view = memoryview(line)
+                    while view:
+                        view = view[f.write(view) :]
+                    os.fsync(f.fileno())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    f.truncate(end)
+                raise
 
     def _rewrite(self, rows: Sequence[Sequence[str]], columns: Sequence[str] | None = None) -> None:
         """Write the header (with ``columns``, the current ones when ``None``) and ``rows``
         (padded to the header's width) atomically."""
         columns = list(self._columns if columns is None else columns)
         width = len(columns) + 1
-        fd, tmp = create_temp(self.path.parent, self._tmp_prefix)
-        try:
-            with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-                writer = csv.writer(f, lineterminator="\n")
-                writer.writerow([self.step_key, *columns])
-                writer.writerows([*row, *[""] * (width - len(row))] for row in rows)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            pathlib.Path(tmp).unlink(missing_ok=True)
-            raise
-        fsync_dir(self.path.parent)
+        text = _csv_bytes(
+            [[self.step_key, *columns], *([*row, *[""] * (width - len(row))] for row in rows)]
+        )
+        with _full_disk_named(self.path, len(text)):
+            write_text_atomic(self.path, text.decode("utf-8"))
         self._columns = columns
 
     def __repr__(self) -> str:
