@@ -658,3 +658,75 @@ def test_a_run_logging_only_to_tensorboard_is_a_run_before_its_first_checkpoint(
         summary = _run_loop(tmp_path, resume=True, **args)
     assert any("holds no checkpoint yet" in r.getMessage() for r in caplog.records)
     assert summary["iterations"] == 4
+
+
+_KILLED_DURING_START_UP = """
+import os, pathlib, signal, sys
+import marlkit
+from marlkit.record import TrainingRun, run
+
+def killed(*args, **kwargs):  # the run has locked its folder, and makes its first file now
+    print("locked", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+run.make_logger = killed
+env = marlkit.make("navigation", num_envs=2, n_agents=3, seed=0)
+TrainingRun(pathlib.Path(sys.argv[1]), eval_env=env, eval_steps=5, video=False)
+"""
+
+
+def test_a_run_killed_during_its_start_up_resumes_from_the_start(tmp_path, caplog):
+    # SIGKILLed before its metrics.csv existed, it left its lock and Hydra's config: resume=
+    # said "it holds no training run ... a mistyped folder?", and nothing could go on with it
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_DURING_START_UP, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL and "locked" in proc.stdout, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hydra", ".marlkit-run.lock"]
+    # a new run into it is refused, and told to resume it (no folder is blocked for good)
+    with pytest.raises(
+        FileExistsError,
+        match=r"already holds a training run \(\.marlkit-run\.lock\): go on with it with "
+        rf"resume={tmp_path} \(.*starts again from iteration 1\)",
+    ):
+        _run_loop(tmp_path, resume=None)
+    with caplog.at_level("WARNING", logger="marlkit.record"):
+        summary = _run_loop(tmp_path, resume=tmp_path)
+    assert any("holds no checkpoint yet" in r.getMessage() for r in caplog.records)
+    assert summary["iterations"] == 4
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == [1, 2, 3, 4]
+
+
+def test_a_run_stopped_before_its_first_iteration_is_resumed_not_overwritten(tmp_path):
+    # The rule for a folder holding no checkpoint and no metric row (issue 35): it holds a run
+    # that resumes from iteration 1; a new run into it is refused with the way out, resume=.
+    from marlkit.record import TrainingRun
+
+    first = TrainingRun(tmp_path, eval_env=nav(), eval_steps=5, video=False, backends=["csv"])
+    first.close()  # as a script whose first batch raised
+    assert read_metrics(tmp_path / "metrics.csv") == []
+    with pytest.raises(
+        FileExistsError,
+        match=r"already holds a training run \(metrics.csv\): go on with it with "
+        rf"resume={tmp_path} \(.*starts again from iteration 1\)",
+    ):
+        _run_loop(tmp_path, resume=False)
+    assert _run_loop(tmp_path, resume=True)["iterations"] == 4
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == [1, 2, 3, 4]
+
+
+def test_a_new_run_refused_before_it_wrote_anything_leaves_no_run_behind(tmp_path, monkeypatch):
+    # its lock file alone would have made the folder hold a run: the next new run refused
+    from marlkit.record import TrainingRun
+
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"pip install 'marlkit\[train\]'"):
+        TrainingRun(tmp_path, eval_env=nav(), eval_steps=5, video=False, backends="tensorboard")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    assert _run_loop(tmp_path, resume=None)["iterations"] == 4

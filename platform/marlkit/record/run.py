@@ -67,22 +67,25 @@ def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: The lock file of a run's folder (:func:`_lock_folder`): the first thing a run writes there.
+_LOCK = ".marlkit-run.lock"
 #: What a run writes into its folder: any of them marks a folder that holds a run (a folder
 #: that Hydra has just made for a mistyped ``resume=`` holds none; a run logging only to
-#: TensorBoard or wandb, killed before its first checkpoint, holds one of the last two).
-_RUN_ENTRIES = (_METRICS, _CHECKPOINTS, "tensorboard", "wandb")
+#: TensorBoard or wandb, killed before its first checkpoint, holds one of those two; a run
+#: killed during its start-up, before it made any of them, holds its lock file alone).
+_RUN_ENTRIES = (_METRICS, _CHECKPOINTS, "tensorboard", "wandb", _LOCK)
 
 
 def _held(folder: pathlib.Path) -> str:
-    return ", ".join(entry for entry in _RUN_ENTRIES if (folder / entry).exists())
+    """The entries of :data:`_RUN_ENTRIES` in ``folder``, comma-separated (the lock file only
+    when it is the sole one: every run leaves it); ``""`` for none."""
+    held = [entry for entry in _RUN_ENTRIES if (folder / entry).exists()]
+    return ", ".join(held if held == [_LOCK] else [e for e in held if e != _LOCK])
 
 
 def _holds_a_run(folder: pathlib.Path) -> bool:
     """Whether ``folder`` holds a training run (see :data:`_RUN_ENTRIES`)."""
     return bool(_held(folder))
-
-
-_LOCK = ".marlkit-run.lock"
 
 
 class RunFolderInUse(FolderInUse):
@@ -122,8 +125,9 @@ def _resume_folder(
         if _holds_a_run(run_dir):
             raise FileExistsError(
                 f"{str(run_dir)!r} already holds a training run ({_held(run_dir)}): go on with "
-                f"it with resume={run_dir} (TrainingRun: resume=True), or choose another "
-                "run_dir"
+                f"it with resume={run_dir} (TrainingRun: resume=True; a run stopped before its "
+                "first checkpoint, during its start-up too, starts again from iteration 1), or "
+                "choose another run_dir"
             )
         return None
     if resume is True:
@@ -158,8 +162,9 @@ class TrainingRun:
         run_dir: the folder (created when missing); a resumed run goes on in the same one.
         resume: go on from the run in ``run_dir`` (``True``, or the folder itself: the scripts
             pass ``resume=<folder>`` through): its latest checkpoint (:meth:`restore`), or,
-            when it was killed before its first checkpoint, from iteration 1 (with a logged
-            warning). ``False``/``None``: a new run, into a folder that holds none.
+            when it was killed before its first checkpoint (during its start-up too, when its
+            folder holds only its lock file, ``.marlkit-run.lock``), from iteration 1 (with a
+            logged warning). ``False``/``None``: a new run, into a folder that holds none.
         eval_env: the evaluation env (a separate env: evaluations do not disturb training).
         eval_seed: seed the evaluation env (and torch, within the evaluation) with this before
             every evaluation and the summary's random baseline: every evaluation then plays
@@ -189,9 +194,11 @@ class TrainingRun:
             ``video_envs`` below 1; ``video`` with an ``eval_env`` that does not render
             ``rgb_array`` frames (raised here, not at the first evaluation); ``resume=<folder>``
             with a ``run_dir`` that is another folder.
-        FileNotFoundError: ``resume`` of a folder that does not exist or holds no run (neither
-            ``metrics.csv`` nor ``checkpoints/``).
-        FileExistsError: a new run (no ``resume``) into a folder that holds a run.
+        FileNotFoundError: ``resume`` of a folder that does not exist or holds no run (none of
+            ``metrics.csv``, ``checkpoints/``, ``tensorboard/``, ``wandb/``,
+            ``.marlkit-run.lock``).
+        FileExistsError: a new run (no ``resume``) into a folder that holds a run, even one
+            stopped before its first iteration: the message says to resume it.
 
     Every check is made before anything is written.
     """
@@ -253,6 +260,10 @@ class TrainingRun:
                 config=config,
             )
         except BaseException:
+            if not self.resume and _held(self.run_dir) == _LOCK:
+                # a new run refused before it wrote anything (a backend that does not import):
+                # the folder holds no run, and a new one may still start in it
+                (self.run_dir / _LOCK).unlink(missing_ok=True)
             if self._lock is not None:
                 self._lock.close()
             raise
