@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import re
@@ -334,3 +335,22 @@ def test_out_names_a_folder_or_a_json_file(tmp_path: pathlib.Path, capsys) -> No
     assert json.loads(summary.read_text())["env"] == "navigation"
     assert main(["run", "navigation", "--steps", "2", "--no-progress", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "summary.json").is_file()
+
+
+def test_run_out_on_a_full_disk_names_the_file_and_leaves_none(small_fs) -> None:
+    # It left a 0-byte summary.json and said only "[Errno 28] No space left on device".
+    folder = small_fs(1024 * 1024)
+    with contextlib.suppress(OSError):  # written until the disk is full
+        (folder / "filler").write_bytes(bytes(2 * 1024 * 1024))
+    summary = folder / "s.json"
+    out = marlkit_cmd(
+        "run", "navigation", "--envs", "2", "--steps", "5", "--no-progress", "--out", str(summary)
+    )
+    assert out.returncode == 2
+    assert "env-steps/s" in out.stdout and "summary written" not in out.stdout  # the run ran
+    assert re.search(
+        rf"marlkit: error: \[Errno 28\] no space left on the device for '{re.escape(str(summary))}'"
+        r": [\d,]+ bytes needed, 0 bytes free",
+        out.stderr,
+    ), out.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["filler"]

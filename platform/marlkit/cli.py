@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 import marlkit
+from marlkit._files import write_bytes
 from marlkit._utils import make_out_folder
 from marlkit.bench._cli import add_bench_parser  # --- section: bench
 from marlkit.data.keys import DONE, EPISODE_REWARD, NEXT
@@ -239,7 +240,10 @@ def _summary_path(out: str) -> pathlib.Path:
 
 
 def _write_summary(summary: RunSummary, path: pathlib.Path) -> pathlib.Path:
-    path.write_text(json.dumps(asdict(summary), indent=2) + "\n")
+    """Write ``summary.json``, its space reserved first: a full disk is an error naming the file
+    and the bytes needed (ENOSPC), and leaves no empty file."""
+    data = (json.dumps(asdict(summary), indent=2) + "\n").encode()
+    write_bytes(path, [memoryview(data)], len(data))
     return path
 
 

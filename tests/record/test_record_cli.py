@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import signal
@@ -390,3 +391,24 @@ def test_a_gif_longer_than_a_gif_holds_is_refused_before_the_run(
     err = capsys.readouterr().err
     assert "--steps 2500 films 2501 frames, more than a GIF holds (2000" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_a_full_disk_is_an_error_naming_the_video_and_leaves_no_file(
+    small_fs, capsys: pytest.CaptureFixture, suffix: str
+) -> None:
+    # It printed "video written to ..." for a 0-byte MP4 that ffmpeg had failed to write, and
+    # "[Errno 28] No space left on device" (no file named) for a GIF, leaving a 0-byte file.
+    folder = small_fs(2 * 1024 * 1024)
+    with contextlib.suppress(OSError):  # written until the disk is full
+        (folder / "filler").write_bytes(bytes(3 * 1024 * 1024))
+    out = folder / f"rollout{suffix}"
+    argv = ["record", "navigation", "--steps", "5", "--env-arg", "render_size=64"]
+    assert main([*argv, "--no-progress", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "video written" not in captured.out
+    assert captured.err.startswith(
+        f"marlkit record: error: [Errno 28] no space left on the device for '{out}'"
+    ), captured.err
+    assert "the frames recorded before the error" not in captured.err  # there are none
+    assert sorted(p.name for p in folder.iterdir()) == ["filler"]

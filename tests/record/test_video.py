@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -126,6 +130,31 @@ def test_the_write_check_leaves_an_existing_file_until_the_writer_replaces_it(
         video.append(ramp(16, 16, 1)[0])
         assert path.read_bytes() == b"old"  # a GIF is written when the writer closes
     assert read_video(path)[0].shape == (1, 16, 16, 3)
+
+
+@pytest.mark.parametrize(
+    ("name", "room", "count"),
+    [("full.mp4", 0, 5), ("full.gif", 0, 5), ("filled-midway.mp4", 200_000, 200)],
+)
+def test_a_full_disk_is_an_error_naming_the_video_and_leaves_no_file(
+    small_fs, name: str, room: int, count: int
+) -> None:
+    # ffmpeg failed to write, and the writer said nothing: a 0-byte "video", a success
+    folder = small_fs(2 * 1024 * 1024)
+    filler = folder / "filler"
+    with contextlib.suppress(OSError):  # written until the disk is full
+        filler.write_bytes(bytes(3 * 1024 * 1024))
+    os.truncate(filler, filler.stat().st_size - room)
+    rng = np.random.default_rng(0)  # noise: frames H.264 cannot shrink
+    frames = rng.integers(0, 256, (count, 128, 128, 3), dtype=np.uint8)
+    video = open_video(folder / name, fps=10)
+    message = f"no space left on the device for '{folder / name}'"
+    with pytest.raises(OSError, match=re.escape(message)) as err, video:
+        video.extend(frames)
+    assert err.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in folder.iterdir()) == ["filler"]
+    if room:  # it stopped when ffmpeg did, not at the end
+        assert 0 < video.frames_written < len(frames)
 
 
 def test_bad_writer_inputs(tmp_path: pathlib.Path) -> None:

@@ -7,7 +7,8 @@ The command line (``marlkit.cli``) adds the subcommand with :func:`add_record_pa
 the env arguments of ``run`` and ``record`` alike with :func:`flag_env_kwargs`; ``marlkit demo``
 films its navigation run with :func:`demo_video`. Errors in what the user gave (an unknown
 env, an env that does not render, a bad policy, a bad suffix) exit with status 2 and one line
-that says what was wrong.
+that says what was wrong; so does a video that cannot be written (a full disk: ``no space left
+on the device for '<file>'``), which leaves no file behind.
 """
 
 from __future__ import annotations

@@ -11,9 +11,15 @@ exception in a rollout loop still leaves a valid file holding the frames written
   binary, so nothing else needs installing and no display or GPU is involved. ``yuv420p``
   needs an even width and height: an odd-sized frame gets one more column/row, a copy of its
   last one (the picture is not scaled).
-* **GIF** (``.gif``): written by Pillow through imageio when the writer closes, so the frames
+* **GIF** (``.gif``): encoded by Pillow through imageio when the writer closes, so the frames
   are held in memory until then (GIF suits short clips). Pillow merges consecutive identical
   frames into one longer frame, and the GIF frame delay has a resolution of 10 ms.
+
+A video that cannot be written whole is an ``OSError`` naming the file, and leaves no file
+(no empty or unplayable one): ffmpeg's exit status and messages are checked when it finishes
+(and when it stops taking frames), and the GIF's bytes are written with their space reserved
+first. A full disk is ENOSPC (``err.errno == errno.ENOSPC``), its message starting with
+``no space left on the device for '<file>'``.
 
 Example:
     >>> import numpy as np
@@ -26,16 +32,23 @@ Example:
 from __future__ import annotations
 
 import abc
+import contextlib
+import errno
 import os
 import pathlib
+import re
+import subprocess
+import tempfile
 import warnings
 import weakref
-from collections.abc import Callable, Generator
-from typing import Any, Literal, cast, get_args
+from collections.abc import Callable
+from fractions import Fraction
+from typing import IO, Any, Literal, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
+from marlkit._files import write_bytes
 from marlkit._utils import get_logger, import_optional
 
 __all__ = [
@@ -223,12 +236,54 @@ class VideoWriter(abc.ABC):
         )
 
 
-def _finish_ffmpeg(generator: Generator[None, Any, None], path: pathlib.Path) -> None:
+#: ffmpeg runs in a process group of its own: a Ctrl-C at the terminal reaches this process,
+#: which finalises the video, and not ffmpeg, which would die mid-file.
+_OWN_GROUP: dict[str, Any] = (
+    {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    if os.name == "nt"
+    else {"start_new_session": True}
+)
+#: How ffmpeg says that the disk is full (``strerror`` of ENOSPC and EDQUOT).
+_FULL_DISK = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
+
+
+def _ffmpeg_error(path: pathlib.Path, code: int, said: str) -> OSError:
+    """The error of an ffmpeg that did not write ``path`` whole: ``code`` its exit status,
+    ``said`` what it wrote to its stderr."""
+    removed = "; the incomplete file was removed"
+    if any(words in said for words in _FULL_DISK):
+        return OSError(
+            errno.ENOSPC,
+            f"no space left on the device for {str(path)!r}: ffmpeg could not write the "
+            f"video{removed}",
+            str(path),
+        )
+    first = next((line for line in said.splitlines() if line.strip()), "")
+    first = re.sub(r"^\[[^\]]*\]\s*", "", first.strip())  # "[out#0/mp4 @ 0x5611...] "
+    why = f"exit status {code}" if code else "it wrote an empty file"
+    return OSError(
+        f"ffmpeg failed to write {str(path)!r} ({why}){': ' + first if first else ''}{removed}"
+    )
+
+
+def _finish_ffmpeg(process: subprocess.Popen[bytes], log: IO[bytes], path: pathlib.Path) -> None:
+    """Close ffmpeg's input, wait for it to finish ``path``, and check that it did: a file
+    that ffmpeg failed to write, or an empty one, is removed, and the error names it."""
     try:
-        generator.close()  # imageio-ffmpeg closes ffmpeg's stdin and waits for the file
-    except Exception:  # the file may be incomplete; say so rather than fail at exit
-        _logger.exception("ffmpeg failed to finalise %s", path)
+        with contextlib.suppress(OSError):  # a broken pipe: ffmpeg has stopped already
+            process.stdin.close()  # type: ignore[union-attr]
+        code = process.wait()
+        log.seek(0)
+        said = log.read().decode(errors="replace")
+    except BaseException:  # interrupted while ffmpeg finishes: do not leave it running
+        process.kill()
         raise
+    finally:
+        log.close()
+    if code == 0 and path.is_file() and path.stat().st_size > 0:
+        return
+    path.unlink(missing_ok=True)
+    raise _ffmpeg_error(path, code, said)
 
 
 class MP4Writer(VideoWriter):
@@ -270,26 +325,40 @@ class MP4Writer(VideoWriter):
         self.quality = float(quality)
         self.pad_color = pad_color
         self._ffmpeg = import_optional("imageio_ffmpeg", extra="video", purpose="MP4 videos")
-        self._generator: Generator[None, Any, None] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._pad = (0, 0)
+
+    def _command(self, width: int, height: int) -> list[str]:
+        """ffmpeg's command: raw RGB frames of ``width x height`` on its stdin, H.264 out."""
+        crf = int((1 - self.quality / 10) * 51)
+        rate = str(Fraction(self.fps).limit_denominator())
+        return [
+            self._ffmpeg.get_ffmpeg_exe(),
+            "-y", "-v", "error",
+            "-f", "rawvideo", "-vcodec", "rawvideo", "-pix_fmt", "rgb24",
+            "-s", f"{width}x{height}", "-r", rate, "-i", "-", "-an",
+            "-vcodec", "libx264", "-pix_fmt", "yuv420p", "-crf", str(crf),
+            "-preset", self.preset, "-movflags", "+faststart",
+            str(self.path),
+        ]  # fmt: skip
 
     def _open(self, height: int, width: int) -> None:
         self._pad = (height % 2, width % 2)
-        size = (width + self._pad[1], height + self._pad[0])
-        generator = self._ffmpeg.write_frames(
-            str(self.path),
-            size,
-            fps=self.fps,
-            codec="libx264",
-            pix_fmt_out="yuv420p",
-            quality=self.quality,
-            macro_block_size=2,  # the size is already even: no scaling
-            ffmpeg_log_level="error",
-            output_params=["-preset", self.preset, "-movflags", "+faststart"],
-        )
-        generator.send(None)  # start ffmpeg
-        self._generator = generator
-        self._finalizer = weakref.finalize(self, _finish_ffmpeg, generator, self.path)
+        command = self._command(width + self._pad[1], height + self._pad[0])
+        log = tempfile.TemporaryFile()  # noqa: SIM115 - ffmpeg's messages, closed by the finalizer
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                **_OWN_GROUP,
+            )
+        except BaseException:
+            log.close()
+            raise
+        self._process = process
+        self._finalizer = weakref.finalize(self, _finish_ffmpeg, process, log, self.path)
 
     def _write(self, frame: NDArray[np.uint8]) -> None:
         dh, dw = self._pad
@@ -301,8 +370,12 @@ class MP4Writer(VideoWriter):
                 grown[...] = np.asarray(self.pad_color, np.uint8)
                 grown[: frame.shape[0], : frame.shape[1]] = frame
                 frame = grown
-        generator = cast("Generator[None, Any, None]", self._generator)  # set by _open
-        generator.send(frame)
+        process = cast("subprocess.Popen[bytes]", self._process)  # set by _open
+        try:
+            process.stdin.write(frame.data)  # type: ignore[union-attr]  # stdin=PIPE: set
+        except OSError:  # ffmpeg has stopped (a full disk, ...): its exit says why
+            self.close()  # raises the error that names the file
+            raise
 
 
 def _write_gif(
@@ -313,7 +386,9 @@ def _write_gif(
     # GIF delays are in 10 ms units; Pillow takes milliseconds per frame. Delays under 20 ms
     # (fps above 50) are shown at 100 ms by browsers, hence the floor (see GIFWriter).
     delay = max(1000.0 / fps, _GIF_MIN_DELAY_MS)
-    imwrite(path, np.stack(frames), extension=".gif", duration=delay, loop=0)
+    data = imwrite("<bytes>", np.stack(frames), extension=".gif", duration=delay, loop=0)
+    # its space reserved first: a full disk is an error naming the file, which is not left
+    write_bytes(path, [memoryview(data)], len(data))
 
 
 class GIFWriter(VideoWriter):
