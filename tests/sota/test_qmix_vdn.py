@@ -191,5 +191,7 @@ def test_a_run_on_a_full_disk_names_the_file(tmp_path, small_fs):
     # The replay dump's memory-mapped write killed the run with SIGBUS, and no message.
     run_dir = small_fs(2 << 20) / "run"
     budget = (*BUDGET, "buffer.capacity=20000", "checkpoint.every=1", "eval.video=false")
-    with pytest.raises(AssertionError, match=r"(?s)rc 1\).*no space left on the device for '.*run/"):
+    with pytest.raises(
+        AssertionError, match=r"(?s)rc 1\).*no space left on the device for '.*run/"
+    ):
         run("qmix_vdn", run_dir, budget)
