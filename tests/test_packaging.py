@@ -1,5 +1,6 @@
-"""Packaging facts: the stdlib `platform` is never shadowed, and a missing or stale extension
-gets an error that says how to rebuild."""
+"""Packaging facts: the stdlib `platform` is never shadowed, a missing or stale extension gets
+an error that says how to rebuild, and an installed marlkit is the one imported, also beside a
+clone named ``marlkit``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import sysconfig
 import types
 
 import pytest
@@ -268,3 +270,105 @@ def test_import_contracts_catch_an_upward_import(tmp_path: pathlib.Path) -> None
     assert "the core never imports the command line or the benchmark harness BROKEN" in (
         forbidden.stdout
     )
+
+
+def test_platform_holds_nothing_importable_but_the_package() -> None:
+    # The editable install puts platform/ on sys.path (setup.py): anything else here would
+    # become a top-level module. setuptools' metadata folder (a dotted name) is not importable.
+    names = {p.name for p in (ROOT / "platform").iterdir() if not p.name.endswith(".egg-info")}
+    assert names == {"marlkit"}, f"platform/ must hold only marlkit/, holds {sorted(names)}"
+
+
+def _checkout_copy(dest: pathlib.Path) -> pathlib.Path:
+    """What ``pip install`` reads of this working tree (uncommitted changes included), without
+    build outputs."""
+    dest.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info", "build")
+    for name in ("platform", "adapters", "scenarios", "csrc"):
+        shutil.copytree(ROOT / name, dest / name, ignore=skip)
+    return dest
+
+
+def _pip_install(python: str | pathlib.Path, args: list[str], cwd: pathlib.Path) -> None:
+    """``python -m pip install`` a checkout copy: without the extension (the layout is under
+    test, not the kernels), its dependencies or an index."""
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    out = subprocess.run(
+        [*pip, "--no-index", *args],
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", "MARLKIT_NO_EXTENSION": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+
+
+def _venv_seeing_these_packages(dest: pathlib.Path) -> pathlib.Path:
+    """A fresh venv that sees this interpreter's packages (torch, tensordict, setuptools, pip)
+    as a plain path entry: their .pth files, this checkout's editable install among them, are
+    not run there."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
+    python = dest / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (pathlib.Path(purelib) / "_marlkit_test_deps.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n"
+    )
+    return python
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("editable", [True, False], ids=["pip-install-e", "pip-install"])
+def test_python_run_beside_a_clone_named_marlkit_imports_the_installed_package(
+    tmp_path: pathlib.Path, editable: bool
+) -> None:
+    # A user clones into ./marlkit, installs it, and runs Python from the folder holding the
+    # clone: sys.path[0] then holds a folder `marlkit` without __init__.py, a namespace package
+    # that setuptools' editable import hook (appended to sys.meta_path) never got to overrule:
+    # `AttributeError: module 'marlkit' has no attribute 'make'`.
+    clone = _checkout_copy(tmp_path / "marlkit")
+    python = _venv_seeing_these_packages(tmp_path / "venv")
+    # --ignore-installed: pip sees the test interpreter's marlkit through the path entry: leave
+    # that install alone.
+    mode = ["-e", str(clone)] if editable else [str(clone)]
+    _pip_install(python, ["--ignore-installed", *mode], cwd=tmp_path)
+    code = (
+        "import marlkit, marlkit.adapters, marlkit.scenarios\n"
+        "print(marlkit.__file__)\n"
+        "print(type(marlkit.make('navigation', num_envs=1)).__name__)\n"
+    )
+    out = subprocess.run(
+        [str(python), "-c", code],
+        cwd=tmp_path,  # the folder holding the clone
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    where, made = out.stdout.split()
+    expected = clone / "platform" if editable else tmp_path / "venv"
+    assert expected in pathlib.Path(where).parents, where
+    assert made == "NavigationEnv"
+
+
+@pytest.mark.slow
+def test_the_strict_editable_install_of_make_lint_is_setuptools_own(tmp_path: pathlib.Path) -> None:
+    # make lint's static tools read the link tree of a strict editable install: the platform/
+    # path entry of the default install is not added there (the tree holds the whole layout).
+    clone = _checkout_copy(tmp_path / "marlkit")
+    strict = ["--config-settings", "editable_mode=strict", "--target", "build/lint-site"]
+    _pip_install(sys.executable, [*strict, "-e", "."], cwd=clone)
+    assert [p.name for p in (clone / "build" / "lint-site").glob("*.pth")] == [
+        "__editable__.marlkit-0.1.0.pth"
+    ]
+    (tree,) = (clone / "build").glob("__editable__.marlkit-*")
+    for module in ("__init__.py", "adapters/__init__.py", "scenarios/__init__.py"):
+        assert (tree / "marlkit" / module).is_file(), module
