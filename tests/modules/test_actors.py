@@ -80,6 +80,37 @@ def test_masked_categorical_never_samples_masked_actions() -> None:
         MaskedCategorical(logits, mask[..., :2])
 
 
+def _torchrl_scale(
+    raw: torch.Tensor, bias: float = 1.0, min_val: float = 0.01, scale_lb: float = 1e-4
+) -> torch.Tensor:
+    """TorchRL's ``NormalParamExtractor(scale_mapping=f"biased_softplus_{bias}_{min_val}",
+    scale_lb=scale_lb)`` scale, written from its source (tensordict 0.15.3, which
+    ``torchrl.modules`` re-exports): ``tensordict/nn/utils.py`` ``inv_softplus`` and
+    ``biased_softplus``, ``tensordict/nn/distributions/continuous.py`` ``forward``. The
+    defaults are TorchRL's default mapping, ``"biased_softplus_1.0"``."""
+    shift = torch.tensor(bias - min_val).expm1().clamp_min(1e-6).log().item()  # inv_softplus
+    return (torch.nn.functional.softplus(raw + shift) + min_val).clamp_min(scale_lb)
+
+
+def test_normal_param_extractor_reproduces_torchrl_where_its_docstring_says() -> None:
+    raw = torch.tensor([-30.0, -8.0, -2.0, -0.5, 0.0, 0.3, 1.0, 4.0, 25.0])
+    net_output = torch.cat([torch.zeros_like(raw), raw])  # loc, then the raw scale
+    # The documented setting for TorchRL's default mapping...
+    assert "``NormalParamExtractor(min_scale=0.01)`` is TorchRL's" in (
+        " ".join((NormalParamExtractor.__doc__ or "").split())
+    )
+    _, scale = NormalParamExtractor(min_scale=0.01)(net_output)
+    torch.testing.assert_close(scale, _torchrl_scale(raw))
+    # ...marlkit's default is TorchRL's "biased_softplus_1.0_0.0001", not its default: the two
+    # part where the scale nears its floor.
+    _, ours = NormalParamExtractor()(net_output)
+    torch.testing.assert_close(ours, _torchrl_scale(raw, min_val=1e-4))
+    assert ours[0] < 1e-3 < 0.01 <= _torchrl_scale(raw)[0]
+    # ...and any init_scale s and floor m is TorchRL's f"biased_softplus_{s}_{m}".
+    _, scale = NormalParamExtractor(min_scale=0.05, init_scale=2.5)(net_output)
+    torch.testing.assert_close(scale, _torchrl_scale(raw, bias=2.5, min_val=0.05))
+
+
 def continuous_actor(n: int = 3) -> ProbabilisticActor:
     net = torch.nn.Sequential(MultiAgentMLP(4, 2 * 2, n, num_cells=8), NormalParamExtractor())
     return ProbabilisticActor(net, group="agents", distribution_class=TanhNormal)

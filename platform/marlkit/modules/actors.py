@@ -55,12 +55,22 @@ class NormalParamExtractor(nn.Module):
     """Split a network's output ``[*B, n_agents, 2 * act_dim]`` into ``loc`` and a positive
     ``scale`` (each ``[*B, n_agents, act_dim]``).
 
-    ``scale = softplus(raw + b) + min_scale`` with ``b`` chosen so that a raw output of 0 gives
-    ``init_scale``: a freshly initialised network (outputs near 0) starts exploring with that
-    standard deviation. ``init_scale=1.0`` is TorchRL's ``biased_softplus_1.0`` default.
+    ``scale = softplus(raw + b) + min_scale`` with ``b = log(expm1(init_scale - min_scale))``,
+    so that a raw output of 0 gives ``init_scale``: a freshly initialised network (outputs near
+    0) starts exploring with that standard deviation.
+
+    TorchRL's ``NormalParamExtractor`` (tensordict's, which ``torchrl.modules`` re-exports) maps
+    with ``"biased_softplus_1.0"`` by default: ``softplus(raw + inv_softplus(1.0 - 0.01)) +
+    0.01``, then a floor ``scale_lb=1e-4`` that never binds. So its scale floor is 0.01, where
+    marlkit's ``min_scale`` is 1e-4: ``NormalParamExtractor(min_scale=0.01)`` is TorchRL's
+    default mapping. In general ``NormalParamExtractor(min_scale=m, init_scale=s)`` is TorchRL's
+    ``NormalParamExtractor(scale_mapping=f"biased_softplus_{s}_{m}")`` (with ``scale_lb <=
+    m``), marlkit's default its ``scale_mapping="biased_softplus_1.0_0.0001"``; the scales agree
+    to float32 rounding (TorchRL computes the shift ``b`` in float32, marlkit in float64).
+    Unlike TorchRL, an odd last dim is an error, not a ``loc`` one entry longer than ``scale``.
 
     Args:
-        min_scale: a floor on the scale, so log-probs stay finite.
+        min_scale: a floor on the scale, so log-probs stay finite (TorchRL's default: 0.01).
         init_scale: the scale of a raw output of 0 (``> min_scale``).
 
     Raises:
