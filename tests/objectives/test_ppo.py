@@ -331,3 +331,35 @@ def test_the_direct_critic_and_actor_calls_give_the_generic_module_path_s_loss(d
     for key, value in ref.items():
         assert torch.equal(out[key], value), key
     assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
+
+
+def test_torchrl_names_of_the_coefficients_are_accepted() -> None:
+    # TorchRL 0.14 spells them entropy_coeff and critic_coeff: code ported from it runs as is.
+    actor, critic = make()
+    ours = ClipPPOLoss(actor, critic, entropy_coef=0.05, critic_coef=0.5)
+    theirs = ClipPPOLoss(actor, critic, entropy_coeff=0.05, critic_coeff=0.5)
+    assert (theirs.entropy_coef, theirs.critic_coef) == (0.05, 0.5)
+    expected, got = ours(batch()), theirs(batch())
+    for key in ("loss_objective", "loss_critic", "loss_entropy"):
+        torch.testing.assert_close(got[key], expected[key])
+    defaults = ClipPPOLoss(actor, critic)
+    assert (defaults.entropy_coef, defaults.critic_coef) == (0.01, 1.0)
+    mixed = ClipPPOLoss(actor, critic, entropy_coeff=0.0, critic_coef=2.0)
+    assert (mixed.entropy_coef, mixed.critic_coef) == (0.0, 2.0)
+
+
+def test_a_coefficient_under_both_names_is_refused() -> None:
+    actor, critic = make()
+    with pytest.raises(
+        TypeError,
+        match=r"ClipPPOLoss: entropy_coef=0.05 and entropy_coeff=0.02 are one coefficient under "
+        r"two names \(marlkit's and TorchRL's\): pass only one",
+    ):
+        ClipPPOLoss(actor, critic, entropy_coef=0.05, entropy_coeff=0.02)
+    with pytest.raises(TypeError, match=r"critic_coef=1.0 and critic_coeff=1.0 are one coeff"):
+        ClipPPOLoss(actor, critic, critic_coef=1.0, critic_coeff=1.0)
+    # The checks name the spelling that was given; TorchRL's per-head mapping is not taken.
+    with pytest.raises(ValueError, match=r"critic_coeff must be a finite number >= 0, got -1"):
+        ClipPPOLoss(actor, critic, critic_coeff=-1.0)
+    with pytest.raises(TypeError, match=r"entropy_coeff must be a number, got dict"):
+        ClipPPOLoss(actor, critic, entropy_coeff={("agents", "action"): 0.01})  # type: ignore[arg-type]

@@ -73,6 +73,20 @@ def _masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
     return (x * w).sum() / w.sum().clamp(min=1.0)
 
 
+def _coefficient(
+    name: str, value: object, torchrl_name: str, torchrl_value: object, default: float
+) -> float:
+    """A loss coefficient given under marlkit's name or TorchRL's (``None``: not given)."""
+    if value is not None and torchrl_value is not None:
+        raise TypeError(
+            f"ClipPPOLoss: {name}={value!r} and {torchrl_name}={torchrl_value!r} are one "
+            "coefficient under two names (marlkit's and TorchRL's): pass only one"
+        )
+    if torchrl_value is not None:
+        return check_real(torchrl_name, torchrl_value, low=0.0, strict=False)
+    return check_real(name, default if value is None else value, low=0.0, strict=False)
+
+
 #: A stored action the actor gives probability 0 (the log-ratio would be inf).
 _IMPOSSIBLE = (
     "ClipPPOLoss: the actor gives {key!r} probability 0{where} (an action the action mask "
@@ -101,8 +115,8 @@ class ClipPPOLoss(TensorDictModuleBase):
         critic: writes ``(group, "state_value")`` ``[*B, n_agents, 1]``.
         group: the group whose keys are read; no other group's entry is touched.
         clip_epsilon: the ratio clip.
-        entropy_coef: weight of the entropy bonus.
-        critic_coef: weight of the critic loss.
+        entropy_coef: weight of the entropy bonus (``None``: 0.01).
+        critic_coef: weight of the critic loss (``None``: 1.0).
         clip_value: clip the new value to ``old ± clip_value`` (``None``: no clipping).
         normalize_advantage: standardise advantages over the minibatch (present agents).
         normalize_advantage_per_agent: standardise each agent's advantages separately.
@@ -111,6 +125,9 @@ class ClipPPOLoss(TensorDictModuleBase):
             before the comparison (update it yourself once per batch, see ``docs/algorithms.md``).
         entropy_samples: samples for the entropy estimate of distributions without a closed
             form (``TanhNormal``).
+        entropy_coeff, critic_coeff: TorchRL 0.14's names of ``entropy_coef`` and
+            ``critic_coef``, accepted so that code ported from TorchRL runs unchanged; give each
+            weight under one name (TorchRL's per-head ``entropy_coeff`` mapping is not taken).
 
     Returns (from ``forward``):
         A TensorDict (no batch dims) with ``loss_objective``, ``loss_critic``,
@@ -120,7 +137,8 @@ class ClipPPOLoss(TensorDictModuleBase):
         (``1 - Var(target - V) / Var(target)``).
 
     Raises:
-        TypeError: an actor without ``get_dist``.
+        TypeError: an actor without ``get_dist``; a weight given under both its names
+            (``entropy_coef`` and ``entropy_coeff``, ``critic_coef`` and ``critic_coeff``).
         ValueError: a bad coefficient or option; at call time, an entry of the wrong shape
             (the message names the key, the expected and the received shape).
         KeyError: at call time, a missing entry (named).
@@ -133,14 +151,16 @@ class ClipPPOLoss(TensorDictModuleBase):
         *,
         group: str = DEFAULT_GROUP,
         clip_epsilon: float = 0.2,
-        entropy_coef: float = 0.01,
-        critic_coef: float = 1.0,
+        entropy_coef: float | None = None,
+        critic_coef: float | None = None,
         clip_value: float | None = None,
         normalize_advantage: bool = True,
         normalize_advantage_per_agent: bool = False,
         loss_critic_type: Literal["l2", "smooth_l1", "l1"] = "l2",
         value_norm: ValueNorm | None = None,
         entropy_samples: int = 1,
+        entropy_coeff: float | None = None,
+        critic_coeff: float | None = None,
     ):
         super().__init__()
         if not hasattr(actor, "get_dist"):
@@ -161,8 +181,12 @@ class ClipPPOLoss(TensorDictModuleBase):
         self.group = group
         self.clip_epsilon = float(clip_epsilon)
         # a negative critic_coef would ascend the critic's error; NaN would make every loss NaN
-        self.entropy_coef = check_real("entropy_coef", entropy_coef, low=0.0, strict=False)
-        self.critic_coef = check_real("critic_coef", critic_coef, low=0.0, strict=False)
+        self.entropy_coef = _coefficient(
+            "entropy_coef", entropy_coef, "entropy_coeff", entropy_coeff, 0.01
+        )
+        self.critic_coef = _coefficient(
+            "critic_coef", critic_coef, "critic_coeff", critic_coeff, 1.0
+        )
         self.clip_value = clip_value
         self.normalize_advantage = normalize_advantage
         self.normalize_advantage_per_agent = normalize_advantage_per_agent
