@@ -3,12 +3,17 @@ terminations and absent agents; group and root (team) rewards and flags."""
 
 from __future__ import annotations
 
+import doctest
+import pathlib
+import re
+
 import pytest
 import torch
 from tensordict import TensorDict
 
 from marlkit.modules import StateValueCritic, ValueNorm
 from marlkit.objectives import GAE, TD0, TDLambda, gae, td0, td_lambda
+from marlkit.objectives import value as value_module
 
 GAMMA, LMBDA = 0.9, 0.8
 
@@ -229,3 +234,30 @@ def test_errors_name_keys_and_shapes() -> None:
         )
     with pytest.raises(ValueError, match="lmbda must be in"):
         GAE(0.9, 1.5)
+
+
+def test_the_functions_are_documented_with_executed_examples() -> None:
+    # docs/algorithms.md's blocks run in tests/test_docs.py; the docstring's here.
+    result = doctest.testmod(value_module, raise_on_error=False, verbose=False)
+    assert result.attempted >= 1 and result.failed == 0, result
+    guide = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "algorithms.md").read_text()
+    blocks = "".join(re.findall(r"^```python\n(.*?)^```", guide, re.S | re.M))
+    for call in ("gae(", "td_lambda(", "td0(", "time_dim=-3"):
+        assert call in blocks, f"docs/algorithms.md has no executed example of {call}"
+    for fn in (gae, td_lambda, td0):
+        assert "time_dim=-3" in " ".join((fn.__doc__ or "").split()), fn.__name__
+
+
+@pytest.mark.parametrize("fn", [gae, td_lambda, td0])
+def test_functional_time_dim_outside_the_broadcast_shape_is_named(fn) -> None:
+    coefficients = (GAMMA,) if fn is td0 else (GAMMA, LMBDA)
+    v, flag = torch.zeros(1, 3, 1), torch.zeros(1, 3, 1, dtype=torch.bool)
+    expected = (
+        "time_dim=-4 is not a dim of the broadcast shape [1, 3, 1] (time_dim must be in [-3, 2])"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        fn(*coefficients, v, v, v, flag, flag, time_dim=-4)
+    with pytest.raises(TypeError, match=r"time_dim must be an int, got 1.5"):
+        fn(*coefficients, v, v, v, flag, flag, time_dim=1.5)
+    with pytest.raises(TypeError, match=r"time_dim must be an int, got True"):
+        fn(*coefficients, v, v, v, flag, flag, time_dim=True)

@@ -60,6 +60,8 @@ def _prepare(
     time_dim: int,
 ) -> tuple[Any, ...]:
     """Broadcast everything to one shape, time first: ``[T, ...]``."""
+    if isinstance(time_dim, bool) or not isinstance(time_dim, int):
+        raise TypeError(f"value estimator: time_dim must be an int, got {time_dim!r}")
     for name, flag in (("done", done), ("terminated", terminated), ("mask", mask)):
         if flag is not None and flag.dtype != torch.bool:
             raise ValueError(
@@ -76,6 +78,11 @@ def _prepare(
             "value estimator: state_value, next_state_value, reward, done, terminated (and mask) "
             f"must broadcast to one shape [*B, T, *F], got {[list(s) for s in shapes]}"
         ) from None
+    if not -len(shape) <= time_dim < len(shape):
+        raise ValueError(
+            f"value estimator: time_dim={time_dim} is not a dim of the broadcast shape "
+            f"{list(shape)} (time_dim must be in [{-len(shape)}, {len(shape) - 1}])"
+        )
     dtype = state_value.dtype
 
     def norm(t: torch.Tensor, as_float: bool = True) -> torch.Tensor:
@@ -105,26 +112,53 @@ def gae(
     mask: torch.Tensor | None = None,
     time_dim: int = -2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation.
+    """Generalised advantage estimation (Schulman et al. 2016) on plain tensors: what
+    :class:`GAE` computes once it has read a batch's keys and run the critic.
 
     ``delta_t = r_t + gamma * (1 - terminated_t) * V'_t - V_t``,
-    ``A_t = delta_t + gamma * lmbda * (1 - done_t) * A_{t+1}``, target ``A_t + V_t``.
+    ``A_t = delta_t + gamma * lmbda * (1 - done_t) * A_{t+1}``, target ``A_t + V_t``. The
+    recursion runs backwards along ``time_dim`` and never looks past a step where ``done`` is
+    True; the last step of the tensors is cut there too (no trace beyond it).
+
+    Shapes: every tensor broadcasts to one shape ``[*B, T, *F]`` (PyTorch's right-aligned
+    broadcasting) and ``time_dim`` indexes that shape. The default ``-2`` fits ``[*B, T, 1]``
+    (one value per env step); per-agent tensors ``[*B, T, n_agents, 1]`` need ``time_dim=-3``
+    (with ``-2`` the recursion would run over the agents, silently). A root entry broadcasts
+    over the agents once its agent dim is there: a team reward or root flag ``[*B, T, 1]`` goes
+    in as ``x.unsqueeze(-2)`` (``[*B, T, 1, 1]``), a mask ``[*B, T, n_agents]`` as
+    ``mask.unsqueeze(-1)``.
+
+    Flags: ``done`` and ``terminated`` (and ``mask``) are bool tensors. There is no
+    ``truncated`` argument: a step that is ``done`` without being ``terminated`` was truncated,
+    and bootstraps from ``next_state_value`` (the value of its final observation).
 
     Args:
         gamma, lmbda: discount and trace decay.
         state_value: ``V(s_t)`` ``[*B, T, *F]``.
         next_state_value: ``V(s_{t+1})`` (of the final observation at a done step), same shape.
-        reward: ``[*B, T, *F]`` (or broadcastable to it).
+        reward: ``r_t`` ``[*B, T, *F]`` (or broadcastable to it).
         done: the episode is over after the step, bool, broadcastable.
         terminated: over by termination (no bootstrap), bool, broadcastable.
-        mask: True where the agent is present, broadcastable (absent steps: zero advantage).
-        time_dim: the time dim of the broadcast shape.
+        mask: True where the agent is present, bool, broadcastable (absent steps: zero
+            advantage, a target equal to the value, and nothing fed to the steps before).
+        time_dim: the time dim of the broadcast shape (negative: counted from its end).
 
     Returns:
-        ``(advantage, value_target)``, each of the broadcast shape.
+        ``(advantage, value_target)``, each of the broadcast shape, in ``state_value``'s dtype.
 
     Raises:
-        ValueError: tensors that do not broadcast together; flags that are not bool tensors.
+        TypeError: ``time_dim`` not an int.
+        ValueError: tensors that do not broadcast together; flags that are not bool tensors;
+            ``time_dim`` outside the broadcast shape.
+
+    Examples:
+        >>> import torch
+        >>> from marlkit.objectives import gae
+        >>> v = torch.zeros(1, 3, 1)  # [*B, T, 1]: one env, 3 steps
+        >>> done = torch.tensor([False, True, False]).reshape(1, 3, 1)  # step 1 ends an episode
+        >>> adv, target = gae(0.9, 1.0, v, v, torch.ones(1, 3, 1), done, done)
+        >>> [round(x, 4) for x in target.flatten().tolist()]  # the recursion stops at step 1
+        [1.9, 1.0, 1.0]
     """
     v, nv, r, d, term, present = _prepare(
         state_value, next_state_value, reward, done, terminated, mask, time_dim
@@ -156,11 +190,15 @@ def td_lambda(
     mask: torch.Tensor | None = None,
     time_dim: int = -2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """TD(lambda) returns: ``G_t = r_t + gamma * (1 - terminated_t) * (V'_t + lmbda *
-    (1 - done_t) * (G_{t+1} - V'_t))``, ``G`` of the last step ``r + gamma (1 - terminated) V'``.
+    """TD(lambda) returns on plain tensors (what :class:`TDLambda` computes): ``G_t = r_t +
+    gamma * (1 - terminated_t) * (V'_t + lmbda * (1 - done_t) * (G_{t+1} - V'_t))``, ``G`` of
+    the last step ``r + gamma (1 - terminated) V'``.
 
-    Arguments, shapes and errors as :func:`gae`. Returns ``(advantage, value_target)`` with
-    ``advantage = G - V`` (equal to GAE's when ``V'_t = V_{t+1}``).
+    Arguments, shapes (every tensor broadcast to ``[*B, T, *F]``; ``time_dim=-3`` for
+    per-agent ``[*B, T, n_agents, 1]``), flags (bool ``done``, ``terminated``, ``mask``; no
+    ``truncated``) and errors as :func:`gae`. Returns ``(advantage, value_target)`` with
+    ``advantage = G - V`` (equal to GAE's when ``V'_t = V_{t+1}``); an absent agent's
+    target is its value, and an absent next step cuts the trace.
     """
     v, nv, r, d, term, present = _prepare(
         state_value, next_state_value, reward, done, terminated, mask, time_dim
@@ -193,10 +231,13 @@ def td0(
     mask: torch.Tensor | None = None,
     time_dim: int = -2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One-step targets ``r_t + gamma * (1 - terminated_t) * V'_t``.
+    """One-step targets on plain tensors (what :class:`TD0` computes): ``r_t + gamma *
+    (1 - terminated_t) * V'_t``.
 
-    Arguments, shapes and errors as :func:`gae` (``done`` only broadcast, the target never
-    looks past one step). Returns ``(advantage, value_target)``.
+    Arguments, shapes (every tensor broadcast to ``[*B, T, *F]``; ``time_dim=-3`` for
+    per-agent ``[*B, T, n_agents, 1]``) and errors as :func:`gae`; there is no ``lmbda``, and
+    ``done`` is only checked and broadcast (the target never looks past one step). Returns
+    ``(advantage, value_target)``; an absent agent's target is its value.
     """
     v, nv, r, _, term, present = _prepare(
         state_value, next_state_value, reward, done, terminated, mask, time_dim
