@@ -3,16 +3,22 @@ and the kit catching envs that break the contract."""
 
 from __future__ import annotations
 
+import inspect
 import pathlib
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 
 import marlkit
+from marlkit.adapters.custom import from_parallel
 from marlkit.data import Composite, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec, registered, registered_adapters
 from marlkit.testing import AdapterCheckError, check_adapter
+
+spaces = pytest.importorskip("gymnasium.spaces")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -145,3 +151,113 @@ def test_an_unseedable_env_fails_the_seeding_check_once() -> None:
     failures = [line for line in str(caught.value).splitlines() if line.startswith("  - ")]
     assert len(failures) == 1 and failures[0].startswith("  - seeding: "), failures
     check_adapter(_Unseedable(), check_seeding=False)
+
+
+def _seeding_failure(env: EnvBase, **switches: bool) -> str:
+    with pytest.raises(AdapterCheckError) as caught:
+        check_adapter(env, **switches)
+    (line,) = [f for f in str(caught.value).splitlines() if f.startswith("  - seeding: ")]
+    return line
+
+
+def test_an_env_without_a_reachable_simulator_gets_the_plain_seeding_message() -> None:
+    line = _seeding_failure(_Unseedable())
+    assert line.endswith("; pass check_seeding=False for a simulator that cannot be seeded")
+    assert "simulator itself" not in line
+
+
+class _Drift:
+    """A real (tiny) simulator of the PettingZoo-parallel kind: two agents drift on a line,
+    each pushed by its action. ``forget`` makes it ignore the seed the way some upstream
+    simulators do: at its reset (``"reset"``, the start positions) or in its steps (``"step"``,
+    a gust drawn each step), from a generator it never seeds."""
+
+    possible_agents = ["a_0", "a_1"]
+
+    def __init__(self, forget: str = "reset"):
+        self.forget, self.agents = forget, []
+        self.rng, self.unseeded = np.random.default_rng(0), np.random.default_rng()
+
+    def observation_space(self, agent: str) -> Any:
+        return spaces.Box(-100, 100, (1,), np.float32)
+
+    def action_space(self, agent: str) -> Any:
+        return spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        start = self.unseeded if self.forget == "reset" else self.rng
+        self.x = {a: start.uniform(-1, 1, 1).astype(np.float32) for a in self.possible_agents}
+        self.agents = list(self.possible_agents)
+        return dict(self.x), {a: {} for a in self.agents}
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        gust = self.unseeded if self.forget == "step" else self.rng
+        for a, push in actions.items():
+            self.x[a] = (self.x[a] + push + gust.normal(0, 0.1, 1)).astype(np.float32)
+        no = dict.fromkeys(self.agents, False)
+        return dict(self.x), dict.fromkeys(self.agents, 0.0), no, dict(no), {a: {} for a in no}
+
+
+@pytest.mark.parametrize(
+    ("forget", "moment"), [("reset", "after its reset"), ("step", "after step 1")]
+)
+def test_a_simulator_that_ignores_its_seed_is_named_not_the_adapter(forget, moment) -> None:
+    # LBF and magent2's adversarial_pursuit ignore the seed upstream: the kit blamed the adapter.
+    env = from_parallel(lambda: _Drift(forget), num_envs=2, seed=0)
+    line = _seeding_failure(env)
+    assert (
+        "; the simulator itself does not replay under seed=0: two runs of its first instance "
+        f"(_Drift), each reset(seed=0) then the same actions, differ {moment}. Not the "
+        "adapter's fault; pass check_seeding=False for a simulator that cannot be seeded"
+    ) in line, line
+    check_adapter(env, check_seeding=False)  # everything else about the adapter is right
+
+
+class _Wheel:
+    """A real (tiny) simulator of the Gymnasium kind that honours its seed."""
+
+    def __init__(self) -> None:
+        self.action_space = spaces.Box(-1, 1, (2, 2, 1), np.float32)
+        self.rng = np.random.default_rng()
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.state = self.rng.uniform(size=(2, 2, 3)).astype(np.float32)
+        return self.state.copy(), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.state = self.state + action
+        return self.state.copy(), 0.0, False, False, {}
+
+
+class _LosesTheSeed(_Toy):
+    """An adapter of one's own over ``_Wheel`` that never hands the seed on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.simulator = _Wheel()
+
+    def _reset(self, tensordict, env_mask):  # type: ignore[no-untyped-def]
+        self._state = torch.as_tensor(self.simulator.reset()[0])  # the seed is lost here
+        return self._obs()
+
+    def _set_seed(self, seed: int) -> None:
+        pass
+
+
+def test_an_adapter_that_loses_the_seed_is_told_the_simulator_replays() -> None:
+    line = _seeding_failure(_LosesTheSeed(), check_partial_reset=False)
+    assert line.endswith(
+        ", though the simulator itself replays under seed=0 (two runs of _Wheel, each "
+        "reset(seed=0) then 8 steps of the same actions, agree): the adapter loses the seed on "
+        "its way to the simulator (does _set_seed reach the next reset of every instance?)"
+    ), line
+
+
+def test_every_switch_of_check_adapter_is_documented() -> None:
+    guide = (ROOT / "docs" / "adapters.md").read_text()
+    for name in list(inspect.signature(check_adapter).parameters)[1:]:
+        assert f"| `{name}` |" in guide, f"docs/adapters.md does not document {name}"

@@ -11,6 +11,8 @@ It checks an env against the contract every marlkit component relies on, collect
   is done, root ``truncated`` when one present at the end was truncated, ``terminated = done &
   ~truncated``), a reset env is not done;
 * **seeding**: the same seed gives the same random rollout (skip for nondeterministic sims);
+  where it does not, the raw simulator under the adapter (``env.simulators``, ``env.simulator``)
+  is replayed by itself under the same seed, and the message says whose fault it is;
 * **distinct instances**: where the simulator is stochastic (two seeds give two traces), no two
   instances of the batch replay one another under the same actions (a seed collision);
 * **partial resets**: resetting one env leaves the others' observations untouched and
@@ -22,8 +24,11 @@ It checks an env against the contract every marlkit component relies on, collect
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -186,12 +191,167 @@ def _check_seeding(env: EnvBase, steps: int, seed: int, failures: list[str]) -> 
         runs.append(env.rollout(steps, break_when_any_done=False))
     keys = [k for k in runs[0].keys(True, True) if k in runs[1].keys(True, True)]
     differ = _outputs_equal(runs[0], runs[1], keys)
-    if differ:
-        failures.append(
-            f"seeding: two rollouts after set_seed({seed}) differ at {differ[:5]}; pass "
-            "check_seeding=False for a simulator that cannot be seeded"
+    if not differ:
+        return True
+    message = f"seeding: two rollouts after set_seed({seed}) differ at {differ[:5]}"
+    verdict = _simulator_replays(env, seed, steps)
+    if verdict is None:  # no raw simulator to ask
+        message += "; pass check_seeding=False for a simulator that cannot be seeded"
+    elif not verdict[0]:
+        message += (
+            f"; the simulator itself does not replay under seed={seed}: {verdict[1]}. Not the "
+            "adapter's fault; pass check_seeding=False for a simulator that cannot be seeded"
         )
-    return not differ
+    else:
+        message += (
+            f", though the simulator itself replays under seed={seed} ({verdict[1]}): the "
+            "adapter loses the seed on its way to the simulator (does _set_seed reach the next "
+            "reset of every instance?)"
+        )
+    failures.append(message)
+    return False
+
+
+def _simulator_of(env: Any) -> Any:
+    """The first simulator instance under an adapter: ``env.simulators[0]`` (the PettingZoo and
+    ``from_parallel`` adapters) or ``env.simulator`` (``from_batched``), also under transforms
+    (``base_env``); ``None`` when the env shows none."""
+    for _ in range(64):  # through nested transforms (bounded: never a hang)
+        sims = getattr(env, "simulators", None)
+        if isinstance(sims, (list, tuple)) and sims:
+            return sims[0]
+        sim = getattr(env, "simulator", None)
+        if sim is not None and callable(getattr(sim, "reset", None)):
+            return sim
+        env = getattr(env, "base_env", None)
+        if env is None:
+            return None
+    return None
+
+
+def _simulator_replays(env: EnvBase, seed: int, steps: int) -> tuple[bool, str] | None:
+    """Whether the raw simulator under ``env`` replays by itself: two runs of its first
+    instance, each ``reset(seed=seed)`` then up to ``steps`` steps of the same actions, and
+    ``(replays, what was compared)``. ``None`` when there is no simulator to reach, or when
+    only its resets could be compared and they agree (its steps may still draw unseeded)."""
+    sim = _simulator_of(env)
+    if sim is None or not callable(getattr(sim, "reset", None)):
+        return None
+    runs = [_raw_run(sim, seed, steps) for _ in range(2)]
+    name = type(sim).__name__
+    for t in range(max(map(len, runs))):
+        if t >= min(map(len, runs)) or not _plain_equal(runs[0][t], runs[1][t]):
+            moment = "after its reset" if t == 0 else f"after step {t}"
+            return False, (
+                f"two runs of its first instance ({name}), each reset(seed={seed}) then the "
+                f"same actions, differ {moment}"
+            )
+    if len(runs[0]) == 1:  # only the resets were compared
+        return None
+    return True, (
+        f"two runs of {name}, each reset(seed={seed}) then {len(runs[0]) - 1} steps of the "
+        "same actions, agree"
+    )
+
+
+def _raw_run(sim: Any, seed: int, steps: int) -> list[Any]:
+    """What one run of a raw simulator shows: its reset's observations, then each step's
+    outputs (infos left out). Actions come from its own action spaces, each seeded with
+    ``seed`` just before its draw, so that two runs act alike. Protocols: PettingZoo parallel
+    (``action_space(agent)``, dicts), PettingZoo AEC (``observe``, ``agent_selection``) and
+    Gymnasium (an ``action_space`` to sample); any other is compared by its resets alone. An
+    exception ends the run and is part of what it shows."""
+    trace: list[Any] = []
+    try:
+        out = sim.reset(seed=seed)
+        aec = out is None and callable(getattr(sim, "observe", None))
+        if aec:
+            trace.append({a: sim.observe(a) for a in sim.agents})
+        else:
+            trace.append(out[0] if isinstance(out, tuple) and len(out) == 2 else out)
+        for _ in range(steps):
+            step = _raw_step(sim, seed, aec, trace[-1])
+            if step is None:
+                break
+            trace.append(step[0])
+            if step[1]:
+                break
+    except Exception as err:  # the simulator's own failure: compared like an output
+        trace.append(f"raised {type(err).__name__}: {err}")
+    return trace
+
+
+def _drawn(space: Any, seed: int, observation: Any = None) -> Any:
+    """A draw from a Gymnasium space seeded now, so the same in every run; a legal one where
+    the observation is a dict with an ``"action_mask"`` (PettingZoo's convention)."""
+    mask = observation.get("action_mask") if isinstance(observation, Mapping) else None
+    if mask is not None:
+        try:
+            space.seed(seed)
+            return space.sample(mask=np.asarray(mask, dtype=np.int8))
+        except Exception:  # a space that takes no mask: any action, as below
+            pass
+    space.seed(seed)
+    return space.sample()
+
+
+def _raw_step(sim: Any, seed: int, aec: bool, shown: Any) -> tuple[Any, bool] | None:
+    """One step of the raw simulator with seeded draws from its action spaces (``shown``: what
+    it showed last): what it shows now and whether its episode is over, or ``None`` when it
+    cannot step (no action spaces, no agent left)."""
+    space_of = getattr(sim, "action_space", None)
+    if aec:
+        agent = getattr(sim, "agent_selection", None)
+        if not sim.agents or agent is None:
+            return None
+        over = sim.terminations.get(agent) or sim.truncations.get(agent)
+        sim.step(None if over else _drawn(space_of(agent), seed, sim.observe(agent)))
+        return ({a: sim.observe(a) for a in sim.agents}, dict(sim.rewards)), not sim.agents
+    if callable(space_of):  # PettingZoo parallel: one action per agent in the game
+        agents = list(getattr(sim, "agents", None) or [])
+        if not agents:
+            return None
+        last = shown[0] if isinstance(shown, tuple) else shown  # a step's or the reset's
+        seen = last if isinstance(last, Mapping) else {}
+        out = sim.step({a: _drawn(space_of(a), seed, seen.get(a)) for a in agents})
+        return _without_infos(out), not getattr(sim, "agents", agents)
+    if callable(getattr(space_of, "sample", None)):  # Gymnasium (a vector env resets itself)
+        out = sim.step(_drawn(space_of, seed))
+        ended = isinstance(out, tuple) and len(out) == 5 and bool(np.all(out[2] | out[3]))
+        return _without_infos(out), ended
+    return None
+
+
+def _without_infos(out: Any) -> Any:
+    return out[:4] if isinstance(out, tuple) and len(out) == 5 else out
+
+
+def _plain_equal(a: Any, b: Any) -> bool:
+    """Equal simulator outputs: dicts, sequences, arrays and numbers, NaN equal to NaN."""
+    if isinstance(a, Mapping):
+        return (
+            isinstance(b, Mapping)
+            and a.keys() == b.keys()
+            and all(_plain_equal(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, (list, tuple)):
+        return (
+            isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(_plain_equal(x, y) for x, y in zip(a, b))
+        )
+    if isinstance(a, (np.ndarray, np.generic, numbers.Number, torch.Tensor)):
+        if isinstance(b, torch.Tensor):
+            b = b.detach().cpu().numpy()
+        x = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+        y = np.asarray(b)
+        if x.shape != y.shape or x.dtype.kind != y.dtype.kind:
+            return False
+        return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
+    try:
+        return bool(a == b)
+    except Exception:  # an object without a usable ==: not evidence either way
+        return True
 
 
 def _check_partial_reset(env: EnvBase, failures: list[str]) -> None:
