@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pathlib
 import re
 import subprocess
 import sys
@@ -270,3 +271,102 @@ def test_plugins_register_and_a_broken_one_is_only_logged(monkeypatch, caplog, p
     assert len(broken) == 1 and "missing_dep" in broken[0].getMessage()
     list_envs()
     assert seen == ["marlkit.adapters", "marlkit.envs"]  # loaded once
+
+
+PLUGIN_PYPROJECT = """
+[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "marlkit-demo-plugin"
+version = "0.1.0"
+
+[project.entry-points."marlkit.envs"]
+demo-module = "marlkit_demo_plugin"
+demo-callable = "marlkit_demo_plugin.extra:register_all"
+broken = "marlkit_demo_plugin.missing"
+
+[tool.setuptools]
+packages = ["marlkit_demo_plugin"]
+"""
+
+PLUGIN_INIT = """
+import marlkit
+from marlkit.scenarios import NavigationEnv
+
+
+def make_demo(num_envs: int = 1):
+    return NavigationEnv(num_envs=num_envs, n_agents=2)
+
+
+marlkit.register("demo-plugin", make_demo, description="registered when imported")
+"""
+
+PLUGIN_EXTRA = """
+import marlkit
+from marlkit.scenarios import NavigationEnv
+
+
+def register_all():
+    marlkit.register("demo-plugin-called", NavigationEnv, description="registered when called")
+"""
+
+USE_PLUGIN = """
+import logging
+import sys
+
+import marlkit
+
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+print("imported at import marlkit:", "marlkit_demo_plugin" in sys.modules)
+env = marlkit.make("demo-plugin", num_envs=2)
+print("made:", type(env).__name__, tuple(env.batch_size))
+print("made:", type(marlkit.make("demo-plugin-called")).__name__)
+print("listed:", [n for n in marlkit.list_envs() if n.startswith("demo-plugin")])
+"""
+
+
+@pytest.mark.slow
+def test_a_package_registers_its_envs_through_the_entry_point_group(tmp_path):
+    # What docs/adapters.md tells a third party: a real package, built and installed by pip,
+    # declaring [project.entry-points."marlkit.envs"]: a module imported, a callable called, on
+    # the first use of the registry (not at `import marlkit`); a broken one only logged.
+    source = tmp_path / "plugin"
+    (source / "marlkit_demo_plugin").mkdir(parents=True)
+    (source / "pyproject.toml").write_text(PLUGIN_PYPROJECT)
+    (source / "marlkit_demo_plugin" / "__init__.py").write_text(PLUGIN_INIT)
+    (source / "marlkit_demo_plugin" / "extra.py").write_text(PLUGIN_EXTRA)
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run(
+        [*pip, "--no-index", "--target", str(site), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", USE_PLUGIN],
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == [
+        "imported at import marlkit: False",
+        "made: NavigationEnv (2,)",
+        "made: NavigationEnv",
+        "listed: ['demo-plugin', 'demo-plugin-called']",
+    ]
+    assert (
+        "marlkit.registry: could not load marlkit plug-in 'broken' (marlkit_demo_plugin.missing)"
+        in out.stderr
+    )
+
+
+def test_the_entry_point_groups_are_documented():
+    guide = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "adapters.md").read_text()
+    for group in registry_module.ENTRY_POINT_GROUPS:
+        assert f'[project.entry-points."{group}"]' in guide, group

@@ -5,7 +5,10 @@ and adapter families: ``register_adapter("vmas", factory)`` makes ``make("vmas/b
 Built-in scenarios and adapters register themselves when their package is imported; the
 registry imports them lazily on first use, then loads third-party packages that declare the
 entry-point groups ``marlkit.adapters`` or ``marlkit.envs`` (each entry point is a module to
-import, or a callable that is called with no arguments and registers what it provides).
+import, or a callable that is called with no arguments and registers what it provides), once
+per process, at the first use of the registry (not at ``import marlkit``); a plug-in that fails
+to load is logged as a warning, never raised. docs/adapters.md ("Registering a simulator from
+your own package") shows a package's ``[project.entry-points."marlkit.envs"]``.
 An adapter whose simulator is not installed stays listed, as unavailable, with the pip command
 that fixes it; registering one never imports its simulator.
 
