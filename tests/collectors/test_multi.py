@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -469,6 +470,70 @@ def test_a_worker_that_fails_to_construct_or_hangs() -> None:
         collector.next()
     assert time.monotonic() - start < 5
     assert collector.is_shut_down and wait_gone(pids) == []
+
+
+def silent_for(err: pytest.ExceptionInfo[WorkerError]) -> float:
+    """How long the error says the hung worker was silent."""
+    found = re.search(r"silent for (\d+\.\d) s since asked", str(err.value))
+    assert found, str(err.value)
+    return float(found.group(1))
+
+
+def test_async_reports_a_stopped_worker_while_another_keeps_answering() -> None:
+    # The timeout restarted at every wait: worker 0's batches hid worker 1 for ever (86 batches
+    # over 30 s without an error).
+    before = children()
+    collector = MultiAsyncCollector([nav(), nav()], None, frames_per_batch=8, timeout=2, **FAST)
+    pids = list(collector.worker_pids)
+    seen: set[int] = set()
+    while seen != {0, 1}:  # both buffers shared: worker 1 is asked for a batch and collecting
+        seen.add(int(collector.next()[WORKER][0, 0]))
+    os.kill(pids[1], signal.SIGSTOP)
+    start, batches = time.monotonic(), 0
+    with pytest.raises(
+        WorkerError, match=rf"worker 1 \(pid {pids[1]}\) did not answer collect within 2 s"
+    ) as info:
+        while time.monotonic() - start < 30:
+            collector.next()
+            batches += 1
+    elapsed = time.monotonic() - start
+    assert batches > 0 and elapsed < 4.5  # worker 0 answered meanwhile; shut down included
+    assert 2.0 <= silent_for(info) < 4.5 and info.value.worker == 1
+    assert collector.is_shut_down and alive(pids) == [] and children() - before == set()
+
+
+def test_sync_reports_a_stopped_worker_after_the_timeout_with_the_time_it_waited() -> None:
+    # It came 7 s late (SIGTERM's grace, lost on a stopped worker), saying "within 1 s": the time
+    # left once worker 0 answered.
+    before = children()
+    collector = MultiSyncCollector([nav(), nav()], None, frames_per_batch=16, timeout=2, **FAST)
+    pids = list(collector.worker_pids)
+    collector.next()  # both buffers shared: the next answers are short messages
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    threading.Timer(1.2, os.kill, (pids[0], signal.SIGCONT)).start()  # worker 0 answers late
+    start = time.monotonic()
+    with pytest.raises(
+        WorkerError, match=rf"worker 1 \(pid {pids[1]}\) did not answer collect within 2 s"
+    ) as info:
+        collector.next()
+    assert time.monotonic() - start < 4.5
+    assert 2.0 <= silent_for(info) < 4.5 and info.value.worker == 1
+    assert collector.is_shut_down and alive(pids) == [] and children() - before == set()
+
+
+def test_shutdown_ends_a_stopped_worker_at_once() -> None:
+    # A stopped process acts on no signal but SIGKILL: SIGTERM's grace (5 s + 2 s) was waited.
+    before = children()
+    for cls in (MultiSyncCollector, MultiAsyncCollector):  # idle, and busy (asked for a batch)
+        collector = cls([nav(), nav()], None, frames_per_batch=16, **FAST)
+        collector.next()
+        pids = list(collector.worker_pids)
+        os.kill(pids[1], signal.SIGSTOP)
+        start = time.monotonic()
+        collector.shutdown()
+        assert time.monotonic() - start < 2, cls.__name__
+        assert alive(pids) == [] and children() - before == set()
 
 
 # ---------------------------------------------------------------------- processes

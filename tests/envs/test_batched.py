@@ -16,6 +16,7 @@ import time
 
 import cloudpickle
 import numpy as np
+import psutil
 import pytest
 import torch
 from tensordict import TensorDict
@@ -158,6 +159,26 @@ def test_killed_worker_is_detected_and_nothing_hangs() -> None:
     assert env.is_closed and not env._pool.pids
     with pytest.raises(RuntimeError, match="closed"):
         env.reset()
+
+
+def test_a_stopped_worker_is_reported_after_the_timeout_it_was_given() -> None:
+    # The message gave the time left once worker 0 answered ("within 1 s"), not the timeout, and
+    # came 7 s late: SIGTERM's grace, which a stopped worker cannot act on.
+    env = _parallel(2, marlkit.make, NAV, timeout=2)
+    td = env.reset()
+    pids = env._pool.pids
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    threading.Timer(1.2, os.kill, (pids[0], signal.SIGCONT)).start()  # worker 0 answers late
+    start = time.monotonic()
+    with pytest.raises(
+        WorkerError,
+        match=rf"worker 1 \(pid {pids[1]}\) did not answer step within 2 s \(silent for "
+        r"[234]\.\d s since asked\); the ParallelEnv is shut down",
+    ):
+        env.step(env.rand_action(td))
+    assert time.monotonic() - start < 4.5
+    assert env.is_closed and not any(psutil.pid_exists(pid) for pid in pids)
 
 
 def test_construction_errors() -> None:

@@ -17,7 +17,9 @@ How data and weights travel:
 
 Faults: a worker that raises, dies or hangs makes the parent raise :class:`WorkerError` naming
 it, and every worker is shut down (see :mod:`marlkit.envs._workers`); a Ctrl-C shuts them down
-too, and workers exit by themselves when the parent dies.
+too, and workers exit by themselves when the parent dies. A worker hangs when it is silent
+``timeout`` seconds after it was asked for its batch, counted for each worker on its own: the
+asynchronous collector reports it while the other workers keep answering.
 """
 
 from __future__ import annotations
@@ -485,7 +487,9 @@ class MultiSyncCollector(_MultiCollector):
         progress: show a progress bar (frames, frames/s) on stderr.
         replay_buffer: write every batch into it, in this process (see :class:`Collector`).
         start_method: ``"spawn"`` (default), ``"forkserver"`` or ``"fork"``.
-        timeout: seconds to wait for a worker's batch (or any answer) before declaring it stuck.
+        timeout: seconds a worker may be silent once asked for its batch (or anything else)
+            before it is reported hung; each worker's clock runs from when it was asked, so a
+            hung worker is reported while the others keep answering.
         torch_threads: torch threads in each worker.
         worker_cpus: ``None`` (default: the OS places the workers), ``"auto"`` (worker ``i``
             pinned to the ``i``-th CPU this process may use) or one CPU, or set of CPUs, per

@@ -25,9 +25,13 @@ workers of a pool whose workers and parent's torch threads would crowd the CPUs.
 run: anywhere the OS puts them, or each on CPUs of its own (``worker_cpus``).
 ``docs/batched.md`` ("How the workers wait, and where they run") has the figures.
 
-What the parent does: every wait has a timeout and also wakes on the worker's process sentinel,
-so a worker that dies (killed, segfault, ``os._exit``) is reported at once, without polling; a
-dead worker closes the whole pool.
+What the parent does: every wait also wakes on the worker's process sentinel, so a worker that
+dies (killed, segfault, ``os._exit``) is reported at once, without polling; a dead worker closes
+the whole pool. Every worker asked something has its own deadline, ``timeout`` seconds after it
+was asked (or started): one silent past it is reported as hung, naming it and how long it has
+been silent, even while the others keep answering (an asynchronous collector waits on whichever
+worker answers first). Shutting down resumes stopped workers (SIGCONT), so that a worker stopped
+with SIGSTOP acts on its close, or its SIGTERM, at once instead of after the grace period.
 """
 
 from __future__ import annotations
@@ -340,7 +344,8 @@ class WorkerPool:
         owner: what the pool serves, for messages (``"the ParallelEnv"``).
         payloads: one :func:`serialise_setup` payload per worker.
         start_method: ``"spawn"`` (default: safe with threads), ``"forkserver"`` or ``"fork"``.
-        timeout: seconds to wait for any answer before declaring the worker stuck.
+        timeout: seconds a worker may take to answer once asked (or to start) before it is
+            reported hung, counted for each worker from when it was asked.
         torch_threads: torch threads inside each worker.
         worker_cpus: ``None`` (the OS places the workers), ``"auto"`` (worker ``i`` on the
             ``i``-th CPU this process may use) or one CPU, or set of CPUs, per worker; see
@@ -388,6 +393,9 @@ class WorkerPool:
         self._conns: list[multiprocessing.connection.Connection] = []
         #: Workers with a command sent and not answered yet (busy, or stuck).
         self._pending: set[int] = set()
+        #: When each worker awaited (a command sent, or starting) was asked: its deadline is
+        #: ``timeout`` seconds later.
+        self._asked: dict[int, float] = {}
         self._encoded: dict[str, bytes] = {}
         self._pollers: dict[frozenset[int], tuple[Any, dict[int, tuple[int, bool]]]] = {}
         self.closed = False
@@ -409,6 +417,7 @@ class WorkerPool:
                     name=f"marlkit-worker-{i}",
                 )
                 proc.start()
+                self._asked[i] = time.monotonic()
                 child.close()
                 self._procs.append(proc)
                 self._conns.append(parent)
@@ -455,17 +464,18 @@ class WorkerPool:
         except (BrokenPipeError, ConnectionError, OSError) as err:
             self._died(i, what, err)
         self._pending.add(i)
+        self._asked[i] = time.monotonic()
 
-    def receive(self, i: int, what: str, timeout: float | None = None) -> Any:
+    def receive(self, i: int, what: str) -> Any:
         """Worker ``i``'s answer to its last command.
 
         Raises:
             WorkerError: the worker raised (its exception is the cause, its traceback in the
-                message), died, or did not answer within ``timeout`` (default: the pool's); a
-                dead or stuck worker shuts the pool down.
+                message), died, or did not answer within the pool's ``timeout`` of being asked;
+                a dead or hung worker shuts the pool down.
         """
         # returns at once when the answer is there (one poll of the kept poller)
-        self._wait([i], what, self.timeout if timeout is None else timeout)
+        self._wait([i], what)
         return self._take(i, what)
 
     def _take(self, i: int, what: str) -> Any:
@@ -475,6 +485,7 @@ class WorkerPool:
         except (EOFError, ConnectionError, OSError) as err:
             self._died(i, what, err)
         self._pending.discard(i)
+        self._asked.pop(i, None)
         if status != "ok":
             summary, remote_tb, blob = payload
             message = f"worker {i} failed during {what}: {summary}"
@@ -496,9 +507,8 @@ class WorkerPool:
         # Wait on every worker still out at once: a worker that dies while another is still
         # busy is reported as it dies, not once the busy one answers (a whole batch later).
         remaining = list(calls)
-        deadline = time.monotonic() + self.timeout
         while remaining:
-            ready = self._wait(remaining, what, max(0.0, deadline - time.monotonic()))
+            ready = self._wait(remaining, what)
             for i in [i for i in remaining if i in ready]:
                 remaining.remove(i)
                 try:
@@ -517,42 +527,60 @@ class WorkerPool:
         """The first of ``workers`` (in the order given) with an answer waiting, once one has.
 
         Raises:
-            WorkerError: one of them died, or none answered within the pool's timeout.
+            WorkerError: one of them died, or was silent for the pool's timeout since it was
+                asked (even while others answer).
         """
         order = list(workers)
         if not order:
             raise ValueError("first_ready needs at least one worker to wait for")
-        ready = self._wait(order, what, self.timeout)
+        ready = self._wait(order, what)
         return next(i for i in order if i in ready)
 
-    def _wait(self, order: list[int], what: str, limit: float) -> set[int]:
+    def _wait(self, order: list[int], what: str) -> set[int]:
         """Block until one of the workers in ``order`` has an answer waiting (those that have),
-        waking as soon as one answers or dies (its process sentinel), never later than ``limit``
-        seconds: no polling, so the wait leaves the CPU to the workers.
+        waking as soon as one answers or dies (its process sentinel), or once the first of them
+        is due (``timeout`` seconds after it was asked): no polling, so the wait leaves the CPU
+        to the workers.
 
         Raises:
-            WorkerError: a worker died, or none answered in time; the pool is then shut down.
+            WorkerError: a worker died, or one of ``order`` is past its deadline without an
+                answer, whether or not others answered; the pool is then shut down.
         """
-        deadline = time.monotonic() + limit
         while True:
-            left = deadline - time.monotonic()
-            ready, dead = self._woken(order, max(0.0, left))
-            if ready:  # an answer, even from a worker that died just after sending it
+            now = time.monotonic()
+            due = min(self._asked.get(i, now) for i in order) + self.timeout
+            ready, dead = self._woken(order, max(0.0, due - now))
+            now = time.monotonic()
+            late = [
+                i
+                for i in order
+                if i not in ready
+                and i not in dead
+                and now - self._asked.get(i, now) >= self.timeout
+            ]
+            if ready and not late:  # an answer, even from a worker that died just after it
                 return ready
-            for i in dead:
+            for i in dead - ready:
                 self._died(i, what)
-            if left <= 0:
-                pids = ", ".join(str(self._procs[i].pid) for i in order)
-                late = (
-                    f"worker {order[0]} (pid {pids}) did not answer"
-                    if len(order) == 1
-                    else f"workers {order} (pids {pids}) did not answer"
-                )
-                self.shutdown()
-                raise WorkerError(
-                    f"{late} {what} within {limit:.0f} s; {self.owner} is shut down",
-                    worker=order[0],
-                )
+            if late:
+                self._hung(late, what, now)
+
+    def _hung(self, late: list[int], what: str, now: float) -> NoReturn:
+        """Shut the pool down and raise the error that names the ``late`` workers, their pids
+        and how long each has been silent."""
+        pids = ", ".join(str(self._procs[i].pid) for i in late)
+        silent = ", ".join(f"{now - self._asked[i]:.1f} s" for i in late)
+        who = (
+            f"worker {late[0]} (pid {pids}) did not answer"
+            if len(late) == 1
+            else f"workers {late} (pids {pids}) did not answer"
+        )
+        self.shutdown()
+        raise WorkerError(
+            f"{who} {what} within {self.timeout:g} s (silent for {silent} since asked); "
+            f"{self.owner} is shut down",
+            worker=late[0],
+        )
 
     def _woken(self, order: list[int], seconds: float) -> tuple[set[int], set[int]]:
         """Block up to ``seconds`` until one of ``order`` has an answer waiting or has died:
@@ -596,21 +624,24 @@ class WorkerPool:
     def shutdown(self, grace: float = 5.0) -> None:
         """Ask every worker to close, wait ``grace`` seconds, then terminate (and at last kill)
         what is left. Workers still working on a command (busy, or stuck) would hear the close
-        only after it: they are terminated at once. Idempotent."""
+        only after it: they are terminated at once. Every worker is resumed (SIGCONT) after its
+        close or SIGTERM: a stopped process (SIGSTOP) acts on neither until it runs again.
+        Idempotent."""
         if self.closed:
             return
         self.closed = True
         for i, (conn, proc) in enumerate(zip(self._conns, self._procs)):
             if i in self._pending:
-                proc.terminate()
+                _terminate(proc)
                 continue
             with contextlib.suppress(OSError, ValueError):  # a dead worker's pipe
                 conn.send(("close", None))
+            _resume(proc)
         deadline = time.monotonic() + grace
         for proc in self._procs:
             proc.join(timeout=max(0.0, deadline - time.monotonic()))
             if proc.is_alive():
-                proc.terminate()
+                _terminate(proc)
                 proc.join(timeout=2)
             if proc.is_alive():
                 proc.kill()
@@ -622,3 +653,23 @@ class WorkerPool:
                 proc.close()
         self._conns, self._procs = [], []
         self._pollers.clear()
+        self._asked.clear()
+
+
+def _resume(proc: Any) -> None:
+    """Continue ``proc`` if it is stopped (SIGSTOP, a terminal's Ctrl-Z): a stopped process
+    keeps its signals (SIGKILL aside) and its pipe unread until it runs again. A no-op on a
+    running process, and on a platform without SIGCONT."""
+    sigcont = getattr(signal, "SIGCONT", None)
+    if sigcont is None or proc.pid is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        if proc.exitcode is None:  # not reaped: the pid is still this worker's
+            os.kill(proc.pid, sigcont)
+
+
+def _terminate(proc: Any) -> None:
+    """SIGTERM ``proc``, then resume it, so that it acts on the SIGTERM even if it was stopped."""
+    with contextlib.suppress(OSError, ValueError):
+        proc.terminate()
+    _resume(proc)

@@ -418,7 +418,8 @@ class ParallelEnv(_BatchedEnv):
             defined in ``__main__`` or a notebook cell all work.
         create_env_kwargs: keyword arguments for the callable, or one mapping per worker.
         start_method: ``"spawn"`` (default, safe with threads), ``"forkserver"`` or ``"fork"``.
-        timeout: seconds to wait for a worker's answer before declaring it stuck.
+        timeout: seconds a worker may take to answer a command before it is reported hung
+            (``WorkerError`` naming it, its pid and how long it was silent; the env is closed).
         torch_threads: torch threads inside each worker.
         worker_cpus: where the workers run: ``None`` (default: the OS places them), ``"auto"``
             (worker ``i`` pinned to the ``i``-th CPU this process may use), or one CPU index,
