@@ -5,11 +5,14 @@ arguments), and batches written into a replay buffer."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import signal
 import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 import torch
 from tensordict import TensorDict
@@ -304,6 +307,54 @@ def test_a_killed_actor_is_a_worker_error_and_the_others_are_killed() -> None:
         collector.next()
     collector.shutdown()  # idempotent
     assert ray.is_initialized()  # the Ray it found running is left running
+    wait_for_cpus()
+
+
+def gone(pids: list[int], within: float = 4.0) -> bool:
+    """Whether the processes ``pids`` end (or are left as zombies for Ray to reap) in time."""
+    deadline = time.monotonic() + within
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_a_stopped_actor_is_reported_after_the_timeout_while_the_others_answer(sync: bool) -> None:
+    # sync=False yielded the other actor's batches for ever (the timeout restarted at every
+    # wait); sync=True reported it 3 s late, once the stopped actor's close had timed out.
+    collector = RayCollector([nav, nav], None, frames_per_batch=16, sync=sync, timeout=60)
+    collector.next()
+    collector.timeout = 2.0  # for the batches (the actors take longer than that to start here)
+    actors, pids = list(collector._actors), collector.worker_pids
+    os.kill(pids[1], signal.SIGSTOP)
+    start, batches = time.monotonic(), 0
+    with pytest.raises(
+        WorkerError,
+        match=rf"worker 1 \(pid {pids[1]} on [^)]+\) did not answer "
+        r"(next\(\)|collecting a batch) within 2 s \(silent for [234]\.\d s since asked\)",
+    ) as info:
+        while time.monotonic() - start < 30:
+            collector.next()
+            batches += 1
+    assert time.monotonic() - start < 4.5  # the actors' shutdown included
+    assert info.value.worker == 1 and (sync or batches > 0)  # async: actor 0 answered meanwhile
+    assert collector.is_shut_down and collector.worker_pids == []
+    assert gone(pids) and actor_is_dead(actors[0])
+    wait_for_cpus()
+
+
+def test_shutdown_ends_a_stopped_actor_at_once() -> None:
+    # Its close was waited for (3 s), then ray.kill took 5 s more to end it (Ray takes about
+    # 2 s to end an actor that runs).
+    collector = RayCollector([nav, nav], None, frames_per_batch=16, timeout=60)
+    collector.next()
+    pids = collector.worker_pids
+    os.kill(pids[1], signal.SIGSTOP)
+    start = time.monotonic()
+    collector.shutdown()
+    assert time.monotonic() - start < 2 and gone(pids, within=4)
     wait_for_cpus()
 
 

@@ -2,15 +2,18 @@
 factory, on one machine or a cluster.
 
 Ray is an optional dependency (``pip install "marlkit[ray]"``), imported only when a
-``RayCollector`` is built. Every wait on an actor has a deadline; an actor that raises, dies or
-does not answer in time is a :class:`~marlkit.envs.batched.WorkerError` naming the worker, and
-the collector kills the remaining actors.
+``RayCollector`` is built. Every actor asked something has its own deadline, ``timeout`` seconds
+after it was asked; an actor that raises, dies or is silent past its deadline (even while the
+others keep answering, with ``sync=False``) is a :class:`~marlkit.envs.batched.WorkerError`
+naming the worker, and the collector kills the remaining actors.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
@@ -65,6 +68,12 @@ class _RemoteCollector:
 
     def env_batch(self) -> tuple[int, ...]:
         return tuple(self._env.batch_size)
+
+    def hello(self) -> tuple[tuple[int, ...], int, str, str]:
+        """The env batch, and where this actor runs: its pid, node id and node address."""
+        ray = _import_ray()
+        node = ray.get_runtime_context().get_node_id()
+        return self.env_batch(), os.getpid(), node, ray.util.get_node_ip_address()
 
     def start(self, policy: Policy | None, kwargs: dict[str, Any]) -> None:
         self._collector = Collector(self._env, policy, **kwargs)
@@ -145,7 +154,9 @@ class RayCollector(CollectorBase):
         replay_buffer: write every batch into it, in this process (see :class:`Collector`).
         num_cpus_per_actor: the CPUs Ray reserves for each actor (fractions allowed).
         ray_init_kwargs: the arguments of ``ray.init`` when the collector starts Ray itself.
-        timeout: seconds each wait on the actors may last (a batch, a call, the start).
+        timeout: seconds an actor may be silent once asked (for a batch, a call, its start)
+            before it is reported hung; each actor's clock runs from when it was asked, so with
+            ``sync=False`` a hung actor is reported while the others keep answering.
 
     Raises:
         ImportError: Ray is not installed (``pip install "marlkit[ray]"``).
@@ -155,7 +166,8 @@ class RayCollector(CollectorBase):
         TypeError: factories that are not a sequence of callables, a policy that is not
             callable, a number of the wrong type.
         WorkerError: an actor failed to start (its factory raised, say) or did not start within
-            ``timeout`` (a cluster without the CPUs asked for, say).
+            ``timeout`` (a cluster without the CPUs asked for, say); from iteration, an actor
+            that raised, died or hung (named with its pid, its node and how long it was silent).
 
     Examples:
         >>> import ray
@@ -196,6 +208,10 @@ class RayCollector(CollectorBase):
         self._owns_ray = False
         #: Async mode, per worker: the batch requested, the loads submitted before it, when.
         self._inflight: dict[int, tuple[Any, list[Any], float]] = {}
+        #: Per worker, where its actor runs: ``(pid, node id, node address)``.
+        self._where: list[tuple[int, str, str]] = []
+        #: Workers reported silent past their deadline: killed at shutdown without a close.
+        self._hung: set[int] = set()
         super().__init__(
             frames_per_batch=frames_per_batch,
             total_frames=total_frames,
@@ -256,13 +272,15 @@ class RayCollector(CollectorBase):
             num_cpus=self.num_cpus_per_actor, max_restarts=0
         )
         self._actors = [remote.remote(factory) for factory in factories]
-        batches = self._gather(
-            {w: actor.env_batch.remote() for w, actor in enumerate(self._actors)},
+        hello = self._gather(
+            {w: actor.hello.remote() for w, actor in enumerate(self._actors)},
             "start (building its env)",
         )
+        answers = [hello[w] for w in range(self.num_workers)]
+        self._where = [(pid, node, ip) for _, pid, node, ip in answers]
         self._started = True
         check_worker_batches(
-            [tuple(batches[w]) for w in range(self.num_workers)],
+            [tuple(batch) for batch, *_ in answers],
             self.frames_per_batch,
             stacked=self.sync,
             hint="sync=False yields each worker's batch on its own",
@@ -274,18 +292,41 @@ class RayCollector(CollectorBase):
         )
 
     # ------------------------------------------------------------------ waiting on actors
-    def _fail(self, worker: int, what: str, err: BaseException | None) -> WorkerError:
+    @property
+    def worker_pids(self) -> list[int]:
+        """The actors' process ids, each on its own node (empty before they start and once
+        shut down)."""
+        return [pid for pid, _, _ in self._where] if self._actors else []
+
+    def _late(self, late: Mapping[int, float], what: str) -> WorkerError:
+        """Shut the collector down and return the error naming the workers silent past their
+        deadline (``{worker: seconds silent}``), to raise."""
+        self._hung.update(late)
+        self.shutdown()
+        workers = sorted(late)
+        who = ", ".join(
+            f"{w} (pid {self._where[w][0]} on {self._where[w][2]})" if self._where else str(w)
+            for w in workers
+        )
+        silent = ", ".join(f"{late[w]:.1f} s" for w in workers)
+        why = (
+            ""
+            if self._where
+            else f"; an actor that Ray cannot place, for want of num_cpus_per_actor="
+            f"{self.num_cpus_per_actor:g} free CPUs, waits too"
+        )
+        return WorkerError(
+            f"worker{'s' if len(workers) > 1 else ''} {who} did not answer {what} within "
+            f"{self.timeout:g} s (silent for {silent} since asked{why}); the RayCollector is "
+            "shut down",
+            worker=workers[0],
+        )
+
+    def _fail(self, worker: int, what: str, err: BaseException) -> WorkerError:
         """Shut the collector down and return the error that says why (to raise)."""
         self.shutdown()
         exceptions = self._ray.exceptions
         closed = "the RayCollector is shut down"
-        if err is None:
-            return WorkerError(
-                f"worker {worker} did not answer {what} within {self.timeout:g} s (an actor that "
-                f"Ray cannot place, for want of num_cpus_per_actor={self.num_cpus_per_actor:g} "
-                f"free CPUs, waits too); {closed}",
-                worker=worker,
-            )
         text = _ANSI.sub("", str(err)).strip()
         remote_tb = text if 'File "' in text else None
         if isinstance(err, exceptions.RayTaskError):
@@ -310,25 +351,50 @@ class RayCollector(CollectorBase):
         try:
             return self._ray.get(ref, timeout=self.timeout)
         except self._ray.exceptions.GetTimeoutError:
-            raise self._fail(worker, what, None) from None
+            raise self._late({worker: self.timeout}, what) from None
         except self._ray.exceptions.RayError as err:
             raise self._fail(worker, what, err) from err
 
-    def _gather(self, refs: Mapping[int, Any], what: str) -> dict[int, Any]:
-        """Wait for one answer per worker (``{worker: ref}``), within ``timeout`` in all; the
-        first failure is raised as soon as it comes, whatever the others do."""
-        deadline = time.monotonic() + self.timeout
+    def _gather(
+        self, refs: Mapping[int, Any], what: str, asked: Mapping[int, float] | None = None
+    ) -> dict[int, Any]:
+        """Wait for one answer per worker (``{worker: ref}``), each within ``timeout`` of when
+        it was asked (``asked``; default: now); the first failure is raised as soon as it
+        comes, whatever the others do."""
+        now = time.monotonic()
+        since = {w: (asked or {}).get(w, now) for w in refs}
         waiting = {ref: worker for worker, ref in refs.items()}
         answers: dict[int, Any] = {}
         while waiting:
-            left = max(0.0, deadline - time.monotonic())
-            ready, _ = self._ray.wait(list(waiting), num_returns=1, timeout=left)
-            if not ready:
-                raise self._fail(min(waiting.values()), what, None)
-            for ref in ready:
+            for ref in self._first_ready(waiting, since, what):
                 worker = waiting.pop(ref)
                 answers[worker] = self._get(worker, ref, what)
         return answers
+
+    def _first_ready(
+        self, waiting: Mapping[Any, int], asked: Mapping[int, float], what: str
+    ) -> list[Any]:
+        """The refs of ``waiting`` (``{ref: worker}``) with an answer, once one has one.
+
+        Raises:
+            WorkerError: a worker silent ``timeout`` seconds after it was asked (``asked``),
+                whether or not the others answered.
+        """
+        while True:
+            due = min(asked[w] for w in waiting.values()) + self.timeout
+            left = max(0.0, due - time.monotonic())
+            ready, _ = self._ray.wait(list(waiting), num_returns=1, timeout=left)
+            now = time.monotonic()
+            late = [
+                r for r, w in waiting.items() if r not in ready and now - asked[w] >= self.timeout
+            ]
+            if late:  # wait() returns one ready ref: ask again about these
+                answered, late = self._ray.wait(late, num_returns=len(late), timeout=0)
+                ready = [*ready, *answered]
+            if late:
+                raise self._late({waiting[r]: now - asked[waiting[r]] for r in late}, what)
+            if ready:
+                return ready
 
     def _call(self, method: str, *args: Any) -> dict[int, Any]:
         """Call ``method`` on every actor and wait for all of them."""
@@ -353,10 +419,8 @@ class RayCollector(CollectorBase):
             if worker not in self._inflight:
                 self._request(worker)
         waiting = {ref: worker for worker, (ref, _, _) in self._inflight.items()}
-        ready, _ = self._ray.wait(list(waiting), num_returns=1, timeout=self.timeout)
-        if not ready:  # name the worker asked longest ago
-            oldest = min(self._inflight, key=lambda w: self._inflight[w][2])
-            raise self._fail(oldest, "collecting a batch", None)
+        asked = {worker: when for worker, (_, _, when) in self._inflight.items()}
+        ready = self._first_ready(waiting, asked, "collecting a batch")
         worker = waiting[ready[0]]
         ref, prior, _ = self._inflight.pop(worker)
         batch = self._get(worker, ref, "collecting a batch")
@@ -369,8 +433,9 @@ class RayCollector(CollectorBase):
         """Async mode: wait for the batches in flight and drop them, so that what follows
         (a reset, a seed, a state) applies to every batch yielded from now on."""
         pending = {w: ref for w, (ref, _, _) in self._inflight.items()}
+        asked = {w: when for w, (_, _, when) in self._inflight.items()}
         self._inflight.clear()
-        self._gather(pending, "collecting a batch")
+        self._gather(pending, "collecting a batch", asked)
 
     # ------------------------------------------------------------------ control
     def update_policy_weights_(self, weights: Weights | None = None) -> None:
@@ -477,9 +542,19 @@ class RayCollector(CollectorBase):
         actors, self._actors = self._actors, []
         self._inflight.clear()
         if actors and self._started:
-            with contextlib.suppress(Exception):  # let the envs close, briefly
-                closing = [actor.close.remote() for actor in actors]
-                self._ray.wait(closing, num_returns=len(closing), timeout=_CLOSE_GRACE_S)
+            # A hung actor would close after what it is stuck in: killed at once; the others
+            # may close their envs, briefly. Then this node's actors are resumed: a stopped
+            # one (SIGSTOP) acts on neither the close nor the kill until it runs again.
+            for actor in [a for w, a in enumerate(actors) if w in self._hung]:
+                with contextlib.suppress(Exception):
+                    self._ray.kill(actor)
+            closing: list[Any] = []
+            with contextlib.suppress(Exception):
+                closing = [a.close.remote() for w, a in enumerate(actors) if w not in self._hung]
+            self._resume_local()
+            with contextlib.suppress(Exception):
+                if closing:
+                    self._ray.wait(closing, num_returns=len(closing), timeout=_CLOSE_GRACE_S)
             for actor in actors:
                 with contextlib.suppress(Exception):
                     self._ray.kill(actor)
@@ -487,6 +562,17 @@ class RayCollector(CollectorBase):
             self._owns_ray = False
             with contextlib.suppress(Exception):
                 self._ray.shutdown()
+
+    def _resume_local(self) -> None:
+        """SIGCONT the actors on this node: a stopped one (SIGSTOP) acts on no close and no
+        ``ray.kill`` until it runs again (a running one ignores it)."""
+        sigcont = getattr(signal, "SIGCONT", None)
+        with contextlib.suppress(Exception):  # a driver that is no node (Ray Client), say
+            here = self._ray.get_runtime_context().get_node_id()
+            for pid, node, _ in self._where:
+                if sigcont is not None and node == here:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, sigcont)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
