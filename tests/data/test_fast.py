@@ -1,0 +1,89 @@
+"""``marlkit.data._fast`` against tensordict's private API: the names it relies on, pinned to
+the tensordict version they were checked against, and what each fast path must return (the
+same as the public method it replaces)."""
+
+from __future__ import annotations
+
+import inspect
+
+import tensordict
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict
+
+from marlkit.data import _fast
+from marlkit.data._fast import get_entry, set_leaf, unchecked_tensordict
+
+
+def test_tensordict_is_the_version_its_private_api_was_checked_against() -> None:
+    installed = tensordict.__version__.split("+")[0]
+    assert installed == _fast._CHECKED_TENSORDICT, (
+        f"marlkit.data._fast relies on tensordict's private API, checked against tensordict "
+        f"{_fast._CHECKED_TENSORDICT}; tensordict {installed} is installed. Private names: "
+        f"{'; '.join(_fast._PRIVATE_API)}. Run the other tests of tests/data/test_fast.py: if "
+        f"they pass, set _CHECKED_TENSORDICT to {installed!r}; if one fails, fix _fast.py (or "
+        "use the public methods there, and measure what it costs)."
+    )
+
+
+def test_the_private_names_exist_with_the_arguments_used() -> None:
+    missing = [
+        name
+        for name in ("_new_unsafe", "_get_str", "_get_tuple", "_set_str")
+        if not hasattr(TensorDict, name)
+    ]
+    assert not missing, f"tensordict {tensordict.__version__} lacks TensorDict.{missing}"
+    assert _fast._NEW_UNSAFE is not None and _fast._FAST_ACCESS and _fast._OWN_ENTRIES, (
+        "a fast path of marlkit.data._fast is off: it falls back to the public methods"
+    )
+    expected = {
+        "_new_unsafe": {"source", "batch_size", "device", "nested"},
+        "_get_str": {"key", "default"},
+        "_get_tuple": {"key", "default"},
+        "_set_str": {"key", "value", "inplace", "validated"},
+    }
+    for name, arguments in expected.items():
+        taken = set(inspect.signature(getattr(TensorDict, name)).parameters)
+        assert arguments <= taken, f"TensorDict.{name} no longer takes {arguments - taken}"
+
+
+def test_unchecked_tensordict_is_the_checked_constructor() -> None:
+    entries = {"a": torch.arange(6.0).reshape(2, 3), "g": {"x": torch.ones(2, 4, 1)}}
+    fast = unchecked_tensordict(entries, (2,), None)
+    public = TensorDict(entries, batch_size=[2])
+    assert type(fast) is TensorDict and type(fast.batch_size) is torch.Size
+    assert fast.batch_size == public.batch_size and fast.device is None
+    assert isinstance(fast["g"], TensorDict) and fast["g"].batch_size == (2,)
+    assert set(fast.keys(True, True)) == set(public.keys(True, True))
+    assert (fast == public).all()
+    assert fast["a"] is entries["a"]  # not copied
+    assert fast.numel() == 2  # a tuple batch size broke numel() before it became a torch.Size
+    flat = unchecked_tensordict({"a": entries["a"]}, torch.Size([2]), "cpu", nested=False)
+    assert flat.device == torch.device("cpu") and flat["a"] is entries["a"]
+
+
+def test_get_entry_is_get() -> None:
+    td = TensorDict({"a": torch.zeros(2, 1), "g": {"x": torch.ones(2, 3)}}, [2])
+    for key in ("a", "g", ("g", "x"), "missing", ("g", "missing"), ("missing", "x")):
+        got, want = get_entry(td, key, "default"), td.get(key, "default")
+        assert got is want or (isinstance(got, TensorDict) and got is td["g"]), key
+    assert get_entry(td, "missing") is None
+
+
+def test_set_leaf_is_set() -> None:
+    td = TensorDict({"a": torch.zeros(2, 1)}, [2])
+    value = torch.ones(2, 5)
+    set_leaf(td, "b", value)
+    assert td.get("b") is value and set(td.keys()) == {"a", "b"}
+    replaced = torch.full((2, 1), 3.0)
+    set_leaf(td, "a", replaced)  # not in place: the entry is the new tensor
+    assert td.get("a") is replaced
+
+
+def test_the_public_methods_serve_other_tensordicts() -> None:
+    td = TensorDict({"a": torch.zeros(2, 1), "g": {"x": torch.ones(2, 3)}}, [2])
+    lazy = LazyStackedTensorDict.lazy_stack([td, td.clone()], 0)  # not a TensorDict
+    assert type(lazy) is not TensorDict
+    assert torch.equal(get_entry(lazy, "a"), lazy.get("a"))
+    assert torch.equal(get_entry(lazy, ("g", "x")), lazy.get(("g", "x")))
+    set_leaf(lazy, "b", torch.ones(2, 2, 1))
+    assert lazy.get("b").shape == (2, 2, 1)
