@@ -1,6 +1,9 @@
 """Adapter overhead: each adapter against a raw loop over its simulator, side by side.
 
-Prints one JSON object with a section per adapter; compare the ratios (adapter / raw).
+Prints one JSON object with a section per adapter; compare the ratios (adapter / raw). VMAS and
+PettingZoo time pairs of calls (one raw, one adapter, back to back in alternating order) until
+each side has had about ``--round-seconds`` and ``--min-steps`` pairs; MuJoCo alternates its
+two physics loops over ``--rounds`` rounds of ``--round-seconds`` each.
 
     python benchmarks/adapters.py                  # every section
     python benchmarks/adapters.py --only vmas      # one section
@@ -9,9 +12,6 @@ Prints one JSON object with a section per adapter; compare the ratios (adapter /
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -20,40 +20,8 @@ from typing import Any
 
 import torch
 
-from marlkit.bench import time_steps
-
-
-def timed(step: Callable[[], Any], min_seconds: float, min_steps: int, warmup: int) -> dict:
-    """Call ``step`` until both ``min_seconds`` and ``min_steps`` are reached; steps per second."""
-    return time_steps(step, min_seconds=min_seconds, min_steps=min_steps, warmup=warmup)
-
-
-def _timed_call(fn: Callable[..., Any], total: list[float]) -> Callable[..., Any]:
-    def call(*a: Any, **kw: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*a, **kw)
-        finally:
-            total[0] += time.perf_counter() - start
-
-    return call
-
-
-def _paired(
-    a: Callable[[], Any], b: Callable[[], Any], out: list[tuple[float, float]]
-) -> Callable[[], None]:
-    """One call of ``a`` and one of ``b``, in alternating order; appends their times."""
-
-    def call() -> None:
-        times = {}
-        order = ((a, 0), (b, 1)) if len(out) % 2 == 0 else ((b, 1), (a, 0))
-        for fn, slot in order:
-            start = time.perf_counter()
-            fn()
-            times[slot] = time.perf_counter() - start
-        out.append((times[0], times[1]))
-
-    return call
+from marlkit.bench import Stopwatch, alternate, make_parser, paired, run_sections, time_steps
+from marlkit.bench.environment import load_average
 
 
 # --- section: vmas ---------------------------------------------------------------------------
@@ -69,7 +37,7 @@ def bench_vmas(args: argparse.Namespace) -> dict:
     adapter time (target >= 0.9). ``time_in_vmas_fraction`` is the share of the adapter's time
     spent inside VMAS's ``step`` (timed around that call): the ratio the adapter reaches against
     a loop that costs nothing beyond VMAS, insensitive to load. Torch's thread count is left as
-    it is (``OMP_NUM_THREADS`` sets it).
+    it is (``OMP_NUM_THREADS`` sets it) unless ``--threads`` sets it.
     """
     import vmas
 
@@ -99,10 +67,9 @@ def bench_vmas(args: argparse.Namespace) -> dict:
             raw_step()
 
     state = {"step": env.reset(), "rollout": env.reset()}
-    in_vmas = [0.0]  # seconds the adapter spent inside VMAS's own step, timed around it
+    in_vmas = Stopwatch()  # seconds the adapter spent inside VMAS's own step, timed around it
     vmas_step = env.vmas_env.step
-
-    vmas_step_timed = _timed_call(vmas_step, in_vmas)
+    vmas_step_timed = in_vmas.wrap(vmas_step)
 
     def adapter_step() -> None:
         env.vmas_env.step = vmas_step_timed
@@ -134,24 +101,25 @@ def bench_vmas(args: argparse.Namespace) -> dict:
         ("step", adapter_step, raw_step, 1),
         ("rollout", adapter_rollout, raw_chunk, chunk),
     ):
-        pairs: list[tuple[float, float]] = []
         warmup = -(-args.warmup // per_call)  # ceil: calls whose pairs are dropped
         calls = warmup + max(8, -(-args.min_steps // per_call))
-        in_vmas[0] = 0.0
-        total = timed(_paired(raw_fn, adapter, pairs), args.min_seconds, calls, 0)
+        in_vmas.seconds = 0.0
+        # Each side timed for about --round-seconds: the pairs run for twice that.
+        pairs = paired(raw_fn, adapter, min_pairs=calls, min_seconds=2 * args.round_seconds)
         adapter_total = sum(p[1] for p in pairs)
+        seconds = adapter_total + sum(p[0] for p in pairs)
         del pairs[:warmup]
         raw_s = statistics.median(p[0] for p in pairs) / per_call
         adapter_s = statistics.median(p[1] for p in pairs) / per_call
         report[name] = {
             "pairs": len(pairs),
-            "seconds": total["seconds"],
+            "seconds": seconds,
             "raw_steps_per_s": 1.0 / raw_s,
             "adapter_steps_per_s": 1.0 / adapter_s,
             "adapter_agent_steps_per_s": num_envs * n_agents / adapter_s,
             "ratio": raw_s / adapter_s,
             # Insensitive to load: the share of the adapter's time spent inside VMAS's step.
-            "time_in_vmas_fraction": in_vmas[0] / adapter_total,
+            "time_in_vmas_fraction": in_vmas.seconds / adapter_total,
         }
     return report
 
@@ -200,21 +168,21 @@ def bench_pettingzoo(args: argparse.Namespace) -> dict:
                 validate_actions=False,
             )
             sim = env.simulators[0]
-            in_sim = [0.0]
-            sim.step = _timed_call(sim.step, in_sim)  # an instance attribute shadows the method
-            pairs: list[tuple[float, float]] = []
-            steps = timed(
-                _paired(raw_step, _pettingzoo_loop(env, gen), pairs),
-                args.min_seconds,
-                args.min_steps,
-                args.warmup,
-            )["steps"]
-            raw_times, env_times = zip(*pairs[-steps:])
+            in_sim = Stopwatch()
+            sim.step = in_sim.wrap(sim.step)  # an instance attribute shadows the method
+            pairs = paired(
+                raw_step,
+                _pettingzoo_loop(env, gen),
+                min_pairs=args.warmup + args.min_steps,
+                min_seconds=2 * args.round_seconds,  # each side about --round-seconds
+            )
+            timed_pairs = pairs[args.warmup :]
+            raw_times, env_times = zip(*timed_pairs)
             entry[f"{name}_raw_steps_per_s"] = 1.0 / statistics.median(raw_times)
             entry[f"{name}_steps_per_s"] = 1.0 / statistics.median(env_times)
-            entry[f"{name}_ratio"] = statistics.median(r / a for r, a in pairs[-steps:])
-            entry[f"{name}_time_in_simulator_fraction"] = in_sim[0] / sum(a for _, a in pairs)
-            entry[f"{name}_pairs"] = steps
+            entry[f"{name}_ratio"] = statistics.median(r / a for r, a in timed_pairs)
+            entry[f"{name}_time_in_simulator_fraction"] = in_sim.seconds / sum(a for _, a in pairs)
+            entry[f"{name}_pairs"] = len(timed_pairs)
             env.close()
         out[f"N={n}"] = entry
         raw.close()
@@ -245,14 +213,15 @@ def bench_mujoco(args: argparse.Namespace) -> dict:
     running GIL-free ``mj_step`` over a slice of the batch) against a single-threaded Python
     loop of ``mj_step`` over the same 64 ``MjData``, and the full marlkit ``env.step``.
 
-    The two physics measurements alternate in rounds (load on a shared machine hits both
-    alike); ``speedup`` is the median over rounds of loop time / batched time.
+    The two physics measurements alternate over ``--rounds`` rounds of ``--round-seconds`` each
+    (load on a shared machine hits both alike); ``speedup`` is the median over rounds of loop
+    time / batched time.
     """
     import numpy as np
 
     import marlkit
 
-    num_envs, rounds = 64, args.mujoco_rounds
+    num_envs = 64
     env = marlkit.make("mujoco/ant_2x4", num_envs=num_envs, seed=0)
     sim, model = env._sim, env.model
     mujoco = sim.mujoco  # the module the adapter imported (with MUJOCO_GL set)
@@ -277,16 +246,19 @@ def bench_mujoco(args: argparse.Namespace) -> dict:
         for _ in range(args.warmup):
             step()
         cpu = time.process_time()
-        run = timed(step, args.min_seconds / 2, args.min_steps, 0)
+        run = time_steps(step, min_seconds=args.round_seconds, min_steps=args.min_steps)
         run["cores_used"] = (time.process_time() - cpu) / run["seconds"]
         return run
 
-    loop_runs, batched_runs, ratios = [], [], []
-    for _ in range(rounds):
-        loop_runs.append(cpu_timed(python_loop))
-        batched_runs.append(cpu_timed(batched))
-        ratios.append(batched_runs[-1]["steps_per_s"] / loop_runs[-1]["steps_per_s"])
-    full = timed(env_step, args.min_seconds / 2, args.min_steps, args.warmup)
+    runs = alternate(
+        {"loop": lambda: cpu_timed(python_loop), "batched": lambda: cpu_timed(batched)},
+        args.rounds,
+    )
+    loop_runs, batched_runs = runs["loop"], runs["batched"]
+    ratios = [b["steps_per_s"] / a["steps_per_s"] for a, b in zip(loop_runs, batched_runs)]
+    full = time_steps(
+        env_step, min_seconds=args.round_seconds, min_steps=args.min_steps, warmup=args.warmup
+    )
 
     def env_steps_per_s(runs: list[dict]) -> float:
         return float(np.median([r["steps_per_s"] for r in runs])) * num_envs
@@ -305,44 +277,24 @@ def bench_mujoco(args: argparse.Namespace) -> dict:
         "speedup_rounds": [round(r, 3) for r in ratios],
         "speedup": float(np.median(ratios)),
         "target_speedup": 1.5,
-        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "load_average_1min": load_average(),
     }
 
 
 # --- end section: mujoco ---------------------------------------------------------------------
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {}
-for _name in ("vmas", "pettingzoo", "mujoco"):
-    _fn = globals().get(f"bench_{_name}")
-    if _fn is not None:
-        SECTIONS[_name] = _fn
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "vmas": bench_vmas,
+    "pettingzoo": bench_pettingzoo,
+    "mujoco": bench_mujoco,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", choices=sorted(SECTIONS), default=None)
-    parser.add_argument("--min-seconds", type=float, default=2.0)
-    parser.add_argument("--min-steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument(
-        "--mujoco-rounds",
-        type=int,
-        default=15,
-        help="alternating loop/batched rounds of the MuJoCo section (its speedup is their median)",
-    )
-    args = parser.parse_args(argv)
-    report: dict[str, Any] = {
-        "benchmark": "adapters",
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
-        "machine": platform.machine(),
-    }
-    for name in args.only or sorted(SECTIONS):
-        report[name] = SECTIONS[name](args)
-        print(f"{name}: done", file=sys.stderr)
-    print(json.dumps(report, indent=2))
-    return 0
+    parser = make_parser(__doc__, sections=SECTIONS, rounds=15, round_seconds=1.0)
+    parser.add_argument("--min-steps", type=int, default=20, help="timed steps (pairs) at least")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    return run_sections("adapters", SECTIONS, parser.parse_args(argv), sorted(SECTIONS))
 
 
 if __name__ == "__main__":

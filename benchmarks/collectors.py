@@ -42,8 +42,7 @@ import multiprocessing
 import multiprocessing.connection
 import statistics
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -51,55 +50,37 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 import marlkit
-from marlkit.bench import alternate, run_sections, time_steps
+from marlkit.bench import (
+    Stopwatch,
+    alternate_calls,
+    make_parser,
+    paired,
+    ratio,
+    run_sections,
+    seconds_per_call,
+)
 from marlkit.collectors import Collector, MultiSyncCollector
 from marlkit.data._fast import stack_tensordicts
 from marlkit.envs import EnvBase, ParallelEnv, SerialEnv
 from marlkit.replay import ReplayBuffer, TensorStorage
 
 
-def _alternate(
-    sides: dict[str, Callable[[], None]], rounds: int, seconds: float, min_steps: int
-) -> dict[str, list[float]]:
-    """Steps per second of each side, one entry per round, the order flipping every round."""
-
-    def rate(step: Callable[[], None]) -> float:
-        return time_steps(step, min_seconds=seconds, min_steps=min_steps)["steps_per_s"]
-
-    return alternate({name: functools.partial(rate, step) for name, step in sides.items()}, rounds)
-
-
 def _warm_and_alternate(
-    sides: dict[str, Callable[[], None]], args: argparse.Namespace, close: list[Callable[[], None]]
+    sides: Mapping[str, Callable[[], object]],
+    args: argparse.Namespace,
+    close: list[Callable[[], None]],
 ) -> dict[str, list[float]]:
-    """One warm-up call of each side, then :func:`_alternate` rates (one step per round at
-    least); ``close`` runs whatever happens."""
+    """One warm-up call of each side, then each side's calls per second in ``--rounds``
+    alternating rounds of ``--round-seconds`` (one call per round at least); ``close`` runs
+    whatever happens."""
     try:
         for side in sides.values():
             side()
-        return _alternate(sides, args.rounds, args.round_seconds, 1)
+        times = alternate_calls(sides, args.rounds, args.round_seconds)
+        return {name: [1.0 / t for t in ts] for name, ts in times.items()}
     finally:
         for fn in close:
             fn()
-
-
-def _paired(a: Callable[[], None], b: Callable[[], None], pairs: int) -> list[tuple[float, float]]:
-    """Seconds of one call of ``a`` and one of ``b``, back to back in alternating order, for
-    each of ``pairs`` pairs: load from other processes hits both calls of a pair alike."""
-    out = []
-    for i in range(pairs):
-        times = [0.0, 0.0]
-        for fn, slot in ((a, 0), (b, 1)) if i % 2 == 0 else ((b, 1), (a, 0)):
-            start = time.perf_counter()
-            fn()
-            times[slot] = time.perf_counter() - start
-        out.append((times[0], times[1]))
-    return out
-
-
-def _ratio(rates: dict[str, list[float]], num: str, den: str) -> dict[str, Any]:
-    per_round = [a / b for a, b in zip(rates[num], rates[den])]
-    return {"median": statistics.median(per_round), "rounds": per_round}
 
 
 # --- section: single --------------------------------------------------------------------------
@@ -145,7 +126,7 @@ def bench_single(args: argparse.Namespace) -> dict[str, Any]:
     collector = Collector(collector_env, None, frames_per_batch=frames)
     bare = _bare_loop(bare_env, steps)
     bare(), collector.next()  # warm-up batches
-    pairs = _paired(bare, collector.next, args.pairs)
+    pairs = paired(bare, collector.next, min_pairs=args.pairs)
     overhead = sorted(c / b - 1.0 for b, c in pairs)
     out: dict[str, Any] = {
         "env": "navigation",
@@ -179,29 +160,25 @@ def _mlp_split(env: EnvBase, args: argparse.Namespace) -> dict[str, Any]:
     """The collector with a 2 x 256 MLP: where its time goes, policy against the rest."""
     obs_dim = env.observation_spec["agents", "observation"].shape[-1]
     module = _mlp_policy(obs_dim)
-    in_policy = [0.0]
+    in_policy = Stopwatch()
 
+    @in_policy.wrap
     def policy(td: Any) -> Any:
-        start = time.perf_counter()
         with torch.no_grad():
-            out = module(td)
-        in_policy[0] += time.perf_counter() - start
-        return out
+            return module(td)
 
     frames = env.batch_size.numel() * args.steps
     collector = Collector(env, policy, frames_per_batch=frames)
     collector.next()
-    in_policy[0] = 0.0
-    start = time.perf_counter()
-    for _ in range(args.rounds):
-        collector.next()
-    total = time.perf_counter() - start
+    in_policy.seconds = 0.0
+    per_batch = seconds_per_call(collector.next, 0.0, min_calls=args.rounds)
+    total = per_batch * args.rounds
     collector.shutdown()
     return {
         "policy": "2 x 256 Tanh MLP per agent, shared parameters, torch.no_grad",
-        "frames_per_s": args.rounds * frames / total,
-        "policy_share": in_policy[0] / total,
-        "env_and_collector_share": 1.0 - in_policy[0] / total,
+        "frames_per_s": frames / per_batch,
+        "policy_share": in_policy.seconds / total,
+        "env_and_collector_share": 1.0 - in_policy.seconds / total,
     }
 
 
@@ -339,8 +316,8 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
     closes = [serial.close, parallel.close, pinned.close, raw.close]
     rates = _warm_and_alternate(sides, args, closes)
     frames = 2 * args.mpe_envs * steps
-    ratio = _ratio(rates, "parallel", "serial")
-    ratio_pinned = _ratio(rates, "parallel_pinned", "serial")
+    over_serial = ratio(rates, "parallel", "serial")
+    pinned_over_serial = ratio(rates, "parallel_pinned", "serial")
     return {
         "env": "pettingzoo/mpe2.simple_spread_v3",
         "N": 3,
@@ -353,13 +330,13 @@ def bench_parallel_env(args: argparse.Namespace) -> dict[str, Any]:
         "serial_frames_per_s": statistics.median(rates["serial"]) * frames,
         "parallel_frames_per_s": statistics.median(rates["parallel"]) * frames,
         "parallel_pinned_frames_per_s": statistics.median(rates["parallel_pinned"]) * frames,
-        "parallel_over_serial": ratio["median"],
-        "rounds": ratio["rounds"],
-        "pinned_over_serial": ratio_pinned["median"],
-        "pinned_rounds": ratio_pinned["rounds"],
+        "parallel_over_serial": over_serial["median"],
+        "rounds": over_serial["rounds"],
+        "pinned_over_serial": pinned_over_serial["median"],
+        "pinned_rounds": pinned_over_serial["rounds"],
         "target": 1.6,
         "start_method": args.start_method,
-        **_ceiling_report(rates, ratio["rounds"]),
+        **_ceiling_report(rates, over_serial["rounds"]),
     }
 
 
@@ -391,7 +368,7 @@ def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
         **_ceiling_sides(raw, lockstep=False),
     }
     rates = _warm_and_alternate(sides, args, [single.shutdown, multi.shutdown, raw.close])
-    ratio = _ratio(rates, "multisync", "collector")
+    over_single = ratio(rates, "multisync", "collector")
     return {
         "env": "pettingzoo/mpe2.simple_spread_v3",
         "N": 3,
@@ -405,11 +382,11 @@ def bench_multisync(args: argparse.Namespace) -> dict[str, Any]:
         },
         "collector_frames_per_s": statistics.median(rates["collector"]) * frames,
         "multisync_frames_per_s": statistics.median(rates["multisync"]) * frames,
-        "multisync_over_collector": ratio["median"],
-        "rounds": ratio["rounds"],
+        "multisync_over_collector": over_single["median"],
+        "rounds": over_single["rounds"],
         "target": 1.6,
         "start_method": args.start_method,
-        **_ceiling_report(rates, ratio["rounds"]),
+        **_ceiling_report(rates, over_single["rounds"]),
     }
 
 
@@ -433,9 +410,9 @@ def bench_buffer(args: argparse.Namespace) -> dict[str, Any]:
         raise
     sides = {"without_buffer": plain.next, "with_buffer": storing.next}
     rates = _warm_and_alternate(sides, args, [plain.shutdown, storing.shutdown])
-    ratio = _ratio(rates, "with_buffer", "without_buffer")
-    extend = time_steps(
-        lambda: rb.extend(batch.reshape(-1)), min_seconds=args.round_seconds, min_steps=3
+    with_over_without = ratio(rates, "with_buffer", "without_buffer")
+    extend_s = seconds_per_call(
+        lambda: rb.extend(batch.reshape(-1)), args.round_seconds, min_calls=3
     )
     per_batch_s = 1.0 / statistics.median(rates["without_buffer"])
     return {
@@ -451,11 +428,11 @@ def bench_buffer(args: argparse.Namespace) -> dict[str, Any]:
             "with_buffer": "the same, then the parent writes the stacked batch into a "
             "ReplayBuffer(TensorStorage) as transitions (checks, round-robin slots, copy)",
         },
-        "with_over_without_batches_per_s": ratio["median"],
-        "rounds": ratio["rounds"],
+        "with_over_without_batches_per_s": with_over_without["median"],
+        "rounds": with_over_without["rounds"],
         "batch_s": per_batch_s,
-        "extend_s": 1.0 / extend["steps_per_s"],
-        "extend_share_of_batch": (1.0 / extend["steps_per_s"]) / per_batch_s,
+        "extend_s": extend_s,
+        "extend_share_of_batch": extend_s / per_batch_s,
     }
 
 
@@ -468,15 +445,11 @@ SECTIONS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", choices=sorted(SECTIONS), default=None)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--round-seconds", type=float, default=1.0)
+    parser = make_parser(__doc__, sections=SECTIONS, rounds=7, round_seconds=1.0, threads=1)
     parser.add_argument("--steps", type=int, default=32, help="steps per batch (single)")
     parser.add_argument("--pairs", type=int, default=60, help="batch pairs timed (single)")
     parser.add_argument("--mpe-envs", type=int, default=4, help="envs per worker (parallel_env)")
     parser.add_argument("--mpe-steps", type=int, default=50, help="steps per round unit")
-    parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
     parser.add_argument(
         "--start-method",
         choices=["spawn", "forkserver", "fork"],

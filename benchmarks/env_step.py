@@ -21,14 +21,22 @@ actions every step. Prints one JSON object; each side's ``"work"`` says what it 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import statistics
 import sys
 from typing import Any
 
-from marlkit.bench import CellSpec, describe_environment, make_stepper, set_threads, time_steps
+from marlkit.bench import (
+    CellSpec,
+    alternate,
+    finish,
+    make_parser,
+    make_stepper,
+    ratio,
+    start,
+    time_steps,
+)
 from marlkit.bench.cells import Stepper
-from marlkit.bench.environment import load_average
 from marlkit.native import extension_available
 
 #: The issue's targets, in agent-steps/s: native (like for like) over VMAS, per (envs, agents).
@@ -78,11 +86,6 @@ def _summary(rounds: list[dict[str, float]], envs: int, agents: int) -> dict[str
     }
 
 
-def _ratio(rounds: dict[str, list[dict[str, float]]], num: str, den: str) -> dict[str, Any]:
-    per_round = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(rounds[num], rounds[den])]
-    return {"median": statistics.median(per_round), "rounds": per_round}
-
-
 def bench_cell(envs: int, agents: int, args: argparse.Namespace) -> dict[str, Any]:
     sides = _sides(envs, agents, args)
     try:
@@ -90,30 +93,32 @@ def bench_cell(envs: int, agents: int, args: argparse.Namespace) -> dict[str, An
             warmup = max(1, args.warmup // 5) if name.startswith("vmas") else args.warmup
             for _ in range(warmup):
                 stepper.step()
-        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
-        order = list(sides)
-        for _ in range(args.rounds):
-            for name in order:
-                rounds[name].append(_round(sides[name].step, name, args))
-            order.reverse()
+        rounds = alternate(
+            {
+                name: functools.partial(_round, stepper.step, name, args)
+                for name, stepper in sides.items()
+            },
+            args.rounds,
+        )
     finally:
         for stepper in sides.values():
             stepper.close()
     row: dict[str, Any] = {"envs": envs, "agents": agents}
     for name, stepper in sides.items():
         row[name] = {**_summary(rounds[name], envs, agents), **stepper.info}
+    rates = {name: [r["steps_per_s"] for r in runs] for name, runs in rounds.items()}
     if "vmas" in sides:
-        like = _ratio(rounds, "native", "vmas")
+        like = ratio(rates, "native", "vmas")
         row["native_over_vmas"] = like["median"]
         row["native_over_vmas_rounds"] = like["rounds"]
         if "native_knn" in sides:
-            row["native_knn_over_vmas"] = _ratio(rounds, "native_knn", "vmas")["median"]
+            row["native_knn_over_vmas"] = ratio(rates, "native_knn", "vmas")["median"]
             row["native_knn_note"] = "different work: no LiDAR on the native side"
         if "vmas_no_rotation" in sides:
-            share = 1.0 - _ratio(rounds, "vmas", "vmas_no_rotation")["median"]
+            share = 1.0 - ratio(rates, "vmas", "vmas_no_rotation")["median"]
             row["vmas_rotation_share_of_step"] = share
             # A lower bound: VMAS without the rotation work the native side does not do.
-            bound = _ratio(rounds, "native", "vmas_no_rotation")["median"]
+            bound = ratio(rates, "native", "vmas_no_rotation")["median"]
             row["native_over_vmas_no_rotation"] = bound
     return row
 
@@ -137,15 +142,10 @@ def _targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__, rounds=5, round_seconds=0.5)
     parser.add_argument("--cells", default="1024x4,64x64", help="comma list of ENVSxAGENTS")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per cell")
-    parser.add_argument(
-        "--round-seconds", type=float, default=0.5, help="seconds each side is timed per round"
-    )
     parser.add_argument("--min-steps", type=int, default=5, help="native steps per round")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--threads", type=int, help="torch and native threads, both sides")
     parser.add_argument("--backend", default="auto", choices=["auto", "native", "torch"])
     parser.add_argument("--no-vmas", action="store_true", help="skip the VMAS side")
     parser.add_argument("--no-knn", action="store_true", help="skip the native knn figure")
@@ -156,27 +156,18 @@ def main(argv: list[str] | None = None) -> int:
         "side does not compute (a diagnostic)",
     )
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.min_steps < 1 or args.warmup < 1:
-        parser.error("--rounds, --min-steps and --warmup must be >= 1")
-    set_threads(args.threads)
-    environment = describe_environment()
-
+    if args.min_steps < 1 or args.warmup < 1:
+        parser.error("--min-steps and --warmup must be >= 1")
+    report = start("env_step", args)
+    report["headline"] = "native_over_vmas: like for like (native computes VMAS's LiDAR)"
     results = []
     for cell in args.cells.split(","):
         envs, agents = (int(x) for x in cell.lower().split("x"))
         results.append(bench_cell(envs, agents, args))
         print(f"{cell}: done", file=sys.stderr)
-    environment["load_average_end"] = load_average()
-    report = {
-        "benchmark": "env_step",
-        "headline": "native_over_vmas: like for like (native computes VMAS's LiDAR)",
-        "environment": environment,
-        "settings": {k: v for k, v in vars(args).items()},
-        "results": results,
-        "targets": _targets(results) if not args.no_vmas else [],
-    }
-    print(json.dumps(report, indent=2))
-    return 0
+    report["results"] = results
+    report["targets"] = _targets(results) if not args.no_vmas else []
+    return finish(report)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,6 @@ import pathlib
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -70,8 +69,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from _timing import seconds_per_call, summary
-from marlkit.bench import alternate, run_sections
+from marlkit.bench import alternate, make_parser, run_sections, seconds_per_call, summary
 from marlkit.modules import (
     MultiAgentMLP,
     NormalParamExtractor,
@@ -263,7 +261,7 @@ def bench_mappo(args: argparse.Namespace) -> dict[str, Any]:
     sides = {name: _with_tanh(auto, step) for name, step in sides.items()}
     sides["marlkit_sigmoid_tanh"] = _with_tanh("sigmoid", _marlkit_step(False))
     rounds: dict[str, Callable[[], float]] = {
-        name: functools.partial(seconds_per_call, step, args.round_seconds)
+        name: functools.partial(seconds_per_call, step, args.round_seconds, warmup=2)
         for name, step in sides.items()
     }
     peers = ("torchrl", "torchrl_default_adam") if args.torchrl_python else ()
@@ -408,10 +406,7 @@ def _qmix_plain(q_net: nn.Module, mixer: QMixer, batch: TensorDict) -> Callable[
 
 
 def _ms_per_step(step: Callable[[], None], steps: int) -> float:
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return 1e3 * (time.perf_counter() - start) / steps
+    return 1e3 * seconds_per_call(step, 0.0, min_calls=steps)
 
 
 def bench_qmix(args: argparse.Namespace) -> dict[str, Any]:
@@ -488,13 +483,9 @@ SECTIONS = {"mappo": bench_mappo, "qmix": bench_qmix}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", choices=sorted(SECTIONS), default=None)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--round-seconds", type=float, default=2.0, help="per side (mappo)")
+    parser = make_parser(__doc__, sections=SECTIONS, rounds=5, round_seconds=2.0, threads=1)
     parser.add_argument("--steps", type=int, default=50, help="steps per side per round (qmix)")
-    parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile (mappo)")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile")
     parser.add_argument(
         "--torchrl-python",
         default=None,

@@ -31,8 +31,8 @@ outputs): the same values, shapes and arithmetic, only the order of the weight i
 networks; at width 256 and batch 1024 both sides are bound by the same matmul FLOPs). Sides
 alternate round by round; times are medians, the ratio the median of the per-round ratios.
 
-    python benchmarks/modules.py
-    python benchmarks/modules.py --agents 32 --rounds 7 --threads 1
+    python benchmarks/modules.py                  # every section: mlp, activation, layout
+    python benchmarks/modules.py --only mlp --agents 32 --rounds 7 --threads 1
     python benchmarks/modules.py --retain-freed-memory   # glibc keeps large freed blocks
     python benchmarks/modules.py --only activation
     python benchmarks/modules.py --only layout
@@ -46,17 +46,15 @@ reused from the heap.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import ctypes
 import ctypes.util
-import json
+import sys
 from collections.abc import Callable
 
 import torch
 
-from _timing import alternate, summary
-from marlkit.bench import describe_environment, set_threads
+from marlkit.bench import alternate_calls, make_parser, run_sections, summary
 from marlkit.modules import MultiAgentMLP, StackedLinear, Tanh, get_tanh_method, set_tanh_method
 
 BATCH, IN, OUT, CELLS = 1024, 16, 4, 256
@@ -88,7 +86,7 @@ def bench(n_agents: int, cells: int, batch: int, rounds: int, seconds: float) ->
         mlp(x), torch.stack([n(x[:, i]) for i, n in enumerate(nets)], 1), rtol=1e-4, atol=1e-5
     )
     sides = {"loop": loop, "batched": batched, "batched_one_call": batched_one_call}
-    times = alternate(sides, rounds, seconds)
+    times = alternate_calls(sides, rounds, seconds, warmup=2)
     one_call_ratio = summary(times, "batched_one_call", "batched")
     return {
         "n_agents": n_agents,
@@ -127,7 +125,7 @@ def bench_activation(rows: int, cells: int, rounds: int, seconds: float) -> dict
     # The method only steers marlkit's Tanh: torch.nn.Tanh is torch.tanh whatever it is.
     set_tanh_method("sigmoid")
     err = (route(x) - torch.tanh(x.double())).abs().max().item()
-    times = alternate(
+    times = alternate_calls(
         {
             "torch_forward": forward(plain),
             "sigmoid_forward": forward(route),
@@ -136,6 +134,7 @@ def bench_activation(rows: int, cells: int, rounds: int, seconds: float) -> dict
         },
         rounds,
         seconds,
+        warmup=2,
     )
     set_tanh_method(auto)
     both = summary(
@@ -147,7 +146,7 @@ def bench_activation(rows: int, cells: int, rounds: int, seconds: float) -> dict
         "sigmoid"
         if both["ratio_torch_forward_backward_over_sigmoid_forward_backward"] > 1
         else "torch"
-    )  # type: ignore[operator]
+    )
     return {
         "shape": [rows, cells],
         "sigmoid_max_abs_error_vs_float64": err,
@@ -188,7 +187,7 @@ def bench_layout(rounds: int, seconds: float) -> list[dict[str, object]]:
                 "in_major": _forward_backward(in_major, x, grad),
                 "out_major": _forward_backward(layer, x, grad),
             }
-            times = alternate(sides, rounds, seconds)
+            times = alternate_calls(sides, rounds, seconds, warmup=2)
             results.append(
                 {
                     "stacks": stacks,
@@ -214,65 +213,58 @@ def retain_freed_memory() -> dict[str, int]:
     return settings
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+COMPUTES = {
+    "batched": "MultiAgentMLP(16, 4, n_agents, num_cells=cells, depth=2, Tanh) forward "
+    "+ backward on [batch, n_agents, 16], independent params; one batched matmul per "
+    "layer for each group of agents_per_group agents (all of them unless a group's "
+    "widest activation would pass MultiAgentMLP.cpu_group_bytes)",
+    "batched_one_call": "the same MultiAgentMLP with cpu_group_bytes=0: every agent "
+    "in one batched matmul per layer (what the groups save)",
+    "loop": "the same maths as n_agents nn.Sequential MLPs called in a Python loop "
+    "(the same marlkit Tanh, by this machine's tanh method: tanh_method)",
+    "activation": "torch.nn.Tanh (torch.tanh: MKL's vsTanh on x86 builds) vs "
+    "marlkit.modules.Tanh's sigmoid route (2 sigmoid(2x) - 1) on the same [rows, cells] "
+    "float32 input: forward under no_grad, and forward + backward (autograd.grad of "
+    "the output against a fixed gradient)",
+    "layout": "one StackedLinear(stacks, 256, out) forward + backward (input, weight "
+    "and bias gradients) with the same values, its weight in-major ([n, in, out] "
+    "contiguous) vs out-major (nn.Linear's order in memory, the default below 16 "
+    "outputs)",
+}
+
+SECTIONS = {
+    "mlp": lambda args: [
+        bench(n, cells, args.batch, args.rounds, args.round_seconds)
+        for cells in args.cells or [CELLS]
+        for n in args.agents or [4, 32, 256]
+    ],
+    "activation": lambda args: bench_activation(1200, CELLS, args.rounds, args.round_seconds),
+    "layout": lambda args: bench_layout(args.rounds, args.round_seconds),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser(__doc__, sections=SECTIONS, rounds=5, round_seconds=1.0, threads=1)
     parser.add_argument("--agents", type=int, action="append", default=None)
     parser.add_argument(
         "--cells", type=int, action="append", default=None, help="hidden width (default 256)"
     )
     parser.add_argument("--batch", type=int, default=BATCH, help="rows per call (default 1024)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--round-seconds", type=float, default=1.0)
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--retain-freed-memory",
         action="store_true",
         help="raise glibc's mmap and trim thresholds first (both sides)",
     )
-    parser.add_argument(
-        "--only", action="append", choices=["mlp", "activation", "layout"], default=None
-    )
-    args = parser.parse_args()
-    only = args.only or ["mlp", "activation", "layout"]
+    args = parser.parse_args(argv)
     allocator = retain_freed_memory() if args.retain_freed_memory else "glibc defaults"
-    set_threads(args.threads)
-    out: dict[str, object] = {
-        "benchmark": "modules",
-        "computes": {
-            "batched": "MultiAgentMLP(16, 4, n_agents, num_cells=cells, depth=2, Tanh) forward "
-            "+ backward on [batch, n_agents, 16], independent params; one batched matmul per "
-            "layer for each group of agents_per_group agents (all of them unless a group's "
-            "widest activation would pass MultiAgentMLP.cpu_group_bytes)",
-            "batched_one_call": "the same MultiAgentMLP with cpu_group_bytes=0: every agent "
-            "in one batched matmul per layer (what the groups save)",
-            "loop": "the same maths as n_agents nn.Sequential MLPs called in a Python loop "
-            "(the same marlkit Tanh, by this machine's tanh method: tanh_method)",
-            "activation": "torch.nn.Tanh (torch.tanh: MKL's vsTanh on x86 builds) vs "
-            "marlkit.modules.Tanh's sigmoid route (2 sigmoid(2x) - 1) on the same [rows, cells] "
-            "float32 input: forward under no_grad, and forward + backward (autograd.grad of "
-            "the output against a fixed gradient)",
-            "layout": "one StackedLinear(stacks, 256, out) forward + backward (input, weight "
-            "and bias gradients) with the same values, its weight in-major ([n, in, out] "
-            "contiguous) vs out-major (nn.Linear's order in memory, the default below 16 "
-            "outputs)",
-        },
+    extra = {
+        "computes": COMPUTES,
         "target": "loop / batched >= 3 at 32 agents",
         "allocator": allocator,
         "tanh_method": get_tanh_method(),
-        **describe_environment(),
     }
-    if "mlp" in only:
-        out["results"] = [
-            bench(n, cells, args.batch, args.rounds, args.round_seconds)
-            for cells in args.cells or [CELLS]
-            for n in args.agents or [4, 32, 256]
-        ]
-    if "activation" in only:
-        out["activation"] = bench_activation(1200, CELLS, args.rounds, args.round_seconds)
-    if "layout" in only:
-        out["layout"] = bench_layout(args.rounds, args.round_seconds)
-    print(json.dumps(out, indent=2))
+    return run_sections("modules", SECTIONS, args, extra=extra)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,12 +11,13 @@ landmark ``i`` along its larger coordinate (no coordination beyond the fixed ass
 
 from __future__ import annotations
 
-import argparse
-import json
+import sys
 from collections.abc import Callable
 
 import numpy as np
 from mpe2 import simple_spread_v3
+
+from marlkit.bench import finish, make_parser, start
 
 # simple_spread's actions: 0 stay, 1 left, 2 right, 3 down, 4 up; its observation: own velocity
 # (2), own position (2), the landmarks' positions relative to the agent (2 N), the others' (2
@@ -49,12 +50,12 @@ def own_landmark(n: int) -> Policy:
     return policy
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser(__doc__, threads_flag=False)
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--n", type=int, default=3)
     parser.add_argument("--max-cycles", type=int, default=25)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     policies: dict[str, Policy] = {
         "random": lambda agent, obs: int(rng.integers(5)),
@@ -62,6 +63,7 @@ def main() -> None:
         "own_landmark_rule": own_landmark(args.n),
     }
     result = {
+        **start("mpe_reference", args),
         "env": f"mpe2.simple_spread_v3(N={args.n}, max_cycles={args.max_cycles})",
         "episodes": args.episodes,
         "measure": "mean over episodes of the mean over agents of each agent's episode return",
@@ -69,8 +71,8 @@ def main() -> None:
     for name, policy in policies.items():
         returns = episode_returns(policy, args.n, args.max_cycles, args.episodes)
         result[name] = {"mean": float(np.mean(returns)), "std": float(np.std(returns))}
-    print(json.dumps(result))
+    return finish(result)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,7 +10,8 @@ Cells (each timed for both backends in the same run, alternating rounds):
 * ``env_render``: ``env.render(0)`` of ``navigation`` with ``--agents`` agents (the renderer plus
   the scenario's layer building), native only.
 
-Times are milliseconds per call, the fastest round (other load only slows rounds down) and the
+Times are milliseconds per call over ``--rounds`` alternating rounds of ``--round-seconds`` (and
+``--min-steps`` calls) each: the fastest round (other load only slows rounds down) and the
 median; ``numpy_over_native`` is the NumPy twin's time over the kernel's.
 
 Example:
@@ -20,9 +21,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 from collections.abc import Callable
@@ -31,8 +29,7 @@ from typing import Any
 import numpy as np
 
 import marlkit
-from marlkit.bench import time_steps
-from marlkit.native import get_num_threads, set_num_threads
+from marlkit.bench import alternate_calls, finish, make_parser, start
 from marlkit.native.render import Circles, group_color, lighten, render_frames, tile_frames
 
 
@@ -47,30 +44,25 @@ def _layers(rng: np.random.Generator, agents: int, batch: tuple[int, ...]) -> li
 
 def _rounds(calls: dict[str, Callable[[], Any]], args: argparse.Namespace) -> dict[str, dict]:
     """Time each call in ``args.rounds`` alternating rounds: fastest and median ms per call."""
-    per_call: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(args.rounds):
-        for name, call in calls.items():
-            run = time_steps(call, min_seconds=args.min_seconds, min_steps=args.min_steps, warmup=1)
-            per_call[name].append(1e3 * run["seconds"] / run["steps"])
+    per_call = alternate_calls(
+        calls, args.rounds, args.round_seconds, min_calls=args.min_steps, warmup=1
+    )
     return {
-        name: {"ms": min(times), "ms_median": statistics.median(times)}
+        name: {"ms": 1e3 * min(times), "ms_median": 1e3 * statistics.median(times)}
         for name, times in per_call.items()
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser(__doc__, rounds=5, round_seconds=0.3)
     parser.add_argument("--size", type=int, default=256, help="frame size of the frame cell")
     parser.add_argument("--agents", type=int, default=64)
     parser.add_argument("--envs", type=int, default=16, help="frames of the batch cell")
     parser.add_argument("--batch-size", type=int, default=128, help="frame size of the batch cell")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--min-seconds", type=float, default=0.3)
-    parser.add_argument("--min-steps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0, help="kernel threads (0: all cores)")
+    parser.add_argument("--min-steps", type=int, default=5, help="calls per round at least")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    set_num_threads(args.threads)
+    report = start("render", args)
     rng = np.random.default_rng(args.seed)
 
     frame_layers = _layers(rng, args.agents, ())
@@ -110,18 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                 entry[backend] = timings[f"{cell}_{backend}"]
         if "numpy" in entry:
             entry["numpy_over_native"] = entry["numpy"]["ms"] / entry["native"]["ms"]
-    report = {
-        "benchmark": "render",
-        "kernel_threads": get_num_threads(),
-        "cpus": os.cpu_count(),
-        "machine": platform.machine(),
-        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "cells": cells,
-        "target_frame_ms": 2.0,
-        "target_met": cells["frame"]["native"]["ms"] < 2.0,
-    }
-    print(json.dumps(report, indent=2))
-    return 0
+    report["cells"] = cells
+    report["target_frame_ms"] = 2.0
+    report["target_met"] = cells["frame"]["native"]["ms"] < 2.0
+    return finish(report)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from tensordict import TensorDict
 
 import marlkit._files as marlkit_files
 from marlkit._files import verify_manifest
-from marlkit.bench import alternate, run_sections
+from marlkit.bench import alternate, make_parser, run_sections, seconds_per_call, timed
 from marlkit.native.gather import gather_rows, gather_rows_torch
 from marlkit.replay import PrioritizedSampler, RandomSampler, ReplayBuffer, TensorStorage
 
@@ -73,22 +72,21 @@ def _filled(sampler: Any, capacity: int) -> tuple[ReplayBuffer, dict[str, float]
     """A buffer of ``capacity`` items, with the extend rates of its first fill and a refill."""
     rb = ReplayBuffer(TensorStorage(capacity), sampler)
     chunks = [_items(CHUNK, i) for i in range(capacity // CHUNK)]
-    rates = {}
-    for phase in ("first_fill", "refill"):
-        start = time.perf_counter()
+
+    def fill() -> None:
         for chunk in chunks:
             rb.extend(chunk)
-        rates[f"extend_{phase}_items_per_s"] = capacity / (time.perf_counter() - start)
+
+    rates = {}
+    for phase in ("first_fill", "refill"):
+        _, seconds = timed(fill)
+        rates[f"extend_{phase}_items_per_s"] = capacity / seconds
     return rb, rates
 
 
-def _iterations_per_s(step: Callable[[], None], seconds: float) -> float:
-    step()
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        step()
-        count += 1
-    return count / (time.perf_counter() - start)
+def _iterations_per_s(step: Callable[[], object], seconds: float) -> float:
+    """Calls of ``step`` per second over ``seconds``, after one untimed call."""
+    return 1.0 / seconds_per_call(step, seconds, warmup=1)
 
 
 def _prioritized_step(rb: ReplayBuffer) -> Callable[[], None]:
@@ -229,12 +227,8 @@ def bench_memory(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _timed(call: Callable[[], Any]) -> Callable[[], float]:
-    def measure() -> float:
-        start = time.perf_counter()
-        call()
-        return time.perf_counter() - start
-
-    return measure
+    """A measurement of one call of ``call``: its seconds."""
+    return functools.partial(seconds_per_call, call, 0.0)
 
 
 class _NoHash:
@@ -324,11 +318,7 @@ SECTIONS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", choices=sorted(SECTIONS), default=None)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--round-seconds", type=float, default=1.0)
-    parser.add_argument("--threads", type=int, default=1, help="torch and native threads")
+    parser = make_parser(__doc__, sections=SECTIONS, rounds=5, round_seconds=1.0, threads=1)
     parser.add_argument(
         "--capacity", type=int, default=CAPACITY, help=f"items stored (a multiple of {CHUNK})"
     )

@@ -5,7 +5,8 @@ the same recipe; prints one JSON object per experiment and draws its curves.
     python benchmarks/results.py qmix-native masac-balance --seeds 0,1,2
     python benchmarks/results.py throughput-native
 
-Each seed runs the script as a user would (a subprocess, the same command as in
+Prints one JSON object per experiment and line (the shared header, then the experiment's
+figures). Each seed runs the script as a user would (a subprocess, the same command as in
 ``docs/results.md``); the wall-clock is that command's, imports included, on both sides. With
 ``--torchrl-python`` (a venv with TorchRL 0.14 and VMAS, not marlkit's), the peer's side of the
 experiments that have one runs for the same seeds, alternating with ours seed by seed, so that
@@ -14,6 +15,7 @@ interval over the seeds are reported for the final reward and the wall-clock, an
 (mean and band over seeds) are drawn into ``--img`` (``docs/img/results-<experiment>.png``).
 ``--threads N`` (default 1) gives both sides N torch threads (the scripts' ``threads=N``, the
 peers' ``--threads N``): 1 compares the code on one core, 2 the machine's default on two.
+``--out`` is the folder of the runs themselves (default ``runs/results``).
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
+from marlkit.bench import alternate, finish, make_parser, start, timed
 from marlkit.modules import get_tanh_method
 from marlkit.record import bootstrap_ci, plot_with_bands, read_metrics
 
@@ -163,11 +165,7 @@ def run_ours(
         f"run_dir={run_dir}",
         *extra,
     ]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
-    seconds = time.perf_counter() - start
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    _, seconds = _run(cmd)
     rows = read_metrics(run_dir / "metrics.csv")
     summary = json.loads((run_dir / "summary.json").read_text())
     key = f"{exp.group}/episode_reward"
@@ -197,17 +195,24 @@ def run_ours(
 def run_peer(exp: Experiment, seed: int, python: str, threads: int = 1) -> dict[str, Any]:
     assert exp.peer is not None
     cmd = [python, str(PEERS / exp.peer), "--seed", str(seed), "--threads", str(threads)]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
-    seconds = time.perf_counter() - start
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    proc, seconds = _run(cmd)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     return {**result, "final": result["final_episode_reward"], "seconds": seconds}
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "WANDB_MODE": "offline"}
+
+
+def _run(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``cmd`` from the repository root (its output captured); it and its wall-clock, the
+    whole command's, imports included. A failure raises ``RuntimeError`` with its stderr."""
+    proc, seconds = timed(
+        lambda: subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
+    )
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    return proc, seconds
 
 
 def _ci(values: list[float]) -> dict[str, float]:
@@ -283,9 +288,7 @@ def throughput(out: pathlib.Path) -> dict[str, Any]:
         "threads=2",
         f"run_dir={run_dir}",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
-    if proc.returncode:
-        raise RuntimeError(proc.stderr[-4000:])
+    _run(cmd)
     rows = read_metrics(run_dir / "metrics.csv")[1:]  # the first iteration warms up
     frames = 102400 * len(rows)
     collect = sum(r["collection_time"] for r in rows)
@@ -301,41 +304,37 @@ def throughput(out: pathlib.Path) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_experiment(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Every seed of experiment ``name`` on each side, the sides alternating seed by seed (the
+    order flipping every seed: machine load hits both alike); the experiment's JSON."""
+    out = pathlib.Path(args.out) / name
+    if name == "throughput-native":
+        return throughput(out)
+    exp = EXPERIMENTS[name]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    ours, peers = iter(seeds), iter(seeds)
+    sides: dict[str, Any] = {
+        "marlkit": lambda: run_ours(exp, next(ours), out, args.override, args.threads)
+    }
+    if exp.peer and args.torchrl_python:
+        sides["torchrl"] = lambda: run_peer(exp, next(peers), args.torchrl_python, args.threads)
+    return report(name, alternate(sides, len(seeds)), pathlib.Path(args.img), args.threads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser(__doc__, threads=1)
     parser.add_argument("experiments", nargs="+", choices=[*EXPERIMENTS, "throughput-native"])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--torchrl-python", default=None)
-    parser.add_argument("--out", default=str(ROOT / "runs" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "runs" / "results"), help="runs folder")
     parser.add_argument("--img", default=str(ROOT / "docs" / "img"))
     parser.add_argument("--override", action="append", default=[], help="extra overrides")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch threads on both sides (the scripts' threads=, the peers' --threads)",
-    )
-    args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    args = parser.parse_args(argv)
     for name in args.experiments:
-        out = pathlib.Path(args.out) / name
-        if name == "throughput-native":
-            print(json.dumps(throughput(out)), flush=True)
-            continue
-        exp = EXPERIMENTS[name]
-        sides: dict[str, list[dict[str, Any]]] = {"marlkit": []}
-        peer = args.torchrl_python if exp.peer else None
-        if peer:
-            sides["torchrl"] = []
-        for i, seed in enumerate(seeds):
-            order = ["marlkit", "torchrl"] if i % 2 == 0 else ["torchrl", "marlkit"]
-            for side in order:
-                if side == "marlkit":
-                    sides[side].append(run_ours(exp, seed, out, args.override, args.threads))
-                elif peer:
-                    sides[side].append(run_peer(exp, seed, peer, args.threads))
-        print(json.dumps(report(name, sides, pathlib.Path(args.img), args.threads)), flush=True)
+        header = start("results", args)  # this process's torch threads: args.threads
+        finish({**header, **run_experiment(name, args)}, indent=None)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,11 +2,13 @@
 
 The issue's sweep: agents per env in {4, 16, 64, 256, 1024, 4096} with envs x agents ~= 65,536,
 or a fixed number of envs (``--envs``). A thin front of ``marlkit bench scaling`` (every option
-of it works here); prints one JSON object on stdout, the table and a progress bar on stderr, and
-writes ``scaling.json`` and ``scaling.png`` under ``--out`` (default benchmarks/results/scaling).
+of it works here, ``--threads`` included); prints one JSON object on stdout (its header
+``benchmark``, ``environment``, ``settings``, as every script of ``benchmarks/``), the table and
+a progress bar on stderr, and writes ``scaling.json`` and ``scaling.png`` under ``--out``
+(default runs/scaling).
 
-    python benchmarks/scaling.py                                  # envs x agents ~= 65,536
-    python benchmarks/scaling.py --envs 16 --out benchmarks/results/scaling-16-envs
+    python benchmarks/scaling.py > benchmarks/results/scaling-$(date +%F).json
+    python benchmarks/scaling.py --envs 16 --out runs/scaling-16-envs
     python benchmarks/scaling.py --backends native,torch,vmas --agents 4,64 --cell-budget 30
 """
 
@@ -17,7 +19,7 @@ import sys
 
 from marlkit.cli import main as marlkit_main
 
-DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "results" / "scaling"
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parents[1] / "runs" / "scaling"
 
 
 def main(argv: list[str] | None = None) -> int:

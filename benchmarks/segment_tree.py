@@ -11,6 +11,7 @@ Three implementations of one workload (capacity ``C`` priorities, batches of ``B
 
 Both torch implementations run at each of ``--torch-threads`` (default: 1 and all cores; on a
 small or busy machine one thread can be the faster); ratios compare native with the fastest.
+Native runs on ``--threads`` kernel threads (default: all cores).
 
 Measured per implementation, each over ``--rounds`` rounds of ``--repeats`` batches; the rate of
 the fastest round is reported (as ``timeit`` does: other load on the machine only slows rounds
@@ -34,19 +35,16 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import os
-import platform
 import statistics
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from marlkit.native import get_num_threads, set_num_threads
+from marlkit.bench import alternate_calls, finish, make_parser, start
 from marlkit.native.segment_tree import SumSegmentTree
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -68,8 +66,8 @@ class Args:
     """Priority dtype: float32 or float64."""
     torch_threads: list[int]
     """torch intra-op thread counts (set explicitly) the torch implementations run at."""
-    native_threads: int
-    """marlkit._C kernel threads (0 = all hardware threads)."""
+    threads: int | None
+    """marlkit._C kernel threads (``None``: as they are, all hardware threads by default)."""
     seed: int
     """Seed of the generated priorities, indices and masses."""
 
@@ -114,12 +112,11 @@ def _default_torch_threads() -> list[int]:
     return sorted({1, os.cpu_count() or 1})
 
 
-def _parse(argv: list[str] | None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = make_parser(__doc__, rounds=7)
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=4096)
-    parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=50, help="batches per round")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument(
         "--torch-threads",
@@ -129,32 +126,27 @@ def _parse(argv: list[str] | None) -> Args:
         help="torch thread counts to measure the torch implementations at (default: 1 and all "
         "cores); native is compared with the fastest",
     )
-    parser.add_argument("--native-threads", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
-    namespace = parser.parse_args(argv)
-    args = Args(**vars(namespace))
-    for name in ("capacity", "batch", "repeats", "rounds"):
+    return parser
+
+
+def _check(parser: argparse.ArgumentParser, args: Args) -> None:
+    for name in ("capacity", "batch", "repeats"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if min(args.torch_threads) < 1:
         parser.error(f"--torch-threads must all be >= 1, got {args.torch_threads}")
-    if args.native_threads < 0:
-        parser.error(f"--native-threads must be >= 0, got {args.native_threads}")
-    return args
 
 
 def _rates(
     fn: Callable[[int], object], repeats: int, rounds: int, items: int
 ) -> tuple[float, float]:
-    """Items processed per second in the fastest and in the median round; ``fn(k)`` runs batch
-    ``k``."""
+    """Items processed per second in the fastest and in the median round of ``repeats`` batches;
+    ``fn(k)`` runs batch ``k``."""
     fn(0)  # warm-up (first touch, lazy allocations)
-    rates = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for k in range(repeats):
-            fn(k)
-        rates.append(items * repeats / (time.perf_counter() - start))
+    batches = itertools.cycle(range(repeats))
+    rounds_s = alternate_calls({"batch": lambda: fn(next(batches))}, rounds, 0.0, min_calls=repeats)
+    rates = [items / seconds for seconds in rounds_s["batch"]]
     return max(rates), statistics.median(rates)
 
 
@@ -215,7 +207,6 @@ def _filled(runner: Runner, workload: Workload) -> Runner:
 
 def run(args: Args) -> dict:
     """Fill every implementation with the same priorities and time it; the JSON record."""
-    set_num_threads(args.native_threads)
     dtype = DTYPES[args.dtype]
     workload = _workload(args, dtype)
     results: dict[str, dict[str, float]] = {}
@@ -251,18 +242,12 @@ def run(args: Args) -> dict:
             )
             ratios.setdefault(f"fastest_{peer}", {})[metric] = fastest
     return {
-        "benchmark": "segment_tree",
         "capacity": args.capacity,
         "batch": args.batch,
         "repeats": args.repeats,
         "rounds": args.rounds,
         "dtype": args.dtype,
         "torch_threads": args.torch_threads,
-        "native_threads": get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch_version": torch.__version__,
         "results": results,
         "ratios": ratios,
         "target_native_over_torch_5x": {
@@ -274,10 +259,12 @@ def run(args: Args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print one JSON object to stdout."""
-    record = run(_parse(argv))
-    json.dump(record, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
+    parser = _parser()
+    namespace = parser.parse_args(argv)
+    args = Args(**vars(namespace))
+    _check(parser, args)
+    report = start("segment_tree", namespace)  # sets the kernels' --threads
+    return finish({**report, **run(args)})
 
 
 if __name__ == "__main__":

@@ -21,16 +21,23 @@ rounds of ``one_thread`` time / side time (> 1: the side is faster than one thre
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from marlkit.bench import CellSpec, alternate, describe_environment, make_stepper
+from marlkit.bench import (
+    CellSpec,
+    alternate,
+    finish,
+    make_parser,
+    make_stepper,
+    seconds_per_call,
+    start,
+)
 from marlkit.native import get_min_work_per_thread, set_min_work_per_thread, set_num_threads
 
 OLD_GRAIN = 16_384
@@ -45,14 +52,9 @@ def _settings(threads: int, grain: int) -> Callable[[], None]:
 
 
 def _timed(step: Callable[[], None], apply: Callable[[], None], seconds: float) -> float:
-    """Seconds per step, over about ``seconds`` of steps under the side's settings."""
+    """Seconds per step, over about ``seconds`` of steps (3 at least) under the side's settings."""
     apply()
-    step()
-    count, start = 0, time.perf_counter()
-    while count < 3 or time.perf_counter() - start < seconds:
-        step()
-        count += 1
-    return (time.perf_counter() - start) / count
+    return seconds_per_call(step, seconds, min_calls=3, warmup=1)
 
 
 def bench_cell(envs: int, agents: int, args: argparse.Namespace, default: int) -> dict[str, Any]:
@@ -67,7 +69,7 @@ def bench_cell(envs: int, agents: int, args: argparse.Namespace, default: int) -
         }
         rounds = alternate(
             {
-                name: (lambda apply=apply: _timed(stepper.step, apply, args.round_seconds))
+                name: functools.partial(_timed, stepper.step, apply, args.round_seconds)
                 for name, apply in sides.items()
             },
             args.rounds,
@@ -87,17 +89,15 @@ def bench_cell(envs: int, agents: int, args: argparse.Namespace, default: int) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # No --threads: torch runs on 1 thread, and the kernels' threads are what the sides vary.
+    parser = make_parser(__doc__, rounds=9, round_seconds=0.5, threads_flag=False)
     parser.add_argument("--cells", default="1024x4,4096x4,16384x4,64x64")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--round-seconds", type=float, default=0.5)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     default = get_min_work_per_thread()
     cells = [tuple(int(v) for v in cell.split("x")) for cell in args.cells.split(",")]
     out: dict[str, Any] = {
-        "benchmark": "threads",
-        **describe_environment(),
+        **start("threads", args),
         "default_min_work_per_thread": default,
         "small_grain": OLD_GRAIN,
         "does": "native navigation (VMAS's work, LiDAR included) step + step_mdp through the env "
@@ -107,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     for envs, agents in cells:
         print(f"cell {envs}x{agents}", file=sys.stderr)
         out["cells"].append(bench_cell(envs, agents, args, default))
-    print(json.dumps(out, indent=2))
-    return 0
+    return finish(out)
 
 
 if __name__ == "__main__":

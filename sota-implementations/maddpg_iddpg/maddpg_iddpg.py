@@ -34,7 +34,6 @@ from omegaconf import DictConfig, OmegaConf
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
-from marlkit.bench import set_threads
 from marlkit.collectors import make_collector
 from marlkit.data.specs import Bounded
 from marlkit.envs import EnvBase, make_episodic
@@ -45,6 +44,7 @@ from marlkit.modules import (
     TanhBounds,
     annealing_steps,
 )
+from marlkit.native import set_threads
 from marlkit.objectives import DDPGLoss, SoftUpdate
 from marlkit.record import TrainingRun, rng_state, set_rng_state
 from marlkit.record.config import (

@@ -27,7 +27,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict.nn import TensorDictSequential
 
-from marlkit.bench import set_threads
 from marlkit.collectors import make_collector
 from marlkit.data.exploration import set_exploration
 from marlkit.data.specs import Categorical
@@ -41,6 +40,7 @@ from marlkit.modules import (
     StateValueCritic,
     TanhNormal,
 )
+from marlkit.native import set_threads
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.record import Checkpointer, TrainingRun, rng_state, set_rng_state
 from marlkit.record.config import (

@@ -32,7 +32,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tensordict.nn import TensorDictSequential
 
-from marlkit.bench import set_threads
 from marlkit.collectors import make_collector
 from marlkit.data.specs import Categorical, OneHot
 from marlkit.envs import EnvBase, make_episodic
@@ -45,6 +44,7 @@ from marlkit.modules import (
     VDNMixer,
     annealing_steps,
 )
+from marlkit.native import set_threads
 from marlkit.objectives import QMixerLoss, SoftUpdate
 from marlkit.record import TrainingRun, rng_state, set_rng_state
 from marlkit.record.config import (

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import doctest
-import json
-import pathlib
-import subprocess
-import sys
 import threading
 from typing import Any
 
@@ -899,37 +895,6 @@ def test_module_docstring_examples():
     result = doctest.testmod(segment_tree_module, raise_on_error=False, verbose=False)
     assert result.attempted > 0
     assert result.failed == 0
-
-
-def test_benchmark_script_prints_one_json_object():
-    script = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "segment_tree.py"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            "--capacity",
-            "3000",
-            "--batch",
-            "64",
-            "--repeats",
-            "2",
-            "--rounds",
-            "1",
-            "--torch-threads",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    record = json.loads(completed.stdout)
-    assert record["torch_threads"] == [1]
-    assert set(record["results"]) == {"native", "torch[threads=1]", "torch_twin[threads=1]"}
-    for metric in ("updates_per_s", "samples_per_s", "cycles_per_s"):
-        assert record["results"]["native"][metric] > 0
-        assert record["ratios"]["native_over_torch"][metric] > 0
 
 
 # --------------------------------------------------------------------------------------------

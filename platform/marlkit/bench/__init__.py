@@ -1,13 +1,16 @@
 """Benchmark harnesses of ``marlkit bench`` and ``benchmarks/``; nothing in marlkit imports them.
 
+- :mod:`marlkit.bench.rounds`: the one timing helper of ``benchmarks/``: the clock
+  (:func:`time_steps`, :func:`seconds_per_call`), alternating rounds (:func:`alternate`,
+  :func:`paired`), medians and ratios, and the command line and JSON header every script shares
+  (:func:`make_parser`, :func:`run_sections`).
 - :mod:`marlkit.bench.cells`: one ``(backend, envs, agents)`` cell, timed within a budget; the
-  one timing implementation of ``benchmarks/env_step.py`` and the scaling sweep.
+  one cell implementation of ``benchmarks/env_step.py`` and the scaling sweep.
 - :mod:`marlkit.bench.work`: what each side of a cell computes (``"lidar"``: VMAS's work, the
   default; ``"knn"``: native navigation's defaults) and the JSON ``"work"`` object saying so.
 - :mod:`marlkit.bench.scaling`: the scaling sweep (agent-steps/s as agents per env grow), its
   JSON, table and plot (:mod:`marlkit.bench.plot`, matplotlib from the ``bench`` extra).
-- :mod:`marlkit.bench.rounds`: alternating rounds and the JSON-printing ``main`` of the
-  side-by-side scripts.
+- :mod:`marlkit.bench.environment`: where a benchmark ran (the JSON header's ``environment``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,24 @@ from marlkit.bench.cells import (
     TimingSettings,
     make_stepper,
     measure_cell,
-    time_steps,
 )
-from marlkit.bench.environment import describe_environment, set_threads
+from marlkit.bench.environment import describe_environment
 from marlkit.bench.plot import plot_scaling
-from marlkit.bench.rounds import alternate, run_sections
+from marlkit.bench.rounds import (
+    Stopwatch,
+    alternate,
+    alternate_calls,
+    finish,
+    make_parser,
+    paired,
+    ratio,
+    run_sections,
+    seconds_per_call,
+    start,
+    summary,
+    time_steps,
+    timed,
+)
 from marlkit.bench.scaling import (
     DEFAULT_AGENTS,
     DEFAULT_TOTAL_AGENTS,
@@ -49,16 +65,25 @@ __all__ = [
     "CellSpec",
     "ScalingConfig",
     "ScalingReport",
+    "Stopwatch",
     "TimingSettings",
     "alternate",
+    "alternate_calls",
     "describe_environment",
+    "finish",
+    "make_parser",
     "make_stepper",
     "measure_cell",
     "native_kwargs",
+    "paired",
     "plot_scaling",
+    "ratio",
     "run_cell",
     "run_scaling",
     "run_sections",
-    "set_threads",
+    "seconds_per_call",
+    "start",
+    "summary",
     "time_steps",
+    "timed",
 ]

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from typing import Any
 
 from marlkit._utils import make_out_folder
 from marlkit.bench.cells import BACKENDS, SCENARIOS
+from marlkit.bench.rounds import positive
 from marlkit.bench.scaling import (
     DEFAULT_AGENTS,
     DEFAULT_TOTAL_AGENTS,
@@ -59,27 +58,6 @@ def parse_backends(text: str) -> tuple[str, ...]:
     return names
 
 
-def _positive(kind: type, *, zero: bool = False, finite: bool = True) -> Any:
-    """An argparse ``type``: a ``kind`` > 0 (>= 0 with ``zero``), finite unless not ``finite``
-    (``inf``: no limit); argparse names the flag in its error (``argument --min-seconds: must
-    be a finite number >= 0, got -1``)."""
-    bound = f"{'a finite number' if finite else 'a number'} {'>= 0' if zero else '> 0'}"
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            name = kind.__name__
-            article = "an" if name[0] in "aeiou" else "a"
-            raise argparse.ArgumentTypeError(f"expected {article} {name}, got {text!r}") from None
-        if not (value >= 0 if zero else value > 0) or (finite and not math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
-        return value
-
-    parse.__name__ = f"{'non-negative' if zero else 'positive'} {kind.__name__}"
-    return parse
-
-
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``bench`` (with its ``scaling`` sub-command) to the ``marlkit`` sub-parsers."""
     p_bench = sub.add_parser("bench", help="benchmarks (`marlkit bench scaling`)")
@@ -109,11 +87,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     sizing = p.add_mutually_exclusive_group()
     sizing.add_argument(
-        "--envs", dest="fixed_envs", type=_positive(int), metavar="N", help="fixed envs per cell"
+        "--envs", dest="fixed_envs", type=positive(int), metavar="N", help="fixed envs per cell"
     )
     sizing.add_argument(
         "--total-agents",
-        type=_positive(int),
+        type=positive(int),
         metavar="N",
         help=f"envs = total / agents per cell (default {DEFAULT_TOTAL_AGENTS:,})",
     )
@@ -129,31 +107,31 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--min-seconds",
-        type=_positive(float, zero=True),
+        type=positive(float, zero=True),
         default=2.0,
         metavar="S",
         help="timed seconds (default 2)",
     )
     p.add_argument(
-        "--min-steps", type=_positive(int), default=3, metavar="N", help="timed steps (default 3)"
+        "--min-steps", type=positive(int), default=3, metavar="N", help="timed steps (default 3)"
     )
     p.add_argument(
         "--warmup",
-        type=_positive(int),
+        type=positive(int),
         default=1,
         metavar="N",
         help="untimed steps, the probe step included (default 1)",
     )
     p.add_argument(
         "--cell-budget",
-        type=_positive(float, finite=False),
+        type=positive(float, finite=False),
         default=60.0,
         metavar="S",
         help="seconds per cell; cells estimated over it are skipped (default 60; inf: none)",
     )
     p.add_argument(
         "--startup-allowance",
-        type=_positive(float, zero=True),
+        type=positive(float, zero=True),
         default=30.0,
         metavar="S",
         help="seconds a cell subprocess may take to start, on top of the budget (default 30)",
@@ -165,7 +143,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         help="cells run in a subprocess killed past the budget (default peers: all but native)",
     )
     p.add_argument(
-        "--threads", type=_positive(int), metavar="N", help="torch and native-kernel threads"
+        "--threads", type=positive(int), metavar="N", help="torch and native-kernel threads"
     )
     p.add_argument(
         "--work",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marlkit.bench.cells import CellSpec, TimingSettings, measure_cell
-from marlkit.bench.environment import set_threads
+from marlkit.native import set_threads
 
 __all__ = ["main"]
 

@@ -40,6 +40,7 @@ import torch
 
 import marlkit
 from marlkit._utils import import_optional
+from marlkit.bench.rounds import time_steps
 from marlkit.bench.work import (
     DEFAULT_WORK,
     WORKS,
@@ -60,7 +61,6 @@ __all__ = [
     "TimingSettings",
     "make_stepper",
     "measure_cell",
-    "time_steps",
     "vmas_spawning",
 ]
 
@@ -265,33 +265,6 @@ def make_stepper(spec: CellSpec) -> Stepper:
     if spec.backend == "vmas":
         return _vmas_stepper(spec)
     return _native_stepper(spec)
-
-
-def time_steps(
-    step: Callable[[], None],
-    *,
-    min_seconds: float,
-    min_steps: int,
-    warmup: int = 0,
-    deadline: float = math.inf,
-) -> dict[str, float]:
-    """Run ``warmup`` untimed steps, then time steps until ``min_steps`` and ``min_seconds``.
-
-    After ``min_steps``, stops early rather than start a step expected to end past ``deadline``
-    (a ``time.perf_counter()`` value). Returns ``{"steps", "seconds", "steps_per_s"}``.
-    """
-    for _ in range(warmup):
-        step()
-    steps, start = 0, time.perf_counter()
-    now = start
-    while steps < min_steps or now - start < min_seconds:
-        if steps >= min_steps and now + (now - start) / steps > deadline:
-            break
-        step()
-        steps += 1
-        now = time.perf_counter()
-    seconds = max(now - start, 1e-12)
-    return {"steps": steps, "seconds": seconds, "steps_per_s": steps / seconds}
 
 
 def measure_cell(

@@ -11,20 +11,9 @@ from typing import Any
 import torch
 
 import marlkit
-from marlkit.native import extension_available, get_num_threads, load_extension, set_num_threads
+from marlkit.native import extension_available, get_num_threads, load_extension
 
-__all__ = ["describe_environment", "load_average", "set_threads"]
-
-
-def set_threads(threads: int | None) -> None:
-    """Use ``threads`` torch threads and native-kernel threads (``None``: leave the defaults)."""
-    if threads is None:
-        return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be an int >= 1 or None, got {threads!r}")
-    torch.set_num_threads(threads)
-    if extension_available():
-        set_num_threads(threads)
+__all__ = ["describe_environment", "load_average"]
 
 
 def _version(dist: str) -> str | None:

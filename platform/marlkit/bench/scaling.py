@@ -41,10 +41,10 @@ from marlkit.bench.cells import (
     TimingSettings,
     measure_cell,
 )
-from marlkit.bench.environment import describe_environment, load_average, set_threads
+from marlkit.bench.environment import describe_environment, load_average
 from marlkit.bench.plot import plot_scaling
 from marlkit.bench.work import DEFAULT_WORK, WORK_LABELS, WORKS
-from marlkit.native import load_extension
+from marlkit.native import load_extension, set_threads
 
 __all__ = [
     "DEFAULT_AGENTS",

@@ -19,6 +19,7 @@ from marlkit.native._loader import (
     set_min_work_per_thread,
     set_num_threads,
 )
+from marlkit.native._threads import set_threads
 
 __all__ = [
     "ABI_VERSION",
@@ -30,4 +31,5 @@ __all__ = [
     "native_or_fallback",
     "set_min_work_per_thread",
     "set_num_threads",
+    "set_threads",
 ]

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import pathlib
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
 
-import _forked
-
 Run = Callable[..., dict[str, Any]]
-BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def test_qmix_section_prints_json(run_benchmark: Run) -> None:
@@ -32,13 +29,12 @@ def test_mappo_section_prints_json_with_the_activation_side(run_benchmark: Run) 
     assert "torch.nn.Tanh" in data["computes"]["marlkit_torch_tanh"]
 
 
-def test_torchrl_side_without_torchrl_fails_naming_the_option() -> None:
+def test_torchrl_side_without_torchrl_fails_naming_the_option(
+    run_script: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     # marlkit's venv has no TorchRL: the peer's subprocess fails, and the error says so
     args = ("--only", "mappo", "--rounds", "1", "--round-seconds", "0.02")
-    out = _forked.run(
-        [sys.executable, str(BENCHMARKS / "losses.py"), *args, "--torchrl-python", sys.executable],
-        timeout=300,
-    )
+    out = run_script("losses.py", *args, "--torchrl-python", sys.executable)
     assert out.returncode != 0
     assert "the TorchRL peer failed" in out.stderr
     assert "--torchrl-python must be a Python with torchrl installed" in out.stderr

@@ -24,4 +24,13 @@ def test_layout_and_activation_sections_print_json(run_benchmark: Run) -> None:
     assert activation["auto_method"] == data["tanh_method"] in ("torch", "sigmoid")
     assert activation["faster_here_forward_backward"] in ("torch", "sigmoid")
     assert activation["forward_backward"]["sigmoid_forward_backward_ms"] > 0
-    assert "results" not in data  # the MLP section did not run
+    assert "mlp" not in data  # the MLP section did not run
+
+
+def test_mlp_section_prints_json(run_benchmark: Run) -> None:
+    args = ("--only", "mlp", "--agents", "2", "--cells", "8", "--batch", "4", "--rounds", "1")
+    data = run_benchmark("modules.py", *args, "--round-seconds", "0")
+    (row,) = data["mlp"]
+    assert (row["n_agents"], row["num_cells"], row["batch"]) == (2, 8, 4)
+    assert row["ratio_loop_over_batched"] > 0 and row["ratio_batched_one_call_over_batched"] > 0
+    assert data["allocator"] == "glibc defaults" and "activation" not in data

@@ -1,5 +1,5 @@
-"""marlkit.bench.set_threads: the thread count the training scripts' ``threads=`` sets, for
-torch and the native kernels alike."""
+"""marlkit.native.set_threads: the thread count the training scripts' ``threads=`` and the
+benchmarks' ``--threads`` set, for torch and the native kernels alike."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import textwrap
 
 import pytest
 
-from marlkit.bench import set_threads
+import marlkit.bench
+from marlkit.native import set_threads
 
 
 def test_sets_torch_and_native_threads_and_none_leaves_both() -> None:
     code = textwrap.dedent(
         """
         import torch
-        from marlkit.bench import set_threads
-        from marlkit.native import get_num_threads
+        from marlkit.native import get_num_threads, set_threads
         before = (torch.get_num_threads(), get_num_threads())
         set_threads(None)
         assert (torch.get_num_threads(), get_num_threads()) == before, before
@@ -35,3 +35,7 @@ def test_sets_torch_and_native_threads_and_none_leaves_both() -> None:
 def test_bad_thread_counts_are_named(bad: object) -> None:
     with pytest.raises(ValueError, match=r"threads must be an int >= 1 or None, got"):
         set_threads(bad)  # type: ignore[arg-type]
+
+
+def test_the_benchmark_harness_does_not_keep_a_copy() -> None:
+    assert not hasattr(marlkit.bench, "set_threads")

@@ -1,5 +1,5 @@
-"""benchmarks/collectors.py's two-process sections run, and report the machine's ceilings beside
-their ratios (tiny budget)."""
+"""benchmarks/collectors.py: every section runs (tiny budget); the two-process sections report
+the machine's ceilings beside their ratios."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+Run = Callable[..., dict[str, Any]]
 
 
 @pytest.mark.parametrize(
@@ -36,3 +38,18 @@ def test_section_reports_ratio_and_ceilings(
     if "lockstep_ceiling" not in ceilings:
         assert "lockstep_ceiling" not in data
     assert "no marlkit" in data["ceiling_work"]
+
+
+def test_single_section_splits_the_policy_time(run_benchmark: Run) -> None:
+    args = ("--only", "single", "--rounds", "1", "--steps", "1", "--pairs", "2")
+    data = run_benchmark("collectors.py", *args)["single"]
+    assert data["pairs"] == 2 and data["frames_per_batch"] == 1024
+    assert data["collector_frames_per_s"] > 0 and data["bare_loop_frames_per_s"] > 0
+    assert 0 < data["mlp_policy"]["policy_share"] < 1
+
+
+def test_buffer_section_times_the_extend_alone(run_benchmark: Run) -> None:
+    args = ("--only", "buffer", "--rounds", "1", "--round-seconds", "0", "--start-method", "fork")
+    data = run_benchmark("collectors.py", *args)["buffer"]
+    assert len(data["rounds"]) == 1 and data["with_over_without_batches_per_s"] > 0
+    assert data["extend_s"] > 0 and data["extend_share_of_batch"] > 0

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import _forked
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -22,7 +24,10 @@ TINY = (
 )
 
 
-def test_an_experiment_with_its_own_config_prints_json(tmp_path: pathlib.Path) -> None:
+@pytest.mark.slow
+def test_an_experiment_with_its_own_config_prints_json(
+    tmp_path: pathlib.Path, check_header: Callable[[dict[str, Any], str], None]
+) -> None:
     cmd = [
         sys.executable,
         str(ROOT / "benchmarks" / "results.py"),
@@ -37,7 +42,10 @@ def test_an_experiment_with_its_own_config_prints_json(tmp_path: pathlib.Path) -
     ]
     proc = _forked.run(cmd, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    (line,) = proc.stdout.strip().splitlines()  # one JSON object per experiment and line
+    out = json.loads(line)
+    check_header(out, "results")
+    assert out["settings"]["seeds"] == "0,1" and out["settings"]["threads"] == 1
     assert out["experiment"] == "mappo-native-fast" and out["measure"] == "train"
     assert "--config-name mappo_fast" in out["command"] and "mappo_fast.yaml" in out["marlkit_does"]
     seeds = out["marlkit"]["per_seed"]
@@ -53,10 +61,3 @@ def test_an_experiment_with_its_own_config_prints_json(tmp_path: pathlib.Path) -
     assert again.returncode == 0, again.stderr[-3000:]
     rerun = json.loads(again.stdout.strip().splitlines()[-1])["marlkit"]["per_seed"]
     assert [s["seed"] for s in rerun] == [0] and rerun[0]["curve"] == seeds[0]["curve"]
-
-
-def test_mpe_reference_levels_print_json(run_benchmark: Callable[..., dict[str, Any]]) -> None:
-    out = run_benchmark("mpe_reference.py", "--episodes", "3", timeout=120)
-    assert out["episodes"] == 3
-    # the rule heads for the landmarks and beats random actions (seeded: the same episodes)
-    assert out["own_landmark_rule"]["mean"] > out["random"]["mean"]

@@ -26,6 +26,16 @@ def test_every_section_prints_json(run_benchmark: Run) -> None:
     assert data["memory"]["items"] == 20000 and data["memory"]["raw_bytes"] == 20000 * 37 * 4
 
 
+def test_checksum_section_prints_json(run_benchmark: Run) -> None:
+    args = ("--only", "checksum", "--capacity", "20000", "--rounds", "2")
+    data = run_benchmark("replay.py", *args)
+    checksum = data["checksum"]
+    assert checksum["items"] == 20000 and checksum["checkpoint_bytes"] > 20000 * 37 * 4
+    assert len(checksum["rounds"]["checksum_share_of_dumps"]) == 2
+    assert checksum["dumps_s"] > 0 and checksum["verify_share_of_loads"] > 0
+    assert set(data) & {"memory", "prioritized", "uniform", "gather"} == set()
+
+
 def test_a_capacity_that_is_not_whole_chunks_is_refused(run_script: Callable[..., Any]) -> None:
     out = run_script("replay.py", "--capacity", "15000", timeout=60)
     assert out.returncode == 2

@@ -1,0 +1,23 @@
+"""benchmarks/adapters.py: every adapter against its raw simulator loop (tiny budget)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+@pytest.mark.slow
+def test_adapters_benchmark_prints_every_section(
+    run_benchmark: Callable[..., dict[str, Any]],
+) -> None:
+    args = ["--round-seconds", "0", "--min-steps", "2", "--warmup", "1", "--rounds", "2"]
+    data = run_benchmark("adapters.py", *args)
+    assert data["vmas"]["step"]["ratio"] > 0 and data["vmas"]["rollout"]["ratio"] > 0
+    for n in ("N=3", "N=10"):
+        assert data["pettingzoo"][n]["adapter_ratio"] > 0
+        assert data["pettingzoo"][n]["adapter_pairs"] == 2
+    mujoco = data["mujoco"]
+    assert len(mujoco["speedup_rounds"]) == 2 and mujoco["speedup"] > 0
+    assert mujoco["num_envs"] == 64 and mujoco["target_speedup"] == 1.5
