@@ -21,6 +21,12 @@ from marlkit.data.group_map import GroupMapLike, make_group_map
 from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
 from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.envs._memory import (
+    SPEC_FACTOR,
+    check_batch_memory,
+    format_bytes,
+    reward_done_bytes,
+)
 from marlkit.native import load_extension, native_or_fallback
 from marlkit.native.lidar import lidar
 
@@ -56,6 +62,33 @@ def resolve_backend(backend: Backend, device: torch.device) -> Literal["native",
     if device.type == "cpu" and native_or_fallback("the native scenarios"):
         return "native"
     return "torch"
+
+
+#: Dense ``[N, N]`` float32 tensors per env that the torch twins of the particle kernels (pair
+#: forces, k nearest neighbours) hold at the peak of a step, at least: measured (peak resident
+#: memory per env, less the spec term) 8 to 27 in navigation, swarm and predator_prey for N from
+#: 16 to 512; and per LiDAR ray, dense ``[N, N]`` tensors of the torch LiDAR (4.3 to 7.3).
+TORCH_PAIR_TENSORS = 6
+TORCH_RAY_TENSORS = 4
+
+
+def check_memory(
+    env: EnvBase, owner: str, spec_bytes: int, n_bodies: int, rays: int, backend: str
+) -> None:
+    """Refuse a batch of ``env.batch_size`` worlds that would not fit in memory (see
+    :func:`~marlkit.envs._memory.check_batch_memory`), before any of it is allocated.
+
+    Per world: :data:`~marlkit.envs._memory.SPEC_FACTOR` times ``spec_bytes`` (what the
+    scenario's specs hold per world), plus, on the torch backend, the dense pair tensors of its
+    ``n_bodies`` bodies (and of ``rays`` LiDAR rays per agent).
+    """
+    per_env = SPEC_FACTOR * spec_bytes
+    basis = f"{SPEC_FACTOR} x the {spec_bytes:,} bytes its specs hold"
+    if backend == "torch":
+        dense = 4 * n_bodies * n_bodies * (TORCH_PAIR_TENSORS + TORCH_RAY_TENSORS * rays)
+        per_env += dense
+        basis += f", and {format_bytes(dense)} of the torch backend's dense pair tensors"
+    check_batch_memory(owner, env.batch_size[0], per_env, env.device, basis=basis)
 
 
 def check_physics(
@@ -130,6 +163,14 @@ class HomogeneousScenario(EnvBase):
         self.obs_mode: ObsMode = obs_mode
         self.n_lidar_rays = n_lidar_rays
         self.lidar_range = lidar_range
+        check_memory(
+            self,
+            f"{type(self).__name__}(n_agents={n_agents})",
+            self._spec_bytes_per_env(),
+            n_agents,
+            n_lidar_rays if obs_mode == "lidar" else 0,
+            self.backend,
+        )
         names = [f"agent_{i}" for i in range(n_agents)]
         self.group_map = make_group_map(names, group_map)
         index = {name: i for i, name in enumerate(names)}
@@ -163,9 +204,32 @@ class HomogeneousScenario(EnvBase):
         ``[E, N, n_lidar_rays]`` (0 where nothing is in range)."""
         return torch.rsub(self.lidar_readings(), self.lidar_range)
 
-    def _build_specs(self, observation_dim: int, state_dim: int) -> None:
+    @property
+    def observation_dim(self) -> int:
+        """The size of an agent's observation (set by each subclass)."""
+        raise NotImplementedError
+
+    @property
+    def state_dim(self) -> int:
+        """The size of the root state (set by each subclass)."""
+        raise NotImplementedError
+
+    def _spec_bytes_per_env(self) -> int:
+        """The bytes :meth:`_build_specs` declares per world (worked out before it runs): per
+        agent the float32 observation, the action (two float32 forces or one int64 move), the
+        reward and flags; the float32 state."""
+        action = 2 * torch.float32.itemsize if self.continuous_actions else torch.int64.itemsize
+        per_agent = self.observation_dim * torch.float32.itemsize + action
+        return (
+            self.n_agents * per_agent
+            + self.state_dim * torch.float32.itemsize
+            + reward_done_bytes(self.n_agents)
+        )
+
+    def _build_specs(self) -> None:
         """Per group: ``observation`` ``[E, n, observation_dim]`` and the action; root state
         ``[E, state_dim]``; rewards and done flags of the standard layout."""
+        observation_dim, state_dim = self.observation_dim, self.state_dim
         b, dev = self.batch_size, self.device
         sizes = {g: len(a) for g, a in self.group_map.items()}
         obs, act = Composite(shape=b, device=dev), Composite(shape=b, device=dev)

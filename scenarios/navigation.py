@@ -153,7 +153,7 @@ class NavigationEnv(HomogeneousScenario):
         self.final_reward = check_real("final_reward", final_reward, strict=False)
         self.shared_reward = check_flag("shared_reward", shared_reward)
 
-        self._build_specs(self.observation_dim, 6 * n_agents)
+        self._build_specs()
         self._goal = torch.zeros_like(self._pos)
         self._dist = torch.zeros(num_envs, n_agents, device=self.device)
         if seed is not None:
@@ -163,6 +163,11 @@ class NavigationEnv(HomogeneousScenario):
     @property
     def observation_dim(self) -> int:
         return 6 + (self.n_lidar_rays if self.obs_mode == "lidar" else 2 * self.k)
+
+    @property
+    def state_dim(self) -> int:
+        """``6N``: every agent's position, velocity and goal."""
+        return 6 * self.n_agents
 
     # ------------------------------------------------------------------ hooks
     def _sample_positions(self, count: int) -> torch.Tensor:

@@ -74,9 +74,15 @@ from marlkit.data.keys import (
 )
 from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.envs._memory import reward_done_bytes
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import GROUP_COLORS, LANDMARK_COLOR, Circles, lighten, render_frame
-from marlkit.scenarios._homogeneous import DISCRETE_DIRECTIONS, check_physics, resolve_backend
+from marlkit.scenarios._homogeneous import (
+    DISCRETE_DIRECTIONS,
+    check_memory,
+    check_physics,
+    resolve_backend,
+)
 
 __all__ = [
     "PREDATOR_COLOR",
@@ -272,6 +278,14 @@ class PredatorPreyEnv(EnvBase):
         }
         self.backend = resolve_backend(backend, self.device)
         self.render_size = check_int("render_size", render_size, low=1)
+        check_memory(
+            self,
+            f"PredatorPreyEnv(n_predators={p}, n_prey={q}, n_landmarks={m})",
+            self._spec_bytes_per_env(),
+            p + q,
+            0,
+            self.backend,
+        )
         self._build_groups(group_map)
         self._build_specs()
 
@@ -358,6 +372,22 @@ class PredatorPreyEnv(EnvBase):
         """``4 + 4 ks + 2 M`` (see the module docstring)."""
         return 4 + 4 * self.k_predators + 2 * self.n_landmarks
 
+    @property
+    def state_dim(self) -> int:
+        """``4 (P + Q) + Q + 2 M`` (see the module docstring)."""
+        return 4 * (self.n_predators + self.n_prey) + self.n_prey + 2 * self.n_landmarks
+
+    def _spec_bytes_per_env(self) -> int:
+        """The bytes :meth:`_build_specs` declares per world (worked out before it runs): per
+        agent the float32 observation, the action (two float32 forces or one int64 move), the
+        reward and flags, and each prey's bool mask; the float32 state."""
+        f32 = torch.float32.itemsize
+        action = 2 * f32 if self.continuous_actions else torch.int64.itemsize
+        p, q = self.n_predators, self.n_prey
+        predators = p * (self.predator_observation_dim * f32 + action)
+        prey = q * (self.prey_observation_dim * f32 + action + torch.bool.itemsize)
+        return predators + prey + self.state_dim * f32 + reward_done_bytes(p + q)
+
     def _build_specs(self) -> None:
         b, dev = self.batch_size, self.device
         sizes = {g: len(a) for g, a in self.group_map.items()}
@@ -382,9 +412,8 @@ class PredatorPreyEnv(EnvBase):
             act[g] = Composite({ACTION: leaf}, shape=lead, device=dev)
         self.observation_spec = obs
         self.action_spec = act
-        state_dim = 4 * (self.n_predators + self.n_prey) + self.n_prey + 2 * self.n_landmarks
         self.state_spec = Composite(
-            {STATE: Unbounded((*b, state_dim), device=dev)}, shape=b, device=dev
+            {STATE: Unbounded((*b, self.state_dim), device=dev)}, shape=b, device=dev
         )
         self.reward_spec = make_reward_spec(b, sizes, device=dev)
         self.done_spec = make_done_spec(b, sizes, device=dev)

@@ -177,7 +177,7 @@ class SwarmEnv(HomogeneousScenario):
         }
         self.max_steps = max_steps
 
-        self._build_specs(self.observation_dim, 4 * n_agents)
+        self._build_specs()
         self._steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         if seed is not None:
             self.set_seed(seed)
@@ -186,6 +186,11 @@ class SwarmEnv(HomogeneousScenario):
     @property
     def observation_dim(self) -> int:
         return 4 + (self.n_lidar_rays if self.obs_mode == "lidar" else 5 * self.k)
+
+    @property
+    def state_dim(self) -> int:
+        """``4N``: every agent's position and velocity."""
+        return 4 * self.n_agents
 
     # ------------------------------------------------------------------ hooks
     def _spawn(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
