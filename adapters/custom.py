@@ -40,6 +40,7 @@ from marlkit.data.group_map import GroupMapLike
 from marlkit.data.keys import ACTION, DONE, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
 from marlkit.data.specs import TensorSpec, format_shape
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.envs._memory import check_on_probe
 
 __all__ = [
     "BatchedEnv",
@@ -110,18 +111,25 @@ def from_parallel(
         >>> env = from_parallel(MySim, num_envs=4, observation_spaces=Unbounded((3,)),
         ...                     action_spaces=Categorical(5))
     """
+    options: dict[str, Any] = {
+        "group_map": group_map,
+        "observation_spaces": observation_spaces,
+        "action_spaces": action_spaces,
+        "state_space": state_space,
+        "agents": agents,
+        "illegal_actions": illegal_actions,
+        "render": render,
+        "device": device,
+    }
+    if isinstance(simulator, type) or not callable(getattr(simulator, "step", None)):
+        check_on_probe(  # a factory: one simulator sizes the batch before it is made
+            "from_parallel",
+            check_int("num_envs", num_envs, low=1),
+            lambda: DictEnv(_instances(simulator, 1), validate_actions=False, **options),
+            device=device,
+        )
     return DictEnv(
-        _instances(simulator, num_envs),
-        group_map=group_map,
-        observation_spaces=observation_spaces,
-        action_spaces=action_spaces,
-        state_space=state_space,
-        agents=agents,
-        illegal_actions=illegal_actions,
-        render=render,
-        device=device,
-        validate_actions=validate_actions,
-        seed=seed,
+        _instances(simulator, num_envs), validate_actions=validate_actions, seed=seed, **options
     )
 
 

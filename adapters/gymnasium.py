@@ -76,6 +76,7 @@ from marlkit.data.keys import (
 )
 from marlkit.data.specs import Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.envs._memory import check_on_probe
 from marlkit.envs.registry import UnknownEnvError
 
 __all__ = ["AGENT_NAME", "GymnasiumEnv", "accepted_kwargs", "list_scenarios", "make_env"]
@@ -561,6 +562,23 @@ def make_env(
         mode = "sync" if vectorization is None else vectorization
         if mode not in ("sync", "async"):
             raise ValueError(f"vectorization must be 'sync', 'async' or None, got {mode!r}")
+        check_on_probe(
+            f"gymnasium/{scenario}",
+            num_envs,
+            lambda: make_env(
+                scenario,
+                num_envs=1,
+                vectorization=mode,
+                vector_kwargs=vector_kwargs,
+                group=group,
+                plain_keys=plain_keys,
+                seed=None,
+                device=device,
+                validate_actions=False,
+                **gym_kwargs,
+            ),
+            device=device,
+        )
         kwargs = {"autoreset_mode": gym.vector.AutoresetMode.DISABLED, **(vector_kwargs or {})}
         env = gym.make_vec(
             scenario,

@@ -60,6 +60,7 @@ from marlkit.data.group_map import GroupMapLike, make_group_map
 from marlkit.data.keys import ACTION, OBSERVATION, REWARD, STATE, TERMINATED, TRUNCATED
 from marlkit.data.specs import Bounded, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
+from marlkit.envs._memory import check_on_probe
 from marlkit.envs.registry import UnknownEnvError
 
 __all__ = ["PARTITIONS", "MultiAgentMujocoEnv", "accepted_kwargs", "list_scenarios", "make_env"]
@@ -346,6 +347,12 @@ class _OffscreenRenderer:
             self.close()
 
 
+def _mjdata_bytes(env: MultiAgentMujocoEnv) -> int:
+    """The bytes an env's ``MjData`` holds: its buffer and the part of its arena it used."""
+    data = env._sim.datas[0]
+    return int(data.nbuffer) + int(data.maxuse_arena)
+
+
 # ---------------------------------------------------------------------------- the env
 class MultiAgentMujocoEnv(EnvBase):
     """A batch of a Gymnasium MuJoCo robot whose actuated joints are split among agents.
@@ -414,7 +421,7 @@ class MultiAgentMujocoEnv(EnvBase):
             raise TypeError(f"render_effects must be a bool, got {render_effects!r}")
         self.render_effects = render_effects
         self.partition = PARTITIONS[scenario]
-        given = {
+        given: dict[str, Any] = {
             "frame_skip": frame_skip,
             "forward_reward_weight": forward_reward_weight,
             "ctrl_cost_weight": ctrl_cost_weight,
@@ -426,6 +433,21 @@ class MultiAgentMujocoEnv(EnvBase):
             "reset_noise_scale": reset_noise_scale,
         }
         self.options = _robot_options(self.partition, given)
+        check_on_probe(
+            f"mujoco/{scenario}",
+            num_envs,
+            lambda: MultiAgentMujocoEnv(
+                scenario,
+                agent_obsk=agent_obsk,
+                group_map=group_map,
+                num_threads=1,
+                device=device,
+                validate_actions=False,
+                **given,
+            ),
+            own_bytes=_mjdata_bytes,
+            device=device,
+        )
         super().__init__(batch_size=(num_envs,), device=device, validate_actions=validate_actions)
         self.num_envs = num_envs
 

@@ -60,6 +60,7 @@ from marlkit.adapters._dict_env import (
     StepView,
 )
 from marlkit.data.group_map import GroupMapLike
+from marlkit.envs._memory import check_on_probe
 from marlkit.envs.registry import UnknownEnvError
 
 __all__ = [
@@ -223,6 +224,20 @@ class PettingZooEnv(DictEnv):
                 )
             instances = [env]
         elif callable(env):
+            check_on_probe(
+                "PettingZooEnv",
+                num_envs,
+                lambda: PettingZooEnv(
+                    env,
+                    api=api,
+                    group_map=group_map,
+                    illegal_actions=illegal_actions,
+                    state=state,
+                    device=device,
+                    validate_actions=False,
+                ),
+                device=device,
+            )
             instances = [self._build(env) for _ in range(num_envs)]
         else:
             raise TypeError(f"env must be a PettingZoo env or a factory, got {type(env).__name__}")

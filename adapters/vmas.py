@@ -69,6 +69,7 @@ from marlkit.data.group_map import GroupMapLike, make_group_map
 from marlkit.data.keys import ACTION, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from marlkit.data.specs import Unbounded
 from marlkit.envs import EnvBase, UnknownEnvError, make_done_spec, make_reward_spec
+from marlkit.envs._memory import check_on_probe
 from marlkit.native.render import LANDMARK_COLOR, Circles, render_frame
 
 __all__ = ["INFO", "VmasEnv", "accepted_kwargs", "list_scenarios", "make_env"]
@@ -275,12 +276,24 @@ class VmasEnv(EnvBase):
         self.multidiscrete_actions = bool(multidiscrete_actions)
         self.render_backend: RenderBackend = render_backend
         self._render_fallback = False
+        given = scenario  # a probe loads a name afresh
         if isinstance(scenario, str):
             self.scenario_name = scenario
             scenario = _load_scenario(scenario)
         else:
             scenario = _check_scenario(scenario)
             self.scenario_name = type(scenario).__name__
+        options = {
+            "device": self.device,
+            "continuous_actions": self.continuous_actions,
+            "max_steps": max_steps,
+            "dict_spaces": dict_spaces,
+            "multidiscrete_actions": self.multidiscrete_actions,
+            "group_map": group_map,
+            "render_backend": render_backend,
+            **scenario_kwargs,
+        }
+        self._check_memory(given, options)
         self._env = self._make_vmas(
             scenario,
             num_envs=num_envs,
@@ -321,6 +334,22 @@ class VmasEnv(EnvBase):
         if refused:
             reasons = "; ".join(f"{k}: {_REFUSED_OPTIONS[k]}" for k in refused)
             raise TypeError(f"VmasEnv does not take the VMAS option(s) {refused} ({reasons})")
+
+    def _check_memory(self, scenario: Any, options: Mapping[str, Any]) -> None:
+        """Refuse a batch that would not fit in memory before VMAS allocates it, sized on a
+        probe of one env of the same scenario and options (see
+        :func:`~marlkit.envs._memory.check_on_probe`; VMAS's shared random state is left as it
+        was)."""
+        shared = importlib.import_module("vmas.simulator.environment").Environment
+
+        def probe() -> VmasEnv:
+            state = list(shared.vmas_random_state)
+            try:
+                return VmasEnv(scenario, 1, validate_actions=False, **options)
+            finally:
+                shared.vmas_random_state[:] = state
+
+        check_on_probe(f"vmas/{self.scenario_name}", self.num_envs, probe, device=self.device)
 
     def _make_vmas(
         self, scenario: Any, *, scenario_kwargs: Mapping[str, Any], **options: Any

@@ -4,6 +4,7 @@ partial resets, seeding, devices and rendering."""
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -582,3 +583,53 @@ def test_vmas_envs_in_one_process_keep_their_own_random_streams() -> None:
     a.set_seed(0)
     b.reset()
     torch.testing.assert_close(a.reset()[obs], start)
+
+
+#: The message of a batch too large for memory: the count, the estimate, what is available, what
+#: fits (the estimate measured on one env of the same scenario).
+_REFUSED = (
+    r"^vmas/{scenario} with num_envs={n} would need at least about [\d.]+ [GTPEZY]iB \([\d.]+ "
+    r"KiB per env: 4 x the [\d,]+ bytes its specs hold, measured on one env\), more than the "
+    r"[\d.]+ [KMGT]iB available: at most [\d,]+ envs fit$"
+)
+
+
+@pytest.mark.parametrize("scenario", ["navigation", "balance", "simple_tag"])
+@pytest.mark.parametrize("num_envs", [10**9, 2**63])
+def test_absurd_num_envs_is_refused_at_once(scenario: str, num_envs: int) -> None:
+    # before: VMAS's world allocated [num_envs, ...] tensors until torch's allocator gave up
+    # deep inside VMAS (or, where the kernel overcommits, the machine's memory ran out)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=_REFUSED.format(scenario=scenario, n=num_envs)):
+        marlkit.make(f"vmas/{scenario}", num_envs=num_envs)
+    assert time.perf_counter() - start < 2.0
+    with pytest.raises(ValueError, match=_REFUSED.format(scenario=scenario, n=num_envs)):
+        VmasEnv(scenario, num_envs, continuous_actions=False)
+
+
+def test_the_estimate_and_what_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    import marlkit.envs._memory as memory
+
+    # balance holds 264 bytes of specs per env: 4 x 264 = 1,056 bytes per env
+    monkeypatch.setattr(memory, "available_memory", lambda device="cpu": 2**20)
+    assert _make("balance", num_envs=992).num_envs == 992
+    with pytest.raises(
+        ValueError,
+        match=r"^vmas/balance with num_envs=993 would need at least about 1\.0 MiB \(1\.0 KiB per "
+        r"env: 4 x the 264 bytes its specs hold, measured on one env\), more than the 1\.0 MiB "
+        r"available: at most 992 envs fit$",
+    ):
+        _make("balance", num_envs=993)
+
+
+def test_the_probe_leaves_the_random_stream_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an unseeded env draws from VMAS's shared random state: a probe must not move it
+    import marlkit.envs._memory as memory
+
+    shared = importlib.import_module("vmas.simulator.environment").Environment.vmas_random_state
+    state = list(shared)
+    probed = VmasEnv("balance", 100)  # 100 > PROBE_ENVS: one env is made first
+    shared[:] = state
+    monkeypatch.setattr(memory, "available_memory", lambda device="cpu": None)  # no probe
+    plain = VmasEnv("balance", 100)
+    torch.testing.assert_close(_positions(probed), _positions(plain))
