@@ -55,25 +55,39 @@ def test_run_prints_throughput_and_rewards(tmp_path: pathlib.Path) -> None:
 def test_run_refuses_more_envs_than_memory_holds(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # a probe of 64 envs sizes the batch before it is made: too many envs is a one-line error
-    # with the estimate and what fits, not a run the out-of-memory killer ends
-    import marlkit.cli as cli
+    # one env sizes the batch before it is made: too many envs is a one-line error with the
+    # estimate and what fits, not a run the out-of-memory killer ends
+    import marlkit.envs._memory as memory
 
     meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:  1000 kB\nMemAvailable:    100 kB\n")
-    monkeypatch.setattr(cli, "_MEMINFO", meminfo)
+    meminfo.write_text("MemTotal:  1000 kB\nMemAvailable:    1000 kB\n")
+    monkeypatch.setattr(memory, "_MEMINFO", meminfo)
     assert main(["run", "navigation", "--envs", "1000", "--steps", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert re.search(
-        r"--envs 1000 of navigation would take about .* GiB \(.* KiB per env, measured on 64 "
-        r"envs\), and 0\.0 GiB is available: use at most about \d+ envs",
+        r"navigation with --envs=1000 would need at least about 1\.3 MiB \(1\.4 KiB per env: 4 x "
+        r"the 351 bytes its specs hold, measured on one env\), more than the 1000\.0 KiB "
+        r"available: at most 729 envs fit",
         err,
     ), err
     assert main(["run", "navigation", "--envs", "64", "--steps", "1", "--no-progress"]) == 0
     meminfo.write_text("MemAvailable:    100000000 kB\n")  # 95 GiB: fits
     assert main(["run", "navigation", "--envs", "1000", "--steps", "1", "--no-progress"]) == 0
-    monkeypatch.setattr(cli, "_MEMINFO", tmp_path / "none")  # not Linux: no check
+    monkeypatch.setattr(memory, "_MEMINFO", tmp_path / "none")  # not Linux: no check
     assert main(["run", "navigation", "--envs", "1000", "--steps", "1", "--no-progress"]) == 0
+
+
+def test_check_memory_probes_other_envs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # check_memory sizes any registered env on one env of it, so an env that does not check
+    # its own batch is refused too; the estimate and the fit are those of the shared helper
+    import marlkit.envs._memory as memory
+    from marlkit.cli import check_memory
+
+    monkeypatch.setattr(memory, "available_memory", lambda device="cpu": 10 * 2**20)
+    check_memory("navigation", num_envs=7000, n_agents=4)  # 9.4 MiB: fits
+    with pytest.raises(ValueError, match=r"--envs=8000 .* at most 7,468 envs fit"):
+        check_memory("navigation", num_envs=8000, n_agents=4)
+    check_memory("navigation", n_agents=4)  # no num_envs: nothing to size
 
 
 def test_run_discrete_actions() -> None:

@@ -30,6 +30,7 @@ from marlkit._utils import make_out_folder
 from marlkit.bench._cli import add_bench_parser  # --- section: bench
 from marlkit.data.keys import DONE, EPISODE_REWARD, NEXT
 from marlkit.envs import EnvBase, RewardSum, StepCounter, TransformedEnv
+from marlkit.envs._memory import check_on_probe
 from marlkit.envs.registry import UnknownEnvError, registered, registered_adapters
 from marlkit.record._cli import (
     add_record_parser,
@@ -75,60 +76,26 @@ class RunSummary:
         return "\n".join(lines)
 
 
-#: ``run`` checks its memory on a probe of this many envs before making more than this many
-_PROBE_ENVS = 64
-_MEMINFO = pathlib.Path("/proc/meminfo")
-
-
-def _available_bytes() -> int | None:
-    """The memory the kernel could give this process now (Linux's ``MemAvailable``), or None
-    where that is not known."""
-    try:
-        for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _td_bytes(*tds: Any) -> int:
-    return sum(v.numel() * v.element_size() for td in tds for v in td.values(True, True))
-
-
 def check_memory(name: str, seed: int = 0, **env_kwargs: Any) -> None:
     """Refuse a batch of envs that would not fit in memory, before making it.
 
-    Above :data:`_PROBE_ENVS` envs, a probe of that many is made, reset and stepped once, and
-    its TensorDicts' bytes per env (the observations, rewards and flags a step returns, and
-    the reset's) are scaled to ``num_envs``, twice over for the simulator's own state and the
-    step being built; more than the memory available now (Linux's ``MemAvailable``) is refused
-    instead of a run that swaps, or that the kernel's out-of-memory killer ends.
+    Above :data:`~marlkit.envs._memory.PROBE_ENVS` envs, one env of ``name`` is made with the
+    same arguments, and what its specs hold per env, times
+    :data:`~marlkit.envs._memory.SPEC_FACTOR` (at most what an env takes, measured), is scaled
+    to ``num_envs``: more than the memory available now (Linux's ``MemAvailable``, a CUDA
+    device's free memory) is refused instead of a run that swaps, or that the kernel's
+    out-of-memory killer ends (:func:`~marlkit.envs._memory.check_on_probe`). The native
+    scenarios and the adapters check their own batches the same way when they are made.
 
     Raises:
         ValueError: the estimate exceeds the available memory; the message gives both and the
             most envs that would fit.
     """
     envs = env_kwargs.get("num_envs")
-    if not isinstance(envs, int) or envs <= _PROBE_ENVS:
-        return
-    available = _available_bytes()
-    if available is None:
-        return
-    probe = marlkit.make(name, seed=seed, **{**env_kwargs, "num_envs": _PROBE_ENVS})
-    try:
-        reset = probe.reset()
-        transition, _ = probe.step_and_maybe_reset(probe.rand_action(reset))
-        per_env = 2 * _td_bytes(reset, transition) / _PROBE_ENVS
-    finally:
-        probe.close()
-    need = per_env * envs
-    if need > available:
-        gib = 2**30
-        raise ValueError(
-            f"--envs {envs} of {name} would take about {need / gib:.1f} GiB ({per_env / 1024:.1f} "
-            f"KiB per env, measured on {_PROBE_ENVS} envs), and {available / gib:.1f} GiB is "
-            f"available: use at most about {int(available // per_env):,} envs"
+    if isinstance(envs, int):
+        probe_kwargs = {**env_kwargs, "num_envs": 1}
+        check_on_probe(
+            name, envs, lambda: marlkit.make(name, seed=seed, **probe_kwargs), count="--envs"
         )
 
 
