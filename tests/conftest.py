@@ -33,6 +33,7 @@ FORKSERVER_PRELOAD = [
     "marlkit.modules",
     "marlkit.objectives",
     "marlkit.record",
+    "marlkit.train",
     "marlkit.replay",
     "marlkit.bench",
 ]
@@ -95,7 +96,8 @@ def small_fs(tmp_path: pathlib.Path) -> Iterator[Callable[[int], pathlib.Path]]:
             text=True,
         )
         if done.returncode != 0:
-            pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
+            why = done.stderr.strip() or done.returncode
+            pytest.skip(f"cannot mount a small tmpfs here: {why}")
         mounts.append(point)
         return point
 

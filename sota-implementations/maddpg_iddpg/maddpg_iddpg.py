@@ -18,44 +18,37 @@ networks. MADDPG's critic reads every agent's observation and action
 explores through Gaussian noise added to its action while collecting (annealed over the
 fraction ``exploration.annealing_fraction`` of ``collector.total_frames``) and through the
 first ``collector.init_random_frames`` of uniformly random actions. Everything else is a
-marlkit part: the env from the registry, the collector, the per-group buffers, modules and
-loss, the loggers, checkpoints and evaluation of :mod:`marlkit.record`.
+marlkit part; the run's folder, checkpoints, evaluations and summary are
+:mod:`marlkit.train`'s.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
 import hydra
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
-from marlkit.collectors import make_collector
-from marlkit.data.specs import Bounded
-from marlkit.envs import EnvBase, make_episodic
-from marlkit.modules import (
-    AdditiveGaussian,
-    MultiAgentMLP,
-    StateActionValueCritic,
-    TanhBounds,
-    annealing_steps,
-)
-from marlkit.native import set_threads
+from marlkit.envs import EnvBase
+from marlkit.modules import AdditiveGaussian, MultiAgentMLP, TanhBounds, annealing_steps
 from marlkit.objectives import DDPGLoss, SoftUpdate
-from marlkit.record import TrainingRun, rng_state, set_rng_state
-from marlkit.record.config import (
-    COMMON_RULES,
-    CRITIC_RULES,
-    OFF_POLICY_RULES,
-    check_config,
-    check_not_above,
-    register_resolvers,
+from marlkit.replay import RandomSampler
+from marlkit.train import gradient_steps
+from marlkit.train.builders import action_bounds, q_critic
+from marlkit.train.config import COMMON_RULES, CRITIC_RULES, OFF_POLICY_RULES, register_resolvers
+from marlkit.train.scripts import (
+    finish,
+    group_buffers,
+    load_policy,
+    loss_keys,
+    make_config_collector,
+    open_run,
+    start,
 )
-from marlkit.replay import GroupReplayBuffers, RandomSampler, ReplayBuffer, TensorStorage
 
 register_resolvers()  # run_folder, if_none: the configs' resolvers
 
@@ -63,51 +56,12 @@ register_resolvers()  # run_folder, if_none: the configs' resolvers
 RULES = {**COMMON_RULES, **CRITIC_RULES, **OFF_POLICY_RULES}
 
 
-def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
-    """A picklable factory of the configured env (``make_episodic``: episodes cut at
-    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked); the
-    evaluation env adds ``env.eval_kwargs``."""
-    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
-    if evaluation:
-        kwargs.update(OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True))
-    return functools.partial(
-        make_episodic,
-        cfg.env.name,
-        num_envs=num_envs,
-        max_steps=cfg.env.max_steps,
-        seed=seed,
-        imports=list(cfg.env.imports),
-        actions=cfg.env.actions,
-        **kwargs,
-    )
-
-
-def action_bounds(env: EnvBase, group: str, algorithm: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The bounds of one env's actions of ``group``, ``[n_agents, act_dim]`` each.
-
-    Raises:
-        ValueError: the group's actions are not continuous (a ``Bounded`` spec).
-    """
-    spec = env.action_spec[group, "action"]
-    if not isinstance(spec, Bounded):
-        raise ValueError(
-            f"{algorithm} needs continuous actions (a Bounded action spec), but group "
-            f"{group!r} of this env has {type(spec).__name__} actions; pick an env with "
-            "continuous actions (navigation, vmas/balance, mujoco/ant_2x4, predator_prey; MPE "
-            "with ++env.kwargs.continuous_actions=true) or, for discrete actions, an algorithm "
-            "for them (mappo_ippo)"
-        )
-    batch = (0,) * len(env.batch_size)
-    return spec.low[batch], spec.high[batch]
-
-
-def make_actor(
-    env: EnvBase, group: str, cfg: DictConfig, algorithm: str
-) -> tuple[TensorDictModule, AdditiveGaussian]:
+def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> TensorDictSequential:
     """The deterministic actor of ``group`` (tanh into the bounds) and the exploration noise
-    that follows it while collecting."""
+    that follows it while collecting (sigma annealed over ``annealing_fraction`` of the
+    frames)."""
+    algorithm = "MADDPG" if cfg.critic.centralised else "IDDPG"
     low, high = action_bounds(env, group, algorithm)
-    # sigma falls to sigma_end over this many frames (a fraction of 0: at once)
     annealing = annealing_steps(cfg.collector.total_frames, cfg.exploration.annealing_fraction)
     mlp = MultiAgentMLP(
         env.observation_spec[group, "observation"].shape[-1],
@@ -130,70 +84,37 @@ def make_actor(
         sigma_end=cfg.exploration.sigma_end,
         annealing_num_steps=annealing,
     )
-    return actor, noise
+    return TensorDictSequential(actor, noise)
 
 
-def make_critic(env: EnvBase, group: str, cfg: DictConfig) -> StateActionValueCritic:
-    """Q(o, a) per agent of ``group``, centralised (MADDPG) or not (IDDPG)."""
-    return StateActionValueCritic(
-        len(env.group_map[group]),
-        env.observation_spec[group, "observation"].shape[-1],
-        env.action_spec[group, "action"].shape[-1],
-        group=group,
-        centralised=cfg.centralised,
-        share_params=cfg.share_params,
-        depth=cfg.depth,
-        num_cells=cfg.num_cells,
-    )
+def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:
+    """Every group's actions in one call, with noise while collecting (evaluations turn it
+    off)."""
+    return TensorDictSequential(*(make_actor(env, g, cfg) for g in env.groups))
 
 
-def train_group(
-    loss: DDPGLoss,
-    optim: torch.optim.Optimizer,
-    updater: SoftUpdate,
-    buffer: ReplayBuffer,
-    cfg: DictConfig,
-) -> dict[str, float]:
-    """``train.num_updates`` gradient steps on uniform samples of ``buffer``, each followed by
-    a soft update of the targets; returns the loss terms averaged over the steps."""
-    params = list(loss.online_parameters())
-    sums: dict[str, float] = {}
-    for _ in range(cfg.num_updates):
-        terms = loss(buffer.sample())
-        optim.zero_grad()
-        (terms["loss_actor"] + terms["loss_value"]).backward()
-        grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        optim.step()
-        updater.step()
-        for name, value in terms.exclude("td_error").items():
-            sums[name] = sums.get(name, 0.0) + value.item()
-        sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm.item()
-    return {name: total / cfg.num_updates for name, total in sums.items()}
+def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic") -> Any:
+    """The run's policy (its latest checkpoint) for ``env``: deterministic, or with its
+    exploration noise with ``exploration="random"``."""
+    return load_policy(run_dir, env, make_policy, exploration)  # type: ignore[arg-type]
 
 
 @hydra.main(config_path="../configs", config_name="maddpg_iddpg", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    check_config(cfg, RULES)
-    check_not_above(
-        cfg, "train.minibatch_size", "buffer.size", "a minibatch is drawn from the buffer"
-    )
-    set_threads(cfg.threads)  # torch's and the native kernels' threads (None: the defaults)
-    torch.manual_seed(cfg.seed)
-    env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)
+    minibatch = ("train.minibatch_size", "buffer.size", "a minibatch is drawn from the buffer")
+    env_fn = start(cfg, RULES, [minibatch])
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
-    name = "MADDPG" if cfg.critic.centralised else "IDDPG"
 
     # --- the algorithm, per group: actor + noise, critic, DDPG loss, target updater, buffer
-    actors: dict[str, TensorDictModule] = {}
-    noises = nn.ModuleDict()
-    for g in groups:
-        actors[g], noises[g] = make_actor(env, g, cfg, name)
+    policy = make_policy(env, cfg)
+    actors = {g: policy.module[i].module[0] for i, g in enumerate(groups)}
+    noises = nn.ModuleDict({g: policy.module[i].module[1] for i, g in enumerate(groups)})
     losses = nn.ModuleDict(
         {
             g: DDPGLoss(
                 actors[g],
-                make_critic(env, g, cfg.critic),
+                q_critic(env, g, cfg.critic),
                 group=g,
                 gamma=cfg.loss.gamma,
                 loss_function=cfg.loss.loss_function,
@@ -206,99 +127,53 @@ def main(cfg: DictConfig) -> None:
         g: torch.optim.Adam(losses[g].online_parameters(), lr=cfg.train.lr, fused=True)
         for g in groups
     }
-    buffers = GroupReplayBuffers(
-        groups,
-        lambda g: ReplayBuffer(
-            TensorStorage(cfg.buffer.size),
-            RandomSampler(seed=cfg.seed),
-            batch_size=cfg.train.minibatch_size,
-        ),
-    )
-    # Every group's actions in one call, with noise while collecting; evaluate() turns it off.
-    policy = TensorDictSequential(*(TensorDictSequential(actors[g], noises[g]) for g in groups))
-
-    collector = make_collector(
-        cfg.collector.kind,
-        env if cfg.collector.kind == "single" else env_fn,
-        policy,
-        cfg.collector.frames_per_batch,
-        cfg.collector.total_frames,
-        num_workers=cfg.collector.num_workers,
-        seed=cfg.seed,
-        init_random_frames=cfg.collector.init_random_frames,
+    sampler = functools.partial(RandomSampler, seed=cfg.seed)
+    buffers = group_buffers(groups, cfg.buffer.size, sampler, cfg.train.minibatch_size)
+    init_random_frames = cfg.collector.init_random_frames
+    collector = make_config_collector(
+        cfg, env, env_fn, policy, init_random_frames=init_random_frames
     )
 
     # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
-    eval_seed = cfg.seed + 10_000  # apart from the training envs' seeds (cfg.seed, +1, ...)
-    run = TrainingRun(
-        cfg.run_dir,
-        resume=cfg.resume,  # a run folder, checked: it must hold a run, and be run_dir
-        eval_env=env_factory(cfg, cfg.eval.num_envs, eval_seed, evaluation=True)(),
-        eval_seed=eval_seed,  # every evaluation plays the same episodes
-        eval_steps=cfg.env.max_steps,
-        eval_every=cfg.eval.every,
-        video=cfg.eval.video,
-        video_envs=cfg.eval.video_envs,
-        fps=cfg.eval.fps,
-        checkpoint_every=cfg.checkpoint.every,
-        keep=cfg.checkpoint.keep,
-        backends=OmegaConf.to_container(cfg.logger, resolve=True)["backends"],
-        project=cfg.logger.project,
-        config=OmegaConf.to_container(cfg, resolve=True),
+    run = open_run(cfg)
+    run.track(
+        # losses: online and target networks; exploration: each group's sigma and step count
+        {"losses": losses, "exploration": noises, "optims": optims, "collector": collector},
+        buffers={"replay": buffers},
+        policy=policy,
     )
-    state = run.restore()  # networks (online and target), optimisers, noise, collector, RNG
-    if state is not None:
-        losses.load_state_dict(state["losses"])
-        noises.load_state_dict(state["exploration"])
-        for g in groups:
-            optims[g].load_state_dict(state["optims"][g])
-        collector.load_state_dict(state["collector"])
-        collector.update_policy_weights_()
-        set_rng_state(state["rng"])
-        run.restore_buffers({"replay": buffers})
-
-    def checkpoint() -> dict[str, Any]:
-        return {
-            "losses": losses.state_dict(),
-            "exploration": noises.state_dict(),  # each group's sigma and its step count
-            "optims": {g: o.state_dict() for g, o in optims.items()},
-            "collector": collector.state_dict(),
-            "rng": rng_state(),
-        }
+    run.restore()
 
     # --- the loop: collect, store, num_updates per group, anneal the noise, the run's chores
-    # Only what the losses read is stored (each loss's in_keys, optional ones kept where the env
-    # has them): the same keys from the batches of init_random_frames (the env's keys only) as
-    # from the policy's, and none of the simulator's info or episode statistics.
-    keys = list(dict.fromkeys(k for loss in losses.values() for k in loss.in_keys))
+    # (the batches of init_random_frames hold the env's keys only: the losses' keys are stored)
+    keys = loss_keys(losses.values())
     for batch in run.batches(collector):
         buffers.extend(batch.select(*keys, strict=False).reshape(-1))
         metrics: dict[str, Any] = {}
         for g in groups:
-            terms = train_group(losses[g], optims[g], updaters[g], buffers[g], cfg.train)
+            terms = gradient_steps(
+                losses[g],
+                optims[g],
+                buffers[g].sample,
+                cfg.train.num_updates,
+                max_grad_norm=cfg.train.max_grad_norm,
+                objective=lambda t: t["loss_actor"] + t["loss_value"],
+                after_step=updaters[g].step,
+                report="mean",
+            )
             metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
             metrics[f"train/{g}/sigma"] = float(noises[g].sigma)
             metrics[f"replay/{g}/size"] = len(buffers[g])
             noises[g].step(batch.numel())
         collector.update_policy_weights_()
-        out = run.end_iteration(
-            batch,
-            metrics,
-            policy=policy,  # evaluated with exploration off: no noise
-            state=checkpoint,
-            frames=collector.frames,
-            buffers={"replay": buffers},
-        )
-        rewards = {k: round(v, 3) for k, v in out.items() if k.endswith("episode_reward")}
-        print(f"iteration {run.iteration}: frames {collector.frames} {rewards}", flush=True)
+        # evaluated with exploration off: no noise
+        out = run.end_iteration(batch, metrics, policy=policy, frames=collector.frames)
+        print(run.progress(out), flush=True)
 
     # --- the end: the trained policy next to a random one, the curve, summary.json
-    info = {"algorithm": cfg.algorithm, "variant": name, "env": cfg.env.name}
-    summary = run.finish(policy, info={**info, "frames": collector.frames})
-    collector.shutdown()
-    run.eval_env.close()
-    print(json.dumps(summary["trained"]), "random:", json.dumps(summary["random"]))
-    print(f"outputs in {cfg.run_dir}/ ({', '.join(summary['files'])})")
+    variant = "MADDPG" if cfg.critic.centralised else "IDDPG"
+    info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
+    print("\n".join(finish(run, policy, collector, info)))
 
 
 if __name__ == "__main__":

@@ -10,27 +10,22 @@ The recipe (``configs/mappo_ippo.yaml``) is TorchRL's multi-agent PPO tutorial: 
 over the whole batch, then ``epochs`` passes over it in shuffled minibatches (each group's
 replay buffer, sampled without replacement). MAPPO's critic reads every agent's observation
 (``critic.centralised=true``); IPPO's reads the agent's own. Everything here is a marlkit part:
-the env from the registry, the collector, the per-group buffers, modules, estimator and loss,
-the loggers, checkpoints and evaluation of :mod:`marlkit.record`.
+the env from the registry, the collector, the per-group buffers, modules, estimator and loss;
+the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'s.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import pathlib
-from collections.abc import Callable
 from typing import Any
 
 import hydra
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tensordict.nn import TensorDictSequential
 
-from marlkit.collectors import make_collector
-from marlkit.data.exploration import set_exploration
 from marlkit.data.specs import Categorical
-from marlkit.envs import EnvBase, make_episodic
+from marlkit.envs import EnvBase
 from marlkit.modules import Categorical as CategoricalDist
 from marlkit.modules import (
     MaskedCategorical,
@@ -40,24 +35,25 @@ from marlkit.modules import (
     StateValueCritic,
     TanhNormal,
 )
-from marlkit.native import set_threads
 from marlkit.objectives import GAE, ClipPPOLoss
-from marlkit.record import Checkpointer, TrainingRun, rng_state, set_rng_state
-from marlkit.record.config import (
+from marlkit.replay import SamplerWithoutReplacement
+from marlkit.train import gradient_steps
+from marlkit.train.config import (
     COMMON_RULES,
     CRITIC_RULES,
-    check_config,
-    check_not_above,
     flag,
     integer,
     number,
     register_resolvers,
 )
-from marlkit.replay import (
-    GroupReplayBuffers,
-    ReplayBuffer,
-    SamplerWithoutReplacement,
-    TensorStorage,
+from marlkit.train.scripts import (
+    finish,
+    group_buffers,
+    load_policy,
+    loss_keys,
+    make_config_collector,
+    open_run,
+    start,
 )
 
 register_resolvers()  # run_folder, if_none: the configs' resolvers
@@ -72,25 +68,6 @@ RULES = {
     "loss.entropy_coef": number(strict=False),
     "loss.critic_coef": number(strict=False),
 }
-
-
-def env_factory(cfg: DictConfig, num_envs: int, seed: int, evaluation: bool = False) -> Any:
-    """A picklable factory of the configured env (``make_episodic``: episodes cut at
-    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked); the
-    evaluation env adds ``env.eval_kwargs``."""
-    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
-    if evaluation:
-        kwargs.update(OmegaConf.to_container(cfg.env.eval_kwargs, resolve=True))
-    return functools.partial(
-        make_episodic,
-        cfg.env.name,
-        num_envs=num_envs,
-        max_steps=cfg.env.max_steps,
-        seed=seed,
-        imports=list(cfg.env.imports),
-        actions=cfg.env.actions,
-        **kwargs,
-    )
 
 
 def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> ProbabilisticActor:
@@ -141,79 +118,40 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig) -> StateValueCritic:
     )
 
 
-def trained_policy(env: EnvBase, run_dir: str | pathlib.Path) -> Callable[..., Any]:
-    """The policy of the run in ``run_dir`` (its latest checkpoint), greedy: every group's
-    actions in one call, for ``env``, an env of the run's kind (its batch size may differ).
-    To film it, ``marlkit record ENV --policy film.py:build`` with ``build(env)`` returning
-    ``trained_policy(env, RUN)`` (docs/training.md); to use it elsewhere, call it on the env's
-    TensorDicts.
+def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:
+    """Every group's actor, in one call."""
+    return TensorDictSequential(*(make_actor(env, g, cfg.policy) for g in env.groups))
+
+
+def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic") -> Any:
+    """The policy of the run in ``run_dir`` (its latest checkpoint), for ``env``, an env of the
+    run's kind (its batch size may differ): its mode (greedy, or the squashed mean), or sampled
+    with ``exploration="random"``. To film it, ``marlkit record ENV --policy film.py:build``
+    with ``build(env)`` returning ``trained_policy(env, RUN)`` (docs/training.md).
 
     Raises:
         FileNotFoundError: no checkpoint in ``run_dir``.
         ValueError: ``env`` is not of the run's kind; the message names the run's env and its
             keyword arguments.
     """
-    state = Checkpointer(pathlib.Path(run_dir) / "checkpoints").load()
-    cfg = OmegaConf.create(state["config"])
-    weights = state["losses"]
-    actors = []
-    for g in env.groups:
-        prefix = f"{g}.actor_network."
-        mine = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
-        actor = make_actor(env, g, cfg.policy)
-        try:
-            actor.load_state_dict(mine)
-        except RuntimeError as err:  # no such group, or other sizes: another env
-            kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
-            raise ValueError(
-                f"the run in {str(run_dir)!r} trained on {cfg.env.name} with {kwargs} (env.kwargs "
-                f"of its config): make the env with those; group {g!r} of this one does not "
-                f"fit its policy ({str(err).splitlines()[-1].strip()})"
-            ) from None
-        actors.append(actor)
-    return set_exploration("deterministic")(TensorDictSequential(*actors))
-
-
-def train_group(
-    loss: torch.nn.Module,
-    optim: torch.optim.Optimizer,
-    buffer: ReplayBuffer,
-    epochs: int,
-    minibatches: int,
-    max_grad_norm: float,
-) -> dict[str, float]:
-    """``epochs`` passes of ``minibatches`` PPO steps over ``buffer`` (one batch, sampled
-    without replacement); returns the last step's loss terms and gradient norm. ``loss``: a
-    ``ClipPPOLoss``, or ``torch.compile`` of one (the same parameters)."""
-    params = list(loss.parameters())  # once: walking the modules each step costs ~0.1 ms
-    for _ in range(epochs):
-        for _ in range(minibatches):
-            terms = loss(buffer.sample())
-            total = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
-            optim.zero_grad()
-            total.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-            optim.step()
-    return {**{k: v.item() for k, v in terms.items()}, "grad_norm": grad_norm.item()}
+    return load_policy(run_dir, env, make_policy, exploration)  # type: ignore[arg-type]
 
 
 @hydra.main(config_path="../configs", config_name="mappo_ippo", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    check_config(cfg, RULES)
-    check_not_above(  # an epoch would be one minibatch of the whole batch
-        cfg,
+    # an epoch would be one minibatch of the whole batch
+    minibatch = (
         "train.minibatch_size",
         "collector.frames_per_batch",
         "each epoch passes over the batch in minibatches of at most that many frames",
     )
-    set_threads(cfg.threads)  # torch's and the native kernels' threads (None: the defaults)
-    torch.manual_seed(cfg.seed)
-    env_fn = env_factory(cfg, cfg.env.num_envs, cfg.seed)
+    env_fn = start(cfg, RULES, [minibatch])
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 
     # --- the algorithm, per group: actor, critic, GAE, PPO loss, optimiser, buffer
-    actors = {g: make_actor(env, g, cfg.policy) for g in groups}
+    policy = make_policy(env, cfg)  # every group's actions in one call
+    actors = dict(zip(groups, policy.module))
     critics = {g: make_critic(env, g, cfg.critic) for g in groups}
     gaes = {
         g: GAE(cfg.loss.gamma, cfg.loss.lmbda, value_network=critics[g], group=g) for g in groups
@@ -240,96 +178,43 @@ def main(cfg: DictConfig) -> None:
     # same parameters; compiled on the first minibatch
     loss_fns = {g: torch.compile(losses[g]) if cfg.train.compile else losses[g] for g in groups}
     frames = cfg.collector.frames_per_batch
-    buffers = GroupReplayBuffers(
-        groups,
-        lambda g: ReplayBuffer(
-            TensorStorage(frames),
-            SamplerWithoutReplacement(seed=cfg.seed),
-            batch_size=cfg.train.minibatch_size,
-        ),
-    )
-    policy = TensorDictSequential(*actors.values())  # every group's actions in one call
-    collector = make_collector(
-        cfg.collector.kind,
-        env if cfg.collector.kind == "single" else env_fn,
-        policy,
-        frames,
-        cfg.collector.total_frames,
-        num_workers=cfg.collector.num_workers,
-        seed=cfg.seed,
-    )
+    sampler = functools.partial(SamplerWithoutReplacement, seed=cfg.seed)
+    buffers = group_buffers(groups, frames, sampler, cfg.train.minibatch_size)
+    collector = make_config_collector(cfg, env, env_fn, policy)
 
     # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
-    eval_seed = cfg.seed + 10_000  # apart from the training envs' seeds (cfg.seed, +1, ...)
-    run = TrainingRun(
-        cfg.run_dir,
-        resume=cfg.resume,  # a run folder, checked: it must hold a run, and be run_dir
-        eval_env=env_factory(cfg, cfg.eval.num_envs, eval_seed, evaluation=True)(),
-        eval_seed=eval_seed,  # every evaluation plays the same episodes
-        eval_steps=cfg.env.max_steps,
-        eval_every=cfg.eval.every,
-        video=cfg.eval.video,
-        video_envs=cfg.eval.video_envs,
-        fps=cfg.eval.fps,
-        checkpoint_every=cfg.checkpoint.every,
-        keep=cfg.checkpoint.keep,
-        backends=OmegaConf.to_container(cfg.logger, resolve=True)["backends"],
-        project=cfg.logger.project,
-        config=OmegaConf.to_container(cfg, resolve=True),
-    )
-    state = run.restore()
-    if state is not None:
-        losses.load_state_dict(state["losses"])
-        for g in groups:
-            optims[g].load_state_dict(state["optims"][g])
-        collector.load_state_dict(state["collector"])
-        collector.update_policy_weights_()
-        set_rng_state(state["rng"])
-
-    def checkpoint() -> dict[str, Any]:
-        return {
-            "losses": losses.state_dict(),
-            "optims": {g: o.state_dict() for g, o in optims.items()},
-            "collector": collector.state_dict(),
-            "rng": rng_state(),
-        }
+    run = open_run(cfg)
+    run.track({"losses": losses, "optims": optims, "collector": collector}, policy=policy)
+    run.restore()
 
     # --- the loop: collect, GAE, epochs of minibatches per group, then the run's chores
-    minibatches = max(1, frames // cfg.train.minibatch_size)
-    keys = list(dict.fromkeys(k for loss in losses.values() for k in loss.in_keys))
+    steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
+    keys = loss_keys(losses.values())
     for batch in run.batches(collector):
         with torch.no_grad():
             for g in groups:
                 gaes[g](batch)
         buffers.empty()
-        # only what the losses read (masks where the env has them)
         buffers.extend(batch.select(*keys, strict=False).reshape(-1))
         metrics = {}
         for g in groups:
-            terms = train_group(
+            terms = gradient_steps(
                 loss_fns[g],
                 optims[g],
-                buffers[g],
-                cfg.train.epochs,
-                minibatches,
-                cfg.train.max_grad_norm,
+                buffers[g].sample,
+                steps,
+                max_grad_norm=cfg.train.max_grad_norm,
+                objective=lambda t: t["loss_objective"] + t["loss_critic"] + t["loss_entropy"],
             )
             metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
         collector.update_policy_weights_()
-        out = run.end_iteration(
-            batch, metrics, policy=policy, state=checkpoint, frames=collector.frames
-        )
-        rewards = {k: round(v, 3) for k, v in out.items() if k.endswith("episode_reward")}
-        print(f"iteration {run.iteration}: frames {collector.frames} {rewards}", flush=True)
+        out = run.end_iteration(batch, metrics, policy=policy, frames=collector.frames)
+        print(run.progress(out), flush=True)
 
     # --- the end: the trained policy next to a random one, the curve, summary.json
     variant = "MAPPO" if cfg.critic.centralised else "IPPO"
     info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
-    summary = run.finish(policy, info={**info, "frames": collector.frames})
-    collector.shutdown()
-    run.eval_env.close()
-    print(json.dumps(summary["trained"]), "random:", json.dumps(summary["random"]))
-    print(f"outputs in {cfg.run_dir}/ ({', '.join(summary['files'])})")
+    print("\n".join(finish(run, policy, collector, info)))
 
 
 if __name__ == "__main__":

@@ -604,7 +604,8 @@ class DrawnParticles(Particles):
 
 
 def test_from_batched_renders_each_world_and_films_it(tmp_path: Path) -> None:
-    from marlkit.record import evaluate, read_video
+    from marlkit.record import read_video
+    from marlkit.train import evaluate
 
     with pytest.raises(NotImplementedError, match=r"does not render \(render_modes=\(\)\)"):
         _batched(sim=DrawnParticles(3), seed=0).render()  # rendering is declared, not guessed

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from marlkit.record import read_metrics
-from marlkit.record.config import ConfigError, check_config, register_resolvers
+from marlkit.train.config import ConfigError, check_config, register_resolvers
 
 from ._scripts import SCRIPTS, run, script, summary
 from .test_mappo_ippo import BUDGET
@@ -98,7 +98,8 @@ def test_the_demo_recipe_evaluates_64_envs_and_films_4(tmp_path):
     """``make demo``'s config, on the tiny budget: the summary's evaluation covers 64 envs,
     ``rollout.mp4`` tiles the first 4 of them."""
     import marlkit
-    from marlkit.record import evaluate, read_video
+    from marlkit.record import read_video
+    from marlkit.train import evaluate
 
     cfg = _compose("demo")
     assert (cfg.eval.num_envs, cfg.eval.video_envs, cfg.env.kwargs.n_agents) == (64, 4, 4)

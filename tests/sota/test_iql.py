@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from marlkit.record import Checkpointer, read_metrics, read_video
+from marlkit.record import read_metrics, read_video
+from marlkit.train import Checkpointer
 
 from ._scripts import kill_after, run, summary
 

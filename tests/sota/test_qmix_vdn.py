@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from marlkit.record import Checkpointer, read_metrics, read_video
+from marlkit.record import read_metrics, read_video
+from marlkit.train import Checkpointer
 
 from ._scripts import kill_after, run, summary
 
@@ -129,7 +130,10 @@ def test_killed_run_resumes_with_its_replay_buffer_and_epsilon(tmp_path):
     ("override", "message"),
     [
         ("loss.mixer=foo", r"loss.mixer must be one of \['qmix', 'vdn'\], got 'foo'"),
-        ("loss=vdn", r"loss is a group of settings .*, got loss='vdn'; VDN is loss.mixer=vdn"),
+        (
+            "loss=vdn",
+            r"loss is a group of settings \(loss.mixer, ...\), got loss='vdn'; set its keys",
+        ),
         ("loss.mixer_state=global", r"loss.mixer_state must be one of \['observation', 'state'\]"),
         (
             "+env.kwargs.continuous_actions=true",

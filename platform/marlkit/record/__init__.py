@@ -1,4 +1,4 @@
-"""Recording rollouts and training runs: video writers, the ``VideoRecorder`` transform,
+"""What a run leaves for a person to look at: video writers, the ``VideoRecorder`` transform,
 ``record_rollout``, metric loggers and plots.
 
 ``TransformedEnv(env, VideoRecorder("rollout.mp4"))`` films an env's rollouts through its
@@ -11,17 +11,12 @@ leaves whole (:class:`CSVLogger`), TensorBoard and wandb (:mod:`marlkit.record.l
 :func:`plot_curves`, :func:`plot_with_bands` and :func:`bootstrap_ci` turn them into figures
 (:mod:`marlkit.record.plot`). TensorBoard, wandb and matplotlib come with the ``train`` extra.
 
-For training scripts: :class:`Checkpointer` (atomic checkpoints that survive a killed run, with
-:func:`rng_state`), :func:`episode_metrics` (per-group episode rewards of a collector batch) and
-:func:`evaluate` (a rollout with exploration off, optionally filmed), and :class:`TrainingRun`,
-which does them for a loop: resume, timing, evaluations, logs, checkpoints, the summary.
+What a training run is made of (run folders, checkpoints, evaluation, configs) is
+:mod:`marlkit.train`, which builds on this package; this package never imports it.
 """
 
 from __future__ import annotations
 
-from marlkit.record.checkpoint import Checkpointer, rng_state, set_rng_state
-from marlkit.record.episodes import episode_metrics, episode_returns, reward_groups
-from marlkit.record.evaluation import Evaluation, evaluate, summarise_run
 from marlkit.record.loggers import (
     CSVLogger,
     Logger,
@@ -33,7 +28,6 @@ from marlkit.record.loggers import (
 )
 from marlkit.record.plot import ConfidenceInterval, bootstrap_ci, plot_curves, plot_with_bands
 from marlkit.record.recorder import RecordResult, VideoRecorder, record_rollout
-from marlkit.record.run import RunFolderInUse, TrainingRun
 from marlkit.record.video import (
     GIFWriter,
     MP4Writer,
@@ -46,25 +40,18 @@ from marlkit.record.video import (
 
 __all__ = [
     "CSVLogger",
-    "Checkpointer",
     "ConfidenceInterval",
-    "Evaluation",
     "GIFWriter",
     "Logger",
     "MP4Writer",
     "MultiLogger",
     "RecordResult",
-    "RunFolderInUse",
     "TensorBoardLogger",
-    "TrainingRun",
     "VideoFormat",
     "VideoRecorder",
     "VideoWriter",
     "WandbLogger",
     "bootstrap_ci",
-    "episode_metrics",
-    "episode_returns",
-    "evaluate",
     "make_logger",
     "open_video",
     "plot_curves",
@@ -72,9 +59,5 @@ __all__ = [
     "read_metrics",
     "read_video",
     "record_rollout",
-    "reward_groups",
-    "rng_state",
-    "set_rng_state",
-    "summarise_run",
     "video_format",
 ]

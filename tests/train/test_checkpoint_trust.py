@@ -13,8 +13,8 @@ import torch
 from tensordict import NonTensorData, TensorDict
 
 from marlkit._files import MANIFEST
-from marlkit.record import Checkpointer
 from marlkit.replay import ReplayBuffer, TensorStorage
+from marlkit.train import Checkpointer
 
 
 def _buffer() -> ReplayBuffer:

@@ -30,6 +30,7 @@ __all__ = [
     "flag",
     "integer",
     "number",
+    "one_of",
     "register_resolvers",
     "run_folder",
 ]
@@ -61,6 +62,17 @@ def number(low: float = 0.0, *, strict: bool = True, below: float | None = None)
     return rule
 
 
+def one_of(*choices: str) -> Rule:
+    """One of the strings ``choices``."""
+
+    def rule(key: str, value: Any) -> Any:
+        if value not in choices:
+            raise ValueError(f"{key} must be one of {list(choices)}, got {value!r}")
+        return value
+
+    return rule
+
+
 def flag() -> Rule:
     """``true`` or ``false``: not the strings ``"no"`` or ``"yes"``, which YAML 1.2 leaves as
     strings and Python reads as true."""
@@ -69,8 +81,15 @@ def flag() -> Rule:
 
 def _lookup(cfg: Mapping[str, Any], key: str) -> Any:
     value: Any = cfg
-    for part in key.split("."):
-        if not isinstance(value, Mapping) or part not in value:
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(value, Mapping):  # a group replaced by a value (`loss=vdn`)
+            group = ".".join(parts[:depth])
+            raise ConfigError(
+                f"{group} is a group of settings ({key}, ...), got {group}={value!r}; set its "
+                f"keys one by one ({key}=...)"
+            )
+        if part not in value:
             raise ConfigError(f"the config has no key {key!r}")
         value = value[part]
     return value
@@ -89,7 +108,7 @@ def check_config(cfg: Mapping[str, Any], rules: Mapping[str, Rule]) -> None:
         >>> check_config({"train": {"epochs": 1.5}}, {"train.epochs": integer(1)})
         Traceback (most recent call last):
         ...
-        marlkit.record.config.ConfigError: train.epochs must be an int >= 1, got float: 1.5
+        marlkit.train.config.ConfigError: train.epochs must be an int >= 1, got float: 1.5
     """
     for key, rule in rules.items():
         value = _lookup(cfg, key)

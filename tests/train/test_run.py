@@ -17,18 +17,17 @@ import torch
 
 import marlkit
 from marlkit.envs import Compose, RewardSum, StepCounter, TransformedEnv
-from marlkit.record import (
+from marlkit.record import read_metrics, read_video
+from marlkit.replay import ReplayBuffer, TensorStorage
+from marlkit.train import (
     Checkpointer,
     episode_metrics,
     episode_returns,
     evaluate,
-    read_metrics,
-    read_video,
     rng_state,
     set_rng_state,
     summarise_run,
 )
-from marlkit.replay import ReplayBuffer, TensorStorage
 
 
 def nav(num_envs=4, max_steps=10, **kwargs):
@@ -96,7 +95,7 @@ def test_checkpoint_refuses_pickled_objects(tmp_path):
 _KILLED = textwrap.dedent(
     """
     import sys, torch
-    from marlkit.record import Checkpointer
+    from marlkit.train import Checkpointer
     ckpt = Checkpointer(sys.argv[1], keep=3)
     big = torch.arange(2_000_000, dtype=torch.float64)
     for step in range(10_000):
@@ -238,7 +237,7 @@ def _run_loop(
     **kwargs,
 ):
     from marlkit.collectors import Collector
-    from marlkit.record import TrainingRun
+    from marlkit.train import TrainingRun
 
     env = nav(num_envs=2, max_steps=5)
     policy = None  # random actions; the "training" is a counter
@@ -298,7 +297,7 @@ def test_training_run_logs_evaluates_checkpoints_and_resumes(tmp_path):
 
 def test_the_summary_reuses_the_last_iterations_evaluation(tmp_path):
     from marlkit.collectors import Collector
-    from marlkit.record import TrainingRun
+    from marlkit.train import TrainingRun
 
     eval_env = nav(num_envs=2, max_steps=5)
     calls = []
@@ -326,7 +325,7 @@ def test_the_summary_reuses_the_last_iterations_evaluation(tmp_path):
 
 
 def test_training_run_refuses_bad_settings(tmp_path):
-    from marlkit.record import TrainingRun
+    from marlkit.train import TrainingRun
 
     with pytest.raises(ValueError, match="checkpoint_every must be"):
         TrainingRun(tmp_path, eval_env=nav(), eval_steps=5, checkpoint_every=0)
@@ -361,7 +360,7 @@ def test_evaluate_leaves_the_global_rng_alone():
 
 def test_video_envs_films_the_first_envs_and_the_metrics_cover_all(tmp_path):
     from marlkit.collectors import Collector
-    from marlkit.record import TrainingRun
+    from marlkit.train import TrainingRun
 
     def tiled(indices, folder):  # the frame shape of a video of these envs, tiled
         path = evaluate(
@@ -403,7 +402,7 @@ def test_video_envs_films_the_first_envs_and_the_metrics_cover_all(tmp_path):
 
 # ---------------------------------------------------------------------------- resume checks
 def test_resume_checks_the_folder_before_writing_anything(tmp_path):
-    from marlkit.record import TrainingRun
+    from marlkit.train import TrainingRun
 
     def make(run_dir, resume):
         return TrainingRun(run_dir, resume=resume, eval_env=nav(), eval_steps=5, video=False)
@@ -445,7 +444,7 @@ def test_resume_before_the_first_checkpoint_starts_over(tmp_path, caplog):
     assert _run_loop(tmp_path, resume=False, iterations_before_kill=2, checkpoint_every=3) is None
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.csv")] == [1, 2]
     assert Checkpointer(tmp_path / "checkpoints").latest() is None
-    with caplog.at_level("WARNING", logger="marlkit.record"):
+    with caplog.at_level("WARNING", logger="marlkit.train"):
         summary = _run_loop(tmp_path, resume=tmp_path, checkpoint_every=3)
     assert any("holds no checkpoint yet" in r.getMessage() for r in caplog.records)
     rows = read_metrics(tmp_path / "metrics.csv")
@@ -456,19 +455,19 @@ def test_resume_before_the_first_checkpoint_starts_over(tmp_path, caplog):
 
 def test_resume_with_a_budget_already_spent_says_so(tmp_path, caplog):
     _run_loop(tmp_path, resume=False, total=4)
-    with caplog.at_level("WARNING", logger="marlkit.record"):
+    with caplog.at_level("WARNING", logger="marlkit.train"):
         summary = _run_loop(tmp_path, resume=True, total=2)
     (warned,) = [r.getMessage() for r in caplog.records if "total_frames" in r.getMessage()]
     assert "total_frames (20) is below the 40 frames already collected" in warned
     assert summary["iterations"] == 4
     caplog.clear()
-    with caplog.at_level("WARNING", logger="marlkit.record"):
+    with caplog.at_level("WARNING", logger="marlkit.train"):
         _run_loop(tmp_path, resume=True, total=4)  # a finished run, resumed to its summary
     assert not caplog.records
     # a total that is not a multiple of the batch: the run ended past it, in its last batch;
     # resumed with that same total, nothing is "below the frames already collected"
     _run_loop(tmp_path / "odd", resume=False, total=3.5)  # 35 frames: 4 batches, 40 frames
-    with caplog.at_level("WARNING", logger="marlkit.record"):
+    with caplog.at_level("WARNING", logger="marlkit.train"):
         _run_loop(tmp_path / "odd", resume=True, total=3.5)
     assert not caplog.records
 
@@ -482,12 +481,12 @@ def test_resume_names_each_setting_that_differs_from_the_checkpoints(tmp_path, c
         "resume": "x",
         "run_dir": "y",
     }
-    with caplog.at_level("WARNING", logger="marlkit.record"):
+    with caplog.at_level("WARNING", logger="marlkit.train"):
         _run_loop(tmp_path, resume=True, total=3, config={**later, "extra": 1})
     (warned,) = [r.getMessage() for r in caplog.records if "differs" in r.getMessage()]
     assert warned.endswith("extra: '<unset>' -> 1; model.hidden: 64 -> 128")
     caplog.clear()
-    with caplog.at_level("WARNING", logger="marlkit.record"):  # the same settings: no word
+    with caplog.at_level("WARNING", logger="marlkit.train"):  # the same settings: no word
         _run_loop(tmp_path, resume=True, total=3, config={**later, "extra": 1})
     assert not [r for r in caplog.records if "differs" in r.getMessage()]
 
@@ -552,7 +551,7 @@ def test_eval_seed_makes_evaluations_independent_of_eval_every_and_resumes(tmp_p
 # ---------------------------------------------------------------------------- folder hygiene
 def test_a_second_run_in_a_folder_in_use_is_refused_until_the_first_closes(tmp_path):
     # two resumes of one folder at once both ran to the end, every metrics row twice
-    from marlkit.record import RunFolderInUse, TrainingRun
+    from marlkit.train import RunFolderInUse, TrainingRun
 
     _run_loop(tmp_path, resume=False, total=2)
 
@@ -572,7 +571,7 @@ def test_a_second_run_in_a_folder_in_use_is_refused_until_the_first_closes(tmp_p
     resumed().close()  # free again
     # a process killed while it runs leaves the lock to the kernel, which drops it
     code = (
-        "import sys, os, signal; from marlkit.record.run import _lock_folder; "
+        "import sys, os, signal; from marlkit.train.run import _lock_folder; "
         f"_lock_folder(__import__('pathlib').Path({str(tmp_path)!r})); "
         "print('locked', flush=True); os.kill(os.getpid(), signal.SIGKILL)"
     )
@@ -640,7 +639,7 @@ def test_an_empty_wandb_run_id_resumes_into_a_new_wandb_run(tmp_path, caplog, mo
     first = id_file.read_text().strip()
     assert first
     id_file.write_text("")  # a kill while an older marlkit rewrote it
-    with caplog.at_level("WARNING", logger="marlkit.record"):
+    with caplog.at_level("WARNING", logger="marlkit.train"):
         _run_loop(tmp_path, resume=True, total=3, backends=("csv", "wandb"))
     assert any("is empty" in r.getMessage() for r in caplog.records)
     assert id_file.read_text().strip() not in ("", first)
@@ -654,7 +653,7 @@ def test_a_run_logging_only_to_tensorboard_is_a_run_before_its_first_checkpoint(
     assert _run_loop(tmp_path, resume=False, iterations_before_kill=2, **args) is None
     with pytest.raises(FileExistsError, match=r"already holds a training run \(tensorboard\)"):
         _run_loop(tmp_path, resume=False, **args)
-    with caplog.at_level("WARNING", logger="marlkit.record"):
+    with caplog.at_level("WARNING", logger="marlkit.train"):
         summary = _run_loop(tmp_path, resume=True, **args)
     assert any("holds no checkpoint yet" in r.getMessage() for r in caplog.records)
     assert summary["iterations"] == 4
@@ -663,7 +662,8 @@ def test_a_run_logging_only_to_tensorboard_is_a_run_before_its_first_checkpoint(
 _KILLED_DURING_START_UP = """
 import os, pathlib, signal, sys
 import marlkit
-from marlkit.record import TrainingRun, run
+from marlkit.train import run
+from marlkit.train import TrainingRun
 
 def killed(*args, **kwargs):  # the run has locked its folder, and makes its first file now
     print("locked", flush=True)
@@ -695,7 +695,7 @@ def test_a_run_killed_during_its_start_up_resumes_from_the_start(tmp_path, caplo
         rf"resume={tmp_path} \(.*starts again from iteration 1\)",
     ):
         _run_loop(tmp_path, resume=None)
-    with caplog.at_level("WARNING", logger="marlkit.record"):
+    with caplog.at_level("WARNING", logger="marlkit.train"):
         summary = _run_loop(tmp_path, resume=tmp_path)
     assert any("holds no checkpoint yet" in r.getMessage() for r in caplog.records)
     assert summary["iterations"] == 4
@@ -705,7 +705,7 @@ def test_a_run_killed_during_its_start_up_resumes_from_the_start(tmp_path, caplo
 def test_a_run_stopped_before_its_first_iteration_is_resumed_not_overwritten(tmp_path):
     # The rule for a folder holding no checkpoint and no metric row (issue 35): it holds a run
     # that resumes from iteration 1; a new run into it is refused with the way out, resume=.
-    from marlkit.record import TrainingRun
+    from marlkit.train import TrainingRun
 
     first = TrainingRun(tmp_path, eval_env=nav(), eval_steps=5, video=False, backends=["csv"])
     first.close()  # as a script whose first batch raised
@@ -722,7 +722,7 @@ def test_a_run_stopped_before_its_first_iteration_is_resumed_not_overwritten(tmp
 
 def test_a_new_run_refused_before_it_wrote_anything_leaves_no_run_behind(tmp_path, monkeypatch):
     # its lock file alone would have made the folder hold a run: the next new run refused
-    from marlkit.record import TrainingRun
+    from marlkit.train import TrainingRun
 
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if it were not installed
     with pytest.raises(ImportError, match=r"pip install 'marlkit\[train\]'"):

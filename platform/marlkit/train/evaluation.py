@@ -2,7 +2,7 @@
 
 :func:`evaluate` runs one rollout of an env (usually a separate evaluation env) under
 ``set_exploration("deterministic")`` and ``torch.no_grad``, and reports each group's mean
-first-episode return (:func:`~marlkit.record.episodes.episode_returns`); with ``video`` it
+first-episode return (:func:`~marlkit.train.episodes.episode_returns`); with ``video`` it
 films the rollout through :class:`~marlkit.record.VideoRecorder`; with ``seed`` it seeds the
 env first, so that evaluations play the same episodes. :func:`summarise_run` ends a training
 run: the trained policy next to a random one, the curve, ``summary.json``.
@@ -24,8 +24,8 @@ from tensordict import TensorDictBase
 from marlkit._utils import check_int
 from marlkit.data.exploration import Exploration, set_exploration
 from marlkit.envs import EnvBase, TransformedEnv
-from marlkit.record.episodes import episode_returns, reward_groups
 from marlkit.record.recorder import VideoRecorder
+from marlkit.train.episodes import episode_returns, reward_groups
 
 __all__ = ["Evaluation", "evaluate", "summarise_run"]
 

@@ -40,14 +40,14 @@ from tensordict import TensorDictBase
 from marlkit._files import FolderInUse, lock_folder
 from marlkit._utils import check_int, get_logger
 from marlkit.envs import EnvBase
-from marlkit.record.checkpoint import Checkpointer
-from marlkit.record.episodes import episode_metrics
-from marlkit.record.evaluation import Evaluation, Policy, _filmed_envs, evaluate, summarise_run
 from marlkit.record.loggers import Backend, MultiLogger, make_logger
+from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state
+from marlkit.train.episodes import episode_metrics
+from marlkit.train.evaluation import Evaluation, Policy, _filmed_envs, evaluate, summarise_run
 
 __all__ = ["TrainingRun"]
 
-_logger = get_logger("record")
+_logger = get_logger("train")
 _CHECKPOINTS = "checkpoints"
 _METRICS = "metrics.csv"
 _UNSET = object()
@@ -69,6 +69,8 @@ def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 #: The lock file of a run's folder (:func:`_lock_folder`): the first thing a run writes there.
 _LOCK = ".marlkit-run.lock"
+#: The entries a run adds to every checkpoint itself.
+_OWN_ENTRIES = ("rng", "iteration", "time", "config", "policy")
 #: What a run writes into its folder: any of them marks a folder that holds a run (a folder
 #: that Hydra has just made for a mistyped ``resume=`` holds none; a run logging only to
 #: TensorBoard or wandb, killed before its first checkpoint, holds one of those two; a run
@@ -269,6 +271,9 @@ class TrainingRun:
             raise
         #: Iterations done (restored by :meth:`restore`).
         self.iteration = 0
+        self._parts: dict[str, Any] = {}
+        self._buffers: dict[str, Any] | None = None
+        self._policy: Any = None
         #: The collector's :attr:`num_batches`, known once :meth:`batches` starts.
         self.total_iterations: int | None = None
         self._start = time.perf_counter()
@@ -279,10 +284,82 @@ class TrainingRun:
         self._evaluated: tuple[int, Evaluation] | None = None
 
     # ------------------------------------------------------------------ resume
+    def track(
+        self,
+        parts: Mapping[str, Any],
+        buffers: Mapping[str, Any] | None = None,
+        policy: Any = None,
+    ) -> None:
+        """Name what a checkpoint holds, so that :meth:`restore` loads it and
+        :meth:`end_iteration` saves it with no code of the script's: ``parts`` maps a name to
+        an object with ``state_dict()`` / ``load_state_dict()`` (modules, a collector,
+        exploration modules) or to a mapping of them (one optimiser per group); the RNG
+        states are added as ``"rng"``. ``buffers`` are replay buffers saved with each
+        checkpoint through their own ``dumps``. After a restore, a part with
+        ``update_policy_weights_`` (a collector) is given the restored weights. ``policy``, the
+        module that acts, is saved as ``"policy"`` for
+        :func:`~marlkit.train.scripts.load_policy` (not restored from it: its weights are
+        those of the parts).
+
+        Raises:
+            TypeError: a part that has no ``state_dict``/``load_state_dict``.
+            ValueError: a part named ``"rng"``, ``"iteration"``, ``"time"`` or ``"config"``
+                (the run's own entries).
+        """
+        for name, part in parts.items():
+            if name in _OWN_ENTRIES:
+                raise ValueError(f"{name!r} is the run's own checkpoint entry; name it otherwise")
+            for piece in part.values() if isinstance(part, Mapping) else (part,):
+                if not (hasattr(piece, "state_dict") and hasattr(piece, "load_state_dict")):
+                    raise TypeError(
+                        f"part {name!r}: a {type(piece).__name__} has no state_dict() and "
+                        "load_state_dict()"
+                    )
+        if policy is not None and not hasattr(policy, "state_dict"):
+            raise TypeError(f"policy: a {type(policy).__name__} has no state_dict()")
+        self._parts = dict(parts)
+        self._buffers = None if buffers is None else dict(buffers)
+        self._policy = policy
+
+    def _tracked_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        for name, part in self._parts.items():
+            if isinstance(part, Mapping):
+                state[name] = {key: piece.state_dict() for key, piece in part.items()}
+            else:
+                state[name] = part.state_dict()
+        if self._policy is not None:
+            state["policy"] = self._policy.state_dict()
+        return {**state, "rng": rng_state()}
+
+    def _load_tracked(self, state: Mapping[str, Any]) -> None:
+        missing = [name for name in (*self._parts, "rng") if name not in state]
+        if missing:
+            raise KeyError(
+                f"{self.checkpointer.latest()} holds no {missing[0]!r} (it holds "
+                f"{sorted(state)}): a checkpoint of another script?"
+            )
+        for name, part in self._parts.items():
+            if isinstance(part, Mapping):
+                for key, piece in part.items():
+                    piece.load_state_dict(state[name][key])
+            else:
+                part.load_state_dict(state[name])
+        for part in self._parts.values():
+            if callable(getattr(part, "update_policy_weights_", None)):
+                part.update_policy_weights_()
+        set_rng_state(state["rng"])
+        if self._buffers:
+            self.checkpointer.load_buffers(self._buffers)
+
     def restore(self) -> dict[str, Any] | None:
         """The latest checkpoint's state when resuming and there is one, else ``None``; the
         iteration goes back to the checkpoint's and the metrics logged after it are dropped
-        (they are done again)."""
+        (they are done again). What :meth:`track` named is loaded from it (and the buffers).
+
+        Raises:
+            KeyError: the checkpoint lacks a tracked part.
+        """
         state = None
         if self.resume and self.checkpointer.latest() is not None:
             state = self.checkpointer.load()
@@ -292,6 +369,8 @@ class TrainingRun:
             if isinstance(state.get("time"), (int, float)):  # the time column goes on from it
                 self._start = time.perf_counter() - float(state["time"])
             self._compare_config(state.get("config"))
+            if self._parts:
+                self._load_tracked(state)
         elif self.resume:
             _logger.warning(
                 "resuming %s: it holds no checkpoint yet (killed before its first): training "
@@ -368,7 +447,7 @@ class TrainingRun:
         metrics: Mapping[str, Any],
         *,
         policy: Policy,
-        state: Callable[[], Mapping[str, Any]],
+        state: Callable[[], Mapping[str, Any]] | None = None,
         frames: int,
         buffers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -379,14 +458,21 @@ class TrainingRun:
             metrics: the algorithm's own metrics (losses, ...).
             policy: the policy to evaluate (exploration off).
             state: builds the checkpoint's state (modules, optimisers, collector, RNG); called
-                only when a checkpoint is due; ``"iteration"`` is added.
+                only when a checkpoint is due; ``"iteration"`` is added. Default: what
+                :meth:`track` named.
             frames: the frames collected so far (``collector.frames``).
-            buffers: replay buffers to save with each checkpoint (``{name: buffer}``).
+            buffers: replay buffers to save with each checkpoint (``{name: buffer}``; default:
+                those :meth:`track` named).
+
+        Raises:
+            ValueError: neither ``state`` nor :meth:`track` says what a checkpoint holds.
 
         Returns:
             the iteration's logged metrics.
         """
         training_time = time.perf_counter() - self._batch_came
+        if state is None and not self._parts:
+            raise ValueError("end_iteration needs state= or the parts named by track()")
         self.iteration += 1
         out: dict[str, Any] = dict(metrics)
         out.update(
@@ -405,14 +491,20 @@ class TrainingRun:
             self.checkpointer.save(
                 self.iteration,
                 {
-                    **state(),
+                    **(state() if state is not None else self._tracked_state()),
                     "iteration": self.iteration,
                     "time": out["time"],
                     **self._config_entry(),
                 },
-                buffers=buffers,
+                buffers=buffers if buffers is not None else self._buffers,
             )
         return out
+
+    def progress(self, out: Mapping[str, Any]) -> str:
+        """A line for the console after :meth:`end_iteration`: the iteration, the frames and
+        the episode rewards of ``out`` (its return)."""
+        rewards = {k: round(v, 3) for k, v in out.items() if k.endswith("episode_reward")}
+        return f"iteration {self.iteration}: frames {out['frames']} {rewards}"
 
     def _config_entry(self) -> dict[str, Any]:
         return {} if self.config is None else {"config": self.config}

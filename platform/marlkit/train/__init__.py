@@ -1,0 +1,42 @@
+"""What one training run is made of, shared by every script of ``sota-implementations/``.
+
+* :class:`TrainingRun`: a run's folder (locked while the run lives), its loggers, periodic
+  evaluations, checkpoints, resume and summary; :class:`RunFolderInUse`.
+* :class:`Checkpointer`: atomic, checksummed, pickle-free checkpoints; :func:`rng_state`,
+  :func:`set_rng_state`.
+* :func:`evaluate`, :class:`Evaluation`, :func:`summarise_run`: a policy's episodes with
+  exploration off (optionally filmed), and the run's summary next to a random policy.
+* :func:`episode_metrics`, :func:`episode_returns`, :func:`reward_groups`: per-group episode
+  rewards of a collector batch.
+* :func:`gradient_steps`: optimiser steps of a loss on a buffer's samples.
+* :mod:`marlkit.train.config`: checks of a script's config, the configs' resolvers;
+  :mod:`marlkit.train.scripts`: a run from a script's config (env factory, collector, run
+  folder, its end, a trained policy read back); :mod:`marlkit.train.builders`: networks
+  several scripts build alike.
+
+It builds on :mod:`marlkit.record` (videos, loggers, plots), never the other way round. See
+``docs/training.md``.
+"""
+
+from __future__ import annotations
+
+from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state
+from marlkit.train.episodes import episode_metrics, episode_returns, reward_groups
+from marlkit.train.evaluation import Evaluation, evaluate, summarise_run
+from marlkit.train.run import RunFolderInUse, TrainingRun
+from marlkit.train.updates import gradient_steps
+
+__all__ = [
+    "Checkpointer",
+    "Evaluation",
+    "RunFolderInUse",
+    "TrainingRun",
+    "episode_metrics",
+    "episode_returns",
+    "evaluate",
+    "gradient_steps",
+    "reward_groups",
+    "rng_state",
+    "set_rng_state",
+    "summarise_run",
+]

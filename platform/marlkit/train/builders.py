@@ -1,0 +1,77 @@
+"""Networks that several training scripts build the same way from an env's specs: a group's
+Q-network over discrete actions, and the bounds of its continuous actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from marlkit.data.specs import Bounded, Categorical, OneHot
+from marlkit.envs import EnvBase
+from marlkit.modules import MultiAgentMLP, QValueActor, StateActionValueCritic
+
+__all__ = ["action_bounds", "q_actor", "q_critic"]
+
+
+def q_actor(env: EnvBase, group: str, policy: Any, algorithm: str) -> QValueActor:
+    """The Q-network of ``group`` (one :class:`MultiAgentMLP` over its agents, sized by
+    ``policy.share_params``, ``policy.depth`` and ``policy.num_cells``) and its greedy action.
+
+    Raises:
+        ValueError: the group's actions are not discrete; the message names ``algorithm`` and
+            what to do.
+    """
+    spec = env.action_spec[group, "action"]
+    if not isinstance(spec, (Categorical, OneHot)):
+        raise ValueError(
+            f"{algorithm} needs discrete actions, but group {group!r} has a "
+            f"{type(spec).__name__} action spec; envs with a continuous_actions option (native "
+            "scenarios, VMAS, MPE) take ++env.kwargs.continuous_actions=false, others need an "
+            "algorithm for continuous actions (mappo_ippo, maddpg_iddpg, masac_isac)"
+        )
+    mlp = MultiAgentMLP(
+        env.observation_spec[group, "observation"].shape[-1],
+        spec.n,
+        len(env.group_map[group]),
+        share_params=policy.share_params,
+        depth=policy.depth,
+        num_cells=policy.num_cells,
+    )
+    return QValueActor(mlp, group=group, spec=spec)
+
+
+def action_bounds(env: EnvBase, group: str, algorithm: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bounds of one env's actions of ``group``, ``[n_agents, act_dim]`` each.
+
+    Raises:
+        ValueError: the group's actions are not continuous (a ``Bounded`` spec); the message
+            names ``algorithm`` and what to do.
+    """
+    spec = env.action_spec[group, "action"]
+    if not isinstance(spec, Bounded):
+        raise ValueError(
+            f"{algorithm} needs continuous actions (a Bounded action spec), but group "
+            f"{group!r} of this env has {type(spec).__name__} actions; pick an env with "
+            "continuous actions (navigation, vmas/balance, mujoco/ant_2x4, predator_prey; MPE "
+            "with ++env.kwargs.continuous_actions=true) or, for discrete actions, an algorithm "
+            "for them (mappo_ippo)"
+        )
+    batch = (0,) * len(env.batch_size)
+    return spec.low[batch], spec.high[batch]
+
+
+def q_critic(env: EnvBase, group: str, critic: Any) -> StateActionValueCritic:
+    """Q(o, a) per agent of ``group``: centralised (every agent's observation and action) or
+    not, per ``critic.centralised``, ``critic.share_params``, ``critic.depth`` and
+    ``critic.num_cells``."""
+    return StateActionValueCritic(
+        len(env.group_map[group]),
+        env.observation_spec[group, "observation"].shape[-1],
+        env.action_spec[group, "action"].shape[-1],
+        group=group,
+        centralised=critic.centralised,
+        share_params=critic.share_params,
+        depth=critic.depth,
+        num_cells=critic.num_cells,
+    )

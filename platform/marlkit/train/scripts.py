@@ -1,0 +1,211 @@
+"""What every training script of ``sota-implementations/`` does around its algorithm, from its
+Hydra config: checks and thread settings, the env factory, the collector, the run folder, the
+end of the run, and a trained policy read back from a run folder.
+
+The config layout these read (``sota-implementations/configs/``): ``seed``, ``threads``,
+``run_dir``, ``resume``, ``env.{name, num_envs, max_steps, imports, actions, kwargs,
+eval_kwargs}``, ``collector.{kind, frames_per_batch, total_frames, num_workers}``,
+``eval.{every, num_envs, video, video_envs, fps}``, ``checkpoint.{every, keep}``,
+``logger.{backends, project}``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from marlkit._utils import import_optional
+from marlkit.collectors import CollectorBase, make_collector
+from marlkit.data.exploration import Exploration, set_exploration
+from marlkit.envs import EnvBase, make_episodic
+from marlkit.native import set_threads
+from marlkit.replay import GroupReplayBuffers, ReplayBuffer, Sampler, TensorStorage
+from marlkit.train.checkpoint import Checkpointer
+from marlkit.train.config import Rule, check_config, check_not_above
+from marlkit.train.run import TrainingRun
+
+__all__ = [
+    "EVAL_SEED_OFFSET",
+    "env_factory",
+    "finish",
+    "group_buffers",
+    "load_policy",
+    "loss_keys",
+    "make_config_collector",
+    "open_run",
+    "start",
+]
+
+#: The evaluation envs' seed is the run's seed plus this: apart from the training envs'
+#: seeds (``seed``, ``seed + 1``, ...).
+EVAL_SEED_OFFSET = 10_000
+
+
+def _plain(node: Any) -> Any:
+    """A config node as plain containers (resolved), whatever its kind."""
+    omegaconf = import_optional("omegaconf", extra="train", purpose="the training scripts")
+    if isinstance(node, omegaconf.Container):
+        return omegaconf.OmegaConf.to_container(node, resolve=True)
+    return node
+
+
+def start(
+    cfg: Any, rules: Mapping[str, Rule], not_above: Sequence[tuple[str, str, str]] = ()
+) -> Callable[[], EnvBase]:
+    """Check ``cfg`` against ``rules`` (and each ``(key, limit, why)`` of ``not_above``), set
+    the threads (``threads``: torch's and the native kernels'; null: the defaults) and seed
+    torch (``seed``); returns the factory of the training envs.
+
+    Raises:
+        ConfigError: the first key whose value does not fit, named.
+    """
+    check_config(cfg, rules)
+    for key, limit, why in not_above:
+        check_not_above(cfg, key, limit, why)
+    set_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    return env_factory(cfg, cfg.env.num_envs, cfg.seed)
+
+
+def env_factory(
+    cfg: Any, num_envs: int, seed: int, *, evaluation: bool = False
+) -> Callable[[], EnvBase]:
+    """A picklable factory of the configured env (``make_episodic``: episodes cut at
+    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked);
+    the evaluation env adds ``env.eval_kwargs``."""
+    kwargs = dict(_plain(cfg.env.kwargs))
+    if evaluation:
+        kwargs.update(_plain(cfg.env.eval_kwargs))
+    return functools.partial(
+        make_episodic,
+        cfg.env.name,
+        num_envs=num_envs,
+        max_steps=cfg.env.max_steps,
+        seed=seed,
+        imports=list(cfg.env.imports),
+        actions=cfg.env.actions,
+        **kwargs,
+    )
+
+
+def make_config_collector(
+    cfg: Any, env: EnvBase, env_fn: Callable[[], EnvBase], policy: Any, **kwargs: Any
+) -> CollectorBase:
+    """The collector of ``collector.kind`` (``single`` steps ``env``; the others make their
+    envs with ``env_fn`` in their workers), seeded with ``seed``; ``kwargs`` go to it
+    (``init_random_frames``, ...)."""
+    kind = cfg.collector.kind
+    source: Any = env if kind == "single" else env_fn  # the single collector takes an env too
+    return make_collector(
+        kind,
+        source,
+        policy,
+        cfg.collector.frames_per_batch,
+        cfg.collector.total_frames,
+        num_workers=cfg.collector.num_workers,
+        seed=cfg.seed,
+        **kwargs,
+    )
+
+
+def group_buffers(
+    groups: Sequence[str], capacity: int, sampler: Callable[[], Sampler], batch_size: int
+) -> GroupReplayBuffers:
+    """One :class:`ReplayBuffer` per group: ``capacity`` items in memory, a new ``sampler()``
+    each, samples of ``batch_size``."""
+    return GroupReplayBuffers(
+        groups, lambda g: ReplayBuffer(TensorStorage(capacity), sampler(), batch_size=batch_size)
+    )
+
+
+def loss_keys(losses: Iterable[Any]) -> list[Any]:
+    """The keys the ``losses`` read (their ``in_keys``, in order, once each): what a buffer
+    stores of a batch (``batch.select(*keys, strict=False)``: optional keys, masks or
+    per-agent rewards, kept where the env has them; not the simulator's info, episode
+    statistics or the policy's outputs that the losses recompute)."""
+    return list(dict.fromkeys(key for loss in losses for key in loss.in_keys))
+
+
+def open_run(cfg: Any) -> TrainingRun:
+    """The :class:`TrainingRun` of the config: its folder (``run_dir``; ``resume`` goes on with
+    it), the evaluation env (``eval.num_envs`` envs with ``env.eval_kwargs``, seeded apart from
+    the training envs, the same episodes at every evaluation), the evaluation, checkpoint and
+    logger settings, and the config itself (saved with each checkpoint)."""
+    eval_seed = cfg.seed + EVAL_SEED_OFFSET
+    return TrainingRun(
+        cfg.run_dir,
+        resume=cfg.resume,
+        eval_env=env_factory(cfg, cfg.eval.num_envs, eval_seed, evaluation=True)(),
+        eval_seed=eval_seed,
+        eval_steps=cfg.env.max_steps,
+        eval_every=cfg.eval.every,
+        video=cfg.eval.video,
+        video_envs=cfg.eval.video_envs,
+        fps=cfg.eval.fps,
+        checkpoint_every=cfg.checkpoint.every,
+        keep=cfg.checkpoint.keep,
+        backends=_plain(cfg.logger)["backends"],
+        project=cfg.logger.project,
+        config=_plain(cfg),
+    )
+
+
+def finish(
+    run: TrainingRun, policy: Any, collector: CollectorBase, info: Mapping[str, Any]
+) -> list[str]:
+    """End the run: its summary (the trained policy next to a random one, the curve, the
+    video, ``summary.json``) with ``info`` and the frames collected, then shut the collector
+    and the evaluation env down. Returns the lines to print."""
+    import json
+
+    summary = run.finish(policy, info={**info, "frames": collector.frames})
+    collector.shutdown()
+    run.eval_env.close()
+    return [
+        f"{json.dumps(summary['trained'])} random: {json.dumps(summary['random'])}",
+        f"outputs in {run.run_dir}/ ({', '.join(summary['files'])})",
+    ]
+
+
+def load_policy(
+    run_dir: str | os.PathLike[str],
+    env: EnvBase,
+    build: Callable[[EnvBase, Any], torch.nn.Module],
+    exploration: Exploration = "deterministic",
+) -> torch.nn.Module:
+    """The policy of the run in ``run_dir`` (its latest checkpoint's ``"policy"``), for
+    ``env`` (an env of the run's kind; its batch size may differ): ``build(env, cfg)`` makes
+    the script's policy from the checkpoint's config, which then takes the saved weights.
+    Every call runs with ``exploration`` (``"deterministic"``: the greedy or mean action;
+    ``"random"``: sampled, as while collecting).
+
+    Raises:
+        FileNotFoundError: no checkpoint in ``run_dir``.
+        KeyError: a checkpoint without a policy (written before marlkit saved one).
+        ValueError: ``env`` is not of the run's kind; the message names the run's env and its
+            keyword arguments.
+    """
+    omegaconf = import_optional("omegaconf", extra="train", purpose="a run's config")
+    state = Checkpointer(pathlib.Path(run_dir) / "checkpoints").load()
+    if "policy" not in state:
+        raise KeyError(
+            f"the checkpoint of {str(run_dir)!r} holds no 'policy' (it holds {sorted(state)}): "
+            "it was written before marlkit saved policies; resume the run for one iteration "
+            "to write one"
+        )
+    cfg = omegaconf.OmegaConf.create(state["config"])
+    policy = build(env, cfg)
+    try:
+        policy.load_state_dict(state["policy"])
+    except RuntimeError as err:  # other groups or sizes: another env
+        raise ValueError(
+            f"the run in {str(run_dir)!r} trained on {cfg.env.name} with "
+            f"{_plain(cfg.env.kwargs)} (env.kwargs of its config): make the env with those; "
+            f"this one does not fit its policy ({str(err).splitlines()[-1].strip()})"
+        ) from None
+    return set_exploration(exploration)(policy)

@@ -1,0 +1,86 @@
+"""Gradient steps of a loss module on samples of a replay buffer: the inner loop every training
+script shares (PPO's epochs of minibatches, the off-policy scripts' updates with a target
+network moved after each step)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDictBase
+
+from marlkit._utils import check_int, check_real
+
+__all__ = ["gradient_steps"]
+
+
+def _total(terms: TensorDictBase) -> torch.Tensor:
+    return terms["loss"]
+
+
+def gradient_steps(
+    loss: Callable[[TensorDictBase], TensorDictBase],
+    optim: torch.optim.Optimizer,
+    sample: Callable[[], TensorDictBase],
+    steps: int,
+    *,
+    max_grad_norm: float,
+    objective: Callable[[TensorDictBase], torch.Tensor] = _total,
+    after_step: Callable[[], Any] | None = None,
+    report: Literal["last", "mean"] = "last",
+) -> dict[str, float]:
+    """``steps`` optimiser steps: each computes ``loss(sample())``, back-propagates
+    ``objective`` of its terms (default: the ``"loss"`` entry), clips the gradient norm of the
+    optimiser's parameters to ``max_grad_norm``, steps ``optim`` and calls ``after_step`` (a
+    target update, say).
+
+    Args:
+        loss: a loss module (or ``torch.compile`` of one) returning its terms as a TensorDict.
+        optim: the optimiser of the loss's trainable parameters.
+        sample: the next minibatch (``buffer.sample``).
+        steps: how many steps.
+        max_grad_norm: the clipping norm.
+        objective: what is minimised, from the terms (PPO: the objective, critic and entropy
+            losses summed).
+        after_step: called after every optimiser step.
+        report: the terms of the ``"last"`` step, or their ``"mean"`` over the steps.
+
+    Returns:
+        the scalar terms (a ``td_error`` or other per-sample entry left out) and
+        ``"grad_norm"`` (the norm before clipping), as floats.
+
+    Raises:
+        ValueError: ``steps`` below 1, ``max_grad_norm`` not positive, an unknown ``report``.
+    """
+    steps = check_int("steps", steps, low=1)
+    max_grad_norm = check_real("max_grad_norm", max_grad_norm, low=0.0)
+    if report not in ("last", "mean"):
+        raise ValueError(f"report must be 'last' or 'mean', got {report!r}")
+    params = [p for group in optim.param_groups for p in group["params"]]
+    sums: dict[str, torch.Tensor] = {}
+    for _ in range(steps):
+        terms = loss(sample())
+        optim.zero_grad()
+        objective(terms).backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optim.step()
+        if after_step is not None:
+            after_step()
+        if report == "mean":
+            for name, value in _scalars(terms, grad_norm).items():
+                sums[name] = sums[name] + value if name in sums else value.double()
+    if report == "mean":
+        return {name: float(total) / steps for name, total in sums.items()}
+    return {name: value.item() for name, value in _scalars(terms, grad_norm).items()}
+
+
+def _scalars(terms: TensorDictBase, grad_norm: torch.Tensor) -> dict[str, torch.Tensor]:
+    out = {
+        name: value.detach().double()
+        for name, value in terms.items()
+        # a per-sample td_error is left out, even of a sample of one
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and name != "td_error"
+    }
+    out["grad_norm"] = grad_norm
+    return out
