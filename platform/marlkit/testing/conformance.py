@@ -302,7 +302,7 @@ def _raw_step(sim: Any, seed: int, aec: bool, shown: Any) -> tuple[Any, bool] | 
     space_of = getattr(sim, "action_space", None)
     if aec:
         agent = getattr(sim, "agent_selection", None)
-        if not sim.agents or agent is None:
+        if not sim.agents or agent is None or not callable(space_of):
             return None
         over = sim.terminations.get(agent) or sim.truncations.get(agent)
         sim.step(None if over else _drawn(space_of(agent), seed, sim.observe(agent)))
