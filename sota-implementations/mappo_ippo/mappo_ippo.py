@@ -37,7 +37,7 @@ from marlkit.modules import (
 )
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.replay import SamplerWithoutReplacement
-from marlkit.train import gradient_steps
+from marlkit.train import adam_per_group, update_groups
 from marlkit.train.config import (
     COMMON_RULES,
     CRITIC_RULES,
@@ -171,9 +171,7 @@ def main(cfg: DictConfig) -> None:
             for g in groups
         }
     )
-    optims = {
-        g: torch.optim.Adam(losses[g].parameters(), lr=cfg.train.lr, fused=True) for g in groups
-    }
+    optims = adam_per_group(losses, cfg.train.lr)
     # train.compile: the loss's forward and backward through torch.compile (inductor), the
     # same parameters; compiled on the first minibatch
     loss_fns = {g: torch.compile(losses[g]) if cfg.train.compile else losses[g] for g in groups}
@@ -196,17 +194,14 @@ def main(cfg: DictConfig) -> None:
                 gaes[g](batch)
         buffers.empty()
         buffers.extend(batch.select(*keys, strict=False).reshape(-1))
-        metrics = {}
-        for g in groups:
-            terms = gradient_steps(
-                loss_fns[g],
-                optims[g],
-                buffers[g].sample,
-                steps,
-                max_grad_norm=cfg.train.max_grad_norm,
-                objective=lambda t: t["loss_objective"] + t["loss_critic"] + t["loss_entropy"],
-            )
-            metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
+        metrics = update_groups(
+            loss_fns,
+            optims,
+            buffers,
+            steps,
+            max_grad_norm=cfg.train.max_grad_norm,
+            objective=lambda t: t["loss_objective"] + t["loss_critic"] + t["loss_entropy"],
+        )
         collector.update_policy_weights_()
         out = run.end_iteration(batch, metrics, policy=policy, frames=collector.frames)
         print(run.progress(out), flush=True)

@@ -27,16 +27,15 @@ import functools
 from typing import Any
 
 import hydra
-import torch
 from omegaconf import DictConfig
 from tensordict.nn import TensorDictSequential
 from torch import nn
 
 from marlkit.envs import EnvBase
 from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor, TanhNormal
-from marlkit.objectives import SACLoss, SoftUpdate
+from marlkit.objectives import SACLoss
 from marlkit.replay import RandomSampler
-from marlkit.train import gradient_steps
+from marlkit.train import adam_per_group, soft_updates, update_groups
 from marlkit.train.builders import action_bounds, q_critic
 from marlkit.train.config import (
     COMMON_RULES,
@@ -119,17 +118,12 @@ def main(cfg: DictConfig) -> None:
             for g in groups
         }
     )
-    updaters = {g: SoftUpdate(losses[g], tau=cfg.loss.tau) for g in groups}
-    optims = {
-        g: torch.optim.Adam(losses[g].online_parameters(), lr=cfg.train.lr, fused=True)
-        for g in groups
-    }
+    updaters = soft_updates(losses, cfg.loss.tau)
+    optims = adam_per_group(losses, cfg.train.lr)
     sampler = functools.partial(RandomSampler, seed=cfg.seed)
     buffers = group_buffers(groups, cfg.buffer.size, sampler, cfg.train.minibatch_size)
-    init_random_frames = cfg.collector.init_random_frames
-    collector = make_config_collector(
-        cfg, env, env_fn, policy, init_random_frames=init_random_frames
-    )
+    random_frames = cfg.collector.init_random_frames  # collected with random actions first
+    collector = make_config_collector(cfg, env, env_fn, policy, init_random_frames=random_frames)
 
     # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
     run = open_run(cfg)
@@ -143,20 +137,17 @@ def main(cfg: DictConfig) -> None:
     keys = loss_keys(losses.values())
     for batch in run.batches(collector):
         buffers.extend(batch.select(*keys, strict=False).reshape(-1))
-        metrics: dict[str, Any] = {}
-        for g in groups:
-            terms = gradient_steps(
-                losses[g],
-                optims[g],
-                buffers[g].sample,
-                cfg.train.num_updates,
-                max_grad_norm=cfg.train.max_grad_norm,
-                objective=lambda t: t["loss_actor"] + t["loss_value"] + t["loss_alpha"],
-                after_step=updaters[g].step,
-                report="mean",
-            )
-            metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
-            metrics[f"replay/{g}/size"] = len(buffers[g])
+        metrics = update_groups(
+            losses,
+            optims,
+            buffers,
+            cfg.train.num_updates,
+            max_grad_norm=cfg.train.max_grad_norm,
+            objective=lambda t: t["loss_actor"] + t["loss_value"] + t["loss_alpha"],
+            updaters=updaters,
+            report="mean",
+        )
+        metrics.update({f"replay/{g}/size": len(buffers[g]) for g in groups})
         collector.update_policy_weights_()
         # evaluated with exploration off: the squashed mean action
         out = run.end_iteration(batch, metrics, policy=policy, frames=collector.frames)

@@ -28,19 +28,12 @@ from omegaconf import DictConfig
 from tensordict.nn import TensorDictSequential
 
 from marlkit.envs import EnvBase
-from marlkit.modules import EGreedy, Mixer, QMixer, VDNMixer, annealing_steps
-from marlkit.objectives import QMixerLoss, SoftUpdate
-from marlkit.replay import SamplerWithoutReplacement
-from marlkit.train import gradient_steps
-from marlkit.train.builders import q_actor
+from marlkit.modules import Mixer, QMixer, VDNMixer
+from marlkit.objectives import QMixerLoss
 from marlkit.train.config import COMMON_RULES, flag, integer, one_of, register_resolvers
+from marlkit.train.q_learning import egreedy_q_policy, train_q_learning
 from marlkit.train.scripts import (
-    finish,
-    group_buffers,
     load_policy,
-    loss_keys,
-    make_config_collector,
-    open_run,
     start,
 )
 
@@ -61,19 +54,7 @@ RULES = {
 def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:
     """Every group's Q-network with its epsilon-greedy exploration, in one call; eps falls from
     ``eps_init`` to ``eps_end`` over ``annealing_fraction`` of the frames."""
-    annealing = annealing_steps(cfg.collector.total_frames, cfg.exploration.annealing_fraction)
-    algorithm = cfg.loss.mixer.upper()
-    return TensorDictSequential(
-        *(
-            EGreedy(
-                q_actor(env, g, cfg.policy, algorithm),
-                cfg.exploration.eps_init,
-                cfg.exploration.eps_end,
-                annealing,
-            )
-            for g in env.groups
-        )
-    )
+    return egreedy_q_policy(env, cfg, cfg.loss.mixer.upper())
 
 
 def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic") -> object:
@@ -116,13 +97,13 @@ def main(cfg: DictConfig) -> None:
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 
-    # --- the algorithm, per group: Q-actor with exploration, mixer, loss, optimiser, buffer
+    # --- the algorithm, per group: Q-actor with exploration, mixer, loss, then the shared procedure
     policy = make_policy(env, cfg)  # every group's actions in one call
-    explorers = torch.nn.ModuleDict(zip(groups, policy.module))
+    q_nets = {g: explorer.module for g, explorer in zip(groups, policy.module)}
     losses = torch.nn.ModuleDict(
         {
             g: QMixerLoss(
-                explorers[g].module,
+                q_nets[g],
                 make_mixer(env, g, cfg.loss),
                 group=g,
                 gamma=cfg.loss.gamma,
@@ -132,56 +113,10 @@ def main(cfg: DictConfig) -> None:
             for g in groups
         }
     )
-    updaters = {g: SoftUpdate(losses[g], tau=cfg.loss.tau) for g in groups}
-    optims = {
-        g: torch.optim.Adam(losses[g].online_parameters(), lr=cfg.train.lr, fused=True)
-        for g in groups
-    }
-    frames = cfg.collector.frames_per_batch
-    buffers = group_buffers(
-        groups,
-        cfg.buffer.capacity,
-        lambda: SamplerWithoutReplacement(seed=cfg.seed),
-        cfg.train.minibatch_size,
-    )
-    collector = make_config_collector(cfg, env, env_fn, policy)
 
-    # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
-    run = open_run(cfg)
-    run.track(
-        # losses: online and target nets; exploration: each group's eps and its step count
-        {"losses": losses, "exploration": explorers, "optims": optims, "collector": collector},
-        buffers={"replay": buffers},
-        policy=policy,
-    )
-    run.restore()
-
-    # --- the loop: collect, store, epochs of minibatches per group, anneal, the run's chores
-    steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
-    keys = loss_keys(losses.values())
-    for batch in run.batches(collector):
-        buffers.extend(batch.select(*keys, strict=False).reshape(-1))
-        metrics = {"eps": float(explorers[groups[0]].eps)}  # this batch's
-        for g in groups:
-            metrics[f"replay/{g}/size"] = len(buffers[g])
-            terms = gradient_steps(
-                losses[g],
-                optims[g],
-                buffers[g].sample,
-                steps,
-                max_grad_norm=cfg.train.max_grad_norm,
-                after_step=updaters[g].step,
-            )
-            metrics.update({f"train/{g}/{k}": v for k, v in terms.items()})
-            explorers[g].step(batch.numel())
-        collector.update_policy_weights_()  # the new Q-networks and eps
-        # evaluated with exploration off: EGreedy keeps the greedy actions
-        out = run.end_iteration(batch, metrics, policy=policy, frames=collector.frames)
-        print(run.progress(out), flush=True)
-
-    # --- the end: the trained (greedy) policy next to a random one, the curve, summary.json
-    info = {"algorithm": cfg.algorithm, "variant": cfg.loss.mixer.upper(), "env": cfg.env.name}
-    print("\n".join(finish(run, policy, collector, info)))
+    # --- the procedure IQL, VDN and QMIX share: replay, epochs of minibatches, soft target
+    # updates, eps annealing, the run's logs, evaluations and checkpoints
+    print("\n".join(train_q_learning(cfg, env, env_fn, policy, losses, cfg.loss.mixer.upper())))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@
   exploration off (optionally filmed), and the run's summary next to a random policy.
 * :func:`episode_metrics`, :func:`episode_returns`, :func:`reward_groups`: per-group episode
   rewards of a collector batch.
-* :func:`gradient_steps`: optimiser steps of a loss on a buffer's samples.
+* :func:`gradient_steps`: optimiser steps of a loss on a buffer's samples; :func:`update_groups`
+  runs them for every group, with :func:`adam_per_group` and :func:`soft_updates`.
 * :mod:`marlkit.train.config`: checks of a script's config, the configs' resolvers;
   :mod:`marlkit.train.scripts`: a run from a script's config (env factory, collector, run
   folder, its end, a trained policy read back); :mod:`marlkit.train.builders`: networks
@@ -24,13 +25,14 @@ from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state
 from marlkit.train.episodes import episode_metrics, episode_returns, reward_groups
 from marlkit.train.evaluation import Evaluation, evaluate, summarise_run
 from marlkit.train.run import RunFolderInUse, TrainingRun
-from marlkit.train.updates import gradient_steps
+from marlkit.train.updates import adam_per_group, gradient_steps, soft_updates, update_groups
 
 __all__ = [
     "Checkpointer",
     "Evaluation",
     "RunFolderInUse",
     "TrainingRun",
+    "adam_per_group",
     "episode_metrics",
     "episode_returns",
     "evaluate",
@@ -38,5 +40,7 @@ __all__ = [
     "reward_groups",
     "rng_state",
     "set_rng_state",
+    "soft_updates",
     "summarise_run",
+    "update_groups",
 ]

@@ -1,18 +1,20 @@
 """Gradient steps of a loss module on samples of a replay buffer: the inner loop every training
 script shares (PPO's epochs of minibatches, the off-policy scripts' updates with a target
-network moved after each step)."""
+network moved after each step), and the per-group optimisers and target updates around it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
 
 from marlkit._utils import check_int, check_real
+from marlkit.objectives import SoftUpdate
+from marlkit.replay import GroupReplayBuffers
 
-__all__ = ["gradient_steps"]
+__all__ = ["adam_per_group", "gradient_steps", "soft_updates", "update_groups"]
 
 
 def _total(terms: TensorDictBase) -> torch.Tensor:
@@ -84,3 +86,54 @@ def _scalars(terms: TensorDictBase, grad_norm: torch.Tensor) -> dict[str, torch.
     }
     out["grad_norm"] = grad_norm
     return out
+
+
+def adam_per_group(losses: Mapping[str, torch.nn.Module], lr: float) -> dict[str, torch.optim.Adam]:
+    """One (fused) Adam per group, over what its loss trains: ``online_parameters()`` where the
+    loss has target networks (an updater moves those, not the optimiser), else all of its
+    parameters."""
+    return {
+        group: torch.optim.Adam(
+            getattr(loss, "online_parameters", loss.parameters)(), lr=lr, fused=True
+        )
+        for group, loss in losses.items()
+    }
+
+
+def soft_updates(losses: Mapping[str, torch.nn.Module], tau: float) -> dict[str, SoftUpdate]:
+    """Per group, the :class:`~marlkit.objectives.SoftUpdate` of its loss's target networks
+    (``target <- (1 - tau) target + tau online``, at each ``.step()``)."""
+    return {group: SoftUpdate(loss, tau=tau) for group, loss in losses.items()}  # type: ignore[arg-type]
+
+
+def update_groups(
+    losses: Mapping[str, Callable[[TensorDictBase], TensorDictBase]],
+    optims: Mapping[str, torch.optim.Optimizer],
+    buffers: GroupReplayBuffers,
+    steps: int,
+    *,
+    max_grad_norm: float,
+    objective: Callable[[TensorDictBase], torch.Tensor] = _total,
+    updaters: Mapping[str, SoftUpdate] | None = None,
+    report: Literal["last", "mean"] = "last",
+) -> dict[str, float]:
+    """:func:`gradient_steps` of each group's loss on samples of its own buffer, the group's
+    target update (``updaters[group].step``) after each of its steps.
+
+    Returns:
+        ``{"train/<group>/<term>": value}`` for every group, in the groups' order.
+    """
+    metrics: dict[str, float] = {}
+    for group, loss in losses.items():
+        terms = gradient_steps(
+            loss,
+            optims[group],
+            buffers[group].sample,
+            steps,
+            max_grad_norm=max_grad_norm,
+            objective=objective,
+            after_step=None if updaters is None else updaters[group].step,
+            report=report,
+        )
+        metrics.update({f"train/{group}/{name}": value for name, value in terms.items()})
+    return metrics
