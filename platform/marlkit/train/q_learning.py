@@ -9,7 +9,7 @@ target update after each optimiser step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict.nn import TensorDictSequential
@@ -63,7 +63,7 @@ def train_q_learning(
     ``summary.json``.
     """
     groups = env.groups
-    explorers = torch.nn.ModuleDict(zip(groups, policy.module))
+    explorers = {g: cast(EGreedy, explorer) for g, explorer in zip(groups, policy.module)}
     updaters = soft_updates(losses, cfg.loss.tau)
     optims = adam_per_group(losses, cfg.train.lr)
     frames = cfg.collector.frames_per_batch
@@ -78,7 +78,12 @@ def train_q_learning(
     run = open_run(cfg)
     run.track(
         # losses: online and target nets; exploration: each group's eps and its step count
-        {"losses": losses, "exploration": explorers, "optims": optims, "collector": collector},
+        {
+            "losses": losses,
+            "exploration": torch.nn.ModuleDict(explorers),
+            "optims": optims,
+            "collector": collector,
+        },
         buffers={"replay": buffers},
         policy=policy,
     )

@@ -16,6 +16,9 @@ from marlkit.replay import GroupReplayBuffers
 
 __all__ = ["adam_per_group", "gradient_steps", "soft_updates", "update_groups"]
 
+#: Per-group loss modules: a dict or a ``torch.nn.ModuleDict`` (what a checkpoint tracks).
+Losses = Mapping[str, torch.nn.Module] | torch.nn.ModuleDict
+
 
 def _total(terms: TensorDictBase) -> torch.Tensor:
     return terms["loss"]
@@ -88,7 +91,7 @@ def _scalars(terms: TensorDictBase, grad_norm: torch.Tensor) -> dict[str, torch.
     return out
 
 
-def adam_per_group(losses: Mapping[str, torch.nn.Module], lr: float) -> dict[str, torch.optim.Adam]:
+def adam_per_group(losses: Losses, lr: float) -> dict[str, torch.optim.Adam]:
     """One (fused) Adam per group, over what its loss trains: ``online_parameters()`` where the
     loss has target networks (an updater moves those, not the optimiser), else all of its
     parameters."""
@@ -100,14 +103,14 @@ def adam_per_group(losses: Mapping[str, torch.nn.Module], lr: float) -> dict[str
     }
 
 
-def soft_updates(losses: Mapping[str, torch.nn.Module], tau: float) -> dict[str, SoftUpdate]:
+def soft_updates(losses: Losses, tau: float) -> dict[str, SoftUpdate]:
     """Per group, the :class:`~marlkit.objectives.SoftUpdate` of its loss's target networks
     (``target <- (1 - tau) target + tau online``, at each ``.step()``)."""
     return {group: SoftUpdate(loss, tau=tau) for group, loss in losses.items()}  # type: ignore[arg-type]
 
 
 def update_groups(
-    losses: Mapping[str, Callable[[TensorDictBase], TensorDictBase]],
+    losses: Losses,
     optims: Mapping[str, torch.optim.Optimizer],
     buffers: GroupReplayBuffers,
     steps: int,
