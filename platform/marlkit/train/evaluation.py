@@ -16,7 +16,7 @@ import os
 import pathlib
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
@@ -27,9 +27,38 @@ from marlkit.envs import EnvBase, TransformedEnv
 from marlkit.record.recorder import VideoRecorder
 from marlkit.train.episodes import episode_returns, reward_groups
 
-__all__ = ["Evaluation", "evaluate", "summarise_run"]
+__all__ = [
+    "EVAL_EXPLORATIONS",
+    "EvalExploration",
+    "Evaluation",
+    "eval_modes",
+    "evaluate",
+    "summarise_run",
+]
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
+
+#: How a training run evaluates its policy: ``"deterministic"`` (the greedy or mean action),
+#: ``"random"`` (the policy's own sampled or exploring actions: what a stochastic strategy
+#: needs), or ``"both"``.
+EvalExploration = Literal["deterministic", "random", "both"]
+EVAL_EXPLORATIONS: tuple[EvalExploration, ...] = ("deterministic", "random", "both")
+
+
+def eval_modes(exploration: str) -> tuple[Exploration, ...]:
+    """The exploration modes an evaluation setting runs, the reported one first:
+    ``"both"`` is ``("deterministic", "random")``.
+
+    Raises:
+        ValueError: not one of :data:`EVAL_EXPLORATIONS`.
+    """
+    if exploration not in EVAL_EXPLORATIONS:
+        raise ValueError(
+            f"eval exploration must be one of {list(EVAL_EXPLORATIONS)}, got {exploration!r}"
+        )
+    if exploration == "both":
+        return ("deterministic", "random")
+    return (exploration,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,13 +173,15 @@ def summarise_run(
     info: Mapping[str, Any] | None = None,
     trained: Evaluation | None = None,
     seed: int | None = None,
+    exploration: EvalExploration = "deterministic",
+    trained_random: Evaluation | None = None,
 ) -> dict[str, Any]:
     """The end of a training run: the trained policy next to a random one, the training curve.
 
-    Evaluates ``policy`` (exploration off, filmed into ``run_dir/rollout.mp4`` with every env
-    of ``env`` tiled when ``video``) and a random policy on ``env``, draws each group's mean
-    episode reward over the frames from the logged ``rows`` into ``run_dir/reward.png``, and
-    writes ``run_dir/summary.json``.
+    Evaluates ``policy`` (in ``exploration``'s first mode, filmed into ``run_dir/rollout.mp4``
+    with every env of ``env`` tiled when ``video``) and a random policy on ``env``, draws each
+    group's mean episode reward over the frames from the logged ``rows`` into
+    ``run_dir/reward.png``, and writes ``run_dir/summary.json``.
 
     Args:
         run_dir: the run's folder.
@@ -171,10 +202,18 @@ def summarise_run(
         seed: seed each evaluation with it (:func:`evaluate`): the trained and the random
             policy then play the same episodes (give ``trained`` only when it was evaluated
             with the same seed).
+        exploration: how ``policy`` is evaluated (:data:`EvalExploration`):
+            ``"deterministic"`` (its greedy or mean action), ``"random"`` (its own sampled or
+            exploring actions: a policy that learned a stochastic strategy is judged by
+            these), or ``"both"`` (``"trained"`` deterministic, ``"trained_random"`` sampled).
+        trained_random: with ``"both"``, an evaluation of ``policy`` in ``"random"`` mode
+            already made (as ``trained``).
 
     Returns:
-        the summary: ``info``, ``"trained"`` and ``"random"`` (each :attr:`Evaluation.metrics`),
-        ``"improvement"`` (trained minus random, per metric), ``"eval_episodes"`` (the
+        the summary: ``info``, ``"exploration"``, ``"trained"`` and ``"random"`` (each
+        :attr:`Evaluation.metrics`; ``"random"`` is a uniformly random policy),
+        ``"improvement"`` (trained minus random, per metric); with ``"both"``,
+        ``"trained_random"`` and ``"improvement_random"`` too; ``"eval_episodes"`` (the
         episodes each evaluation averages: one per env of ``env``), ``"video"`` and ``"curve"``
         (paths or ``None``), ``"files"`` (the names of those of ``metrics.csv``,
         ``reward.png``, ``rollout.mp4`` and ``summary.json`` that describe this run: a video
@@ -183,6 +222,7 @@ def summarise_run(
     from marlkit.record.plot import plot_curves
 
     filmed = _filmed_envs(env, video_envs)  # checked before anything is written
+    modes = eval_modes(exploration)
     seed = check_int("seed", seed, low=0, allow_none=True)
     folder = pathlib.Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -200,25 +240,40 @@ def summarise_run(
             tile=True,
             fps=fps,
             seed=seed,
+            exploration=modes[0],
         )
+    if len(modes) > 1 and trained_random is None:
+        trained_random = evaluate(env, policy, steps=steps, exploration="random", seed=seed)
     random = evaluate(env, None, steps=steps, exploration="random", seed=seed)
     curves = list(dict.fromkeys(k for row in rows for k in row if _is_training_reward(k)))
     curve = None
     if curves and any("frames" in row for row in rows):
         curve = plot_curves(rows, folder / "reward.png", x="frames", y=curves, title="training")
+
+    def improvement(metrics: Mapping[str, float]) -> dict[str, float]:
+        return {
+            k: v - random.metrics[k]
+            for k, v in metrics.items()
+            if k.endswith("episode_reward") and k in random.metrics
+        }
+
     summary = {
         **dict(info or {}),
+        "exploration": exploration,
         "trained": trained.metrics,
         "random": random.metrics,
-        "improvement": {
-            k: v - random.metrics[k]
-            for k, v in trained.metrics.items()
-            if k.endswith("episode_reward") and k in random.metrics
-        },
-        "eval_episodes": env.batch_size.numel(),  # one per env, for each policy
-        "video": None if trained.video is None else str(trained.video),
-        "curve": None if curve is None else str(curve),
+        "improvement": improvement(trained.metrics),
     }
+    if len(modes) > 1 and trained_random is not None:
+        summary["trained_random"] = trained_random.metrics
+        summary["improvement_random"] = improvement(trained_random.metrics)
+    summary.update(
+        {
+            "eval_episodes": env.batch_size.numel(),  # one per env, for each policy
+            "video": None if trained.video is None else str(trained.video),
+            "curve": None if curve is None else str(curve),
+        }
+    )
     # what this summary describes: a rollout.mp4 or reward.png left in the folder by an
     # earlier run (resumed here without filming) is not this run's, so it is not listed
     current = {

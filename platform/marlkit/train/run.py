@@ -43,7 +43,15 @@ from marlkit.envs import EnvBase
 from marlkit.record.loggers import Backend, MultiLogger, make_logger
 from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state
 from marlkit.train.episodes import episode_metrics
-from marlkit.train.evaluation import Evaluation, Policy, _filmed_envs, evaluate, summarise_run
+from marlkit.train.evaluation import (
+    EvalExploration,
+    Evaluation,
+    Policy,
+    _filmed_envs,
+    eval_modes,
+    evaluate,
+    summarise_run,
+)
 
 __all__ = ["TrainingRun"]
 
@@ -214,6 +222,7 @@ class TrainingRun:
         eval_steps: int,
         eval_seed: int | None = None,
         eval_every: int = 0,
+        eval_exploration: EvalExploration = "deterministic",
         video: bool = True,
         video_envs: int | None = None,
         fps: float = 30.0,
@@ -228,6 +237,9 @@ class TrainingRun:
         self.eval_steps = check_int("eval_steps", eval_steps, low=1)
         self.eval_seed = check_int("eval_seed", eval_seed, low=0, allow_none=True)
         self.eval_every = check_int("eval_every", eval_every, low=0)
+        #: The exploration modes of each evaluation, the reported (filmed) one first.
+        self.eval_modes = eval_modes(eval_exploration)
+        self.eval_exploration = eval_exploration
         self.video = bool(video)
         if self.video and "rgb_array" not in eval_env.render_modes:  # before anything is written
             raise ValueError(
@@ -279,9 +291,9 @@ class TrainingRun:
         self._start = time.perf_counter()
         self._batch_came = self._start
         self._collection_time = 0.0
-        #: (iteration, evaluation) of the latest :meth:`evaluate`: the summary reuses it when
-        #: it evaluated the last iteration's policy.
-        self._evaluated: tuple[int, Evaluation] | None = None
+        #: (iteration, {mode: evaluation}) of the latest :meth:`evaluate`: the summary reuses
+        #: it when it evaluated the last iteration's policy.
+        self._evaluated: tuple[int, dict[str, Evaluation]] | None = None
 
     # ------------------------------------------------------------------ resume
     def track(
@@ -510,20 +522,28 @@ class TrainingRun:
         return {} if self.config is None else {"config": self.config}
 
     def evaluate(self, policy: Policy, tag: str) -> dict[str, float]:
-        """Evaluate ``policy`` on the evaluation env (filmed into ``videos/<tag>.mp4`` with
-        ``video``); the metrics are prefixed ``eval/``."""
-        result = evaluate(
-            self.eval_env,
-            policy,
-            steps=self.eval_steps,
-            video=self.run_dir / "videos" / f"{tag}.mp4" if self.video else None,
-            env_indices=_filmed_envs(self.eval_env, self.video_envs),
-            tile=True,
-            fps=self.fps,
-            seed=self.eval_seed,
-        )
-        self._evaluated = (self.iteration, result)
-        return {f"eval/{k}": v for k, v in result.metrics.items()}
+        """Evaluate ``policy`` on the evaluation env in each mode of ``eval_exploration``:
+        the first filmed into ``videos/<tag>.mp4`` (with ``video``), its metrics prefixed
+        ``eval/``; with ``"both"``, the sampled (``"random"``) one prefixed ``eval_random/``."""
+        results: dict[str, Evaluation] = {}
+        out: dict[str, float] = {}
+        for mode in self.eval_modes:
+            first = not results
+            results[mode] = evaluate(
+                self.eval_env,
+                policy,
+                steps=self.eval_steps,
+                exploration=mode,
+                video=self.run_dir / "videos" / f"{tag}.mp4" if self.video and first else None,
+                env_indices=_filmed_envs(self.eval_env, self.video_envs),
+                tile=True,
+                fps=self.fps,
+                seed=self.eval_seed,
+            )
+            prefix = "eval" if first else f"eval_{mode}"
+            out.update({f"{prefix}/{k}": v for k, v in results[mode].metrics.items()})
+        self._evaluated = (self.iteration, results)
+        return out
 
     # ------------------------------------------------------------------ the end
     def finish(self, policy: Policy, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -533,7 +553,9 @@ class TrainingRun:
         The last iteration's evaluation, when it made one, is the summary's ``"trained"`` (and
         its video the ``rollout.mp4``): the same policy is not evaluated twice."""
         csv = self.logger.csv
-        done = self._evaluated
+        done = (
+            self._evaluated[1] if self._evaluated and self._evaluated[0] == self.iteration else {}
+        )
         try:
             return summarise_run(
                 self.run_dir,
@@ -546,7 +568,9 @@ class TrainingRun:
                 fps=self.fps,
                 info={**dict(info or {}), "iterations": self.iteration},
                 seed=self.eval_seed,
-                trained=done[1] if done is not None and done[0] == self.iteration else None,
+                exploration=self.eval_exploration,
+                trained=done.get(self.eval_modes[0]),
+                trained_random=done.get("random") if len(self.eval_modes) > 1 else None,
             )
         finally:
             self.close()

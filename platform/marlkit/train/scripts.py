@@ -144,6 +144,7 @@ def open_run(cfg: Any) -> TrainingRun:
         eval_seed=eval_seed,
         eval_steps=cfg.env.max_steps,
         eval_every=cfg.eval.every,
+        eval_exploration=cfg.eval.get("exploration", "deterministic"),
         video=cfg.eval.video,
         video_envs=cfg.eval.video_envs,
         fps=cfg.eval.fps,
