@@ -86,16 +86,16 @@ _OWN_ENTRIES = ("rng", "iteration", "time", "config", "policy")
 _RUN_ENTRIES = (_METRICS, _CHECKPOINTS, "tensorboard", "wandb", _LOCK)
 
 
-def _held(folder: pathlib.Path) -> str:
+def _run_entries_in(folder: pathlib.Path) -> str:
     """The entries of :data:`_RUN_ENTRIES` in ``folder``, comma-separated (the lock file only
     when it is the sole one: every run leaves it); ``""`` for none."""
-    held = [entry for entry in _RUN_ENTRIES if (folder / entry).exists()]
-    return ", ".join(held if held == [_LOCK] else [e for e in held if e != _LOCK])
+    present = [entry for entry in _RUN_ENTRIES if (folder / entry).exists()]
+    return ", ".join(present if present == [_LOCK] else [e for e in present if e != _LOCK])
 
 
-def _holds_a_run(folder: pathlib.Path) -> bool:
+def _folder_holds_a_run(folder: pathlib.Path) -> bool:
     """Whether ``folder`` holds a training run (see :data:`_RUN_ENTRIES`)."""
-    return bool(_held(folder))
+    return bool(_run_entries_in(folder))
 
 
 class RunFolderInUse(FolderInUse):
@@ -132,11 +132,12 @@ def _resume_folder(
         FileExistsError: a new run (no ``resume``) into a folder that holds one.
     """
     if resume is None or resume is False:
-        if _holds_a_run(run_dir):
+        if _folder_holds_a_run(run_dir):
             raise FileExistsError(
-                f"{str(run_dir)!r} already holds a training run ({_held(run_dir)}): go on with "
-                f"it with resume={run_dir} (TrainingRun: resume=True; a run stopped before its "
-                "first checkpoint, during its start-up too, starts again from iteration 1), or "
+                f"{str(run_dir)!r} already holds a training run ({_run_entries_in(run_dir)}): "
+                f"go on with it with resume={run_dir} (TrainingRun: resume=True; a run stopped "
+                "before its first checkpoint, during its start-up too, starts again from "
+                "iteration 1), or "
                 "choose another run_dir"
             )
         return None
@@ -156,7 +157,7 @@ def _resume_folder(
         )
     if not folder.is_dir():
         raise FileNotFoundError(f"cannot resume {str(folder)!r}: no such folder")
-    if not _holds_a_run(folder):
+    if not _folder_holds_a_run(folder):
         raise FileNotFoundError(
             f"cannot resume {str(folder)!r}: it holds no training run (none of "
             f"{', '.join(_RUN_ENTRIES)}); a mistyped folder? (the scripts' Hydra creates the "
@@ -274,7 +275,7 @@ class TrainingRun:
                 config=config,
             )
         except BaseException:
-            if not self.resume and _held(self.run_dir) == _LOCK:
+            if not self.resume and _run_entries_in(self.run_dir) == _LOCK:
                 # a new run refused before it wrote anything (a backend that does not import):
                 # the folder holds no run, and a new one may still start in it
                 (self.run_dir / _LOCK).unlink(missing_ok=True)
