@@ -13,6 +13,7 @@ import pytest
 
 import _forked
 from marlkit.cli import main, run_random
+from marlkit.record import read_video
 
 
 def marlkit_cmd(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -21,10 +22,15 @@ def marlkit_cmd(*args: str, cwd: pathlib.Path | None = None) -> subprocess.Compl
     return _forked.run([*cmd, *args], cwd=cwd, timeout=300)
 
 
-def test_list_shows_navigation() -> None:
+def test_list_shows_the_native_scenarios_and_the_adapters() -> None:
     out = marlkit_cmd("list")
     assert out.returncode == 0, out.stderr
-    assert "navigation" in out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0] == "native scenarios:"
+    for name in ("navigation", "predator_prey", "swarm"):  # a line each, with what it is
+        assert re.search(rf"^  {name} +\S", out.stdout, re.M), name
+    assert "adapters (make('<adapter>/<scenario>')):" in lines
+    assert re.search(r"^  vmas/ +\S", out.stdout, re.M)
 
 
 def test_run_prints_throughput_and_rewards(tmp_path: pathlib.Path) -> None:
@@ -43,13 +49,22 @@ def test_run_prints_throughput_and_rewards(tmp_path: pathlib.Path) -> None:
         str(tmp_path),
     )
     assert out.returncode == 0, out.stderr
-    for needle in ("env-steps/s", "agent-steps/s", "mean episode reward [agents]"):
-        assert needle in out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0] == "env            navigation  (4 envs, agents {'agents': 3})"
+    assert re.fullmatch(r"steps +30 in [\d.]+ s", lines[1]), lines[1]
+    assert re.fullmatch(r"env-steps/s +[\d,]+", lines[2]), lines[2]
+    assert re.fullmatch(r"agent-steps/s +[\d,]+", lines[3]), lines[3]
+    assert re.fullmatch(r"mean episode reward \[agents\]  -?[\d.]+  \(12 episodes\)", lines[4])
+    assert lines[5] == f"summary written to {tmp_path / 'summary.json'}"
     assert "30/30" in out.stderr  # the progress bar ran to the end
     summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["env"] == "navigation"
     assert summary["steps"] == 30 and summary["num_envs"] == 4
     assert summary["agents"] == {"agents": 3}
     assert summary["episodes"]["agents"] == 4 * 3  # 30 steps / 10 per episode, 4 envs
+    assert set(summary["mean_episode_reward"]) == {"agents"}
+    assert summary["agent_steps_per_s"] == pytest.approx(3 * summary["env_steps_per_s"])
+    assert summary["env_kwargs"] == {"num_envs": 4, "n_agents": 3}
 
 
 def test_run_refuses_more_envs_than_memory_holds(
@@ -71,10 +86,13 @@ def test_run_refuses_more_envs_than_memory_holds(
         err,
     ), err
     assert main(["run", "navigation", "--envs", "64", "--steps", "1", "--no-progress"]) == 0
+    assert "navigation  (64 envs," in capsys.readouterr().out
     meminfo.write_text("MemAvailable:    100000000 kB\n")  # 95 GiB: fits
     assert main(["run", "navigation", "--envs", "1000", "--steps", "1", "--no-progress"]) == 0
+    assert "navigation  (1000 envs," in capsys.readouterr().out
     monkeypatch.setattr(memory, "_MEMINFO", tmp_path / "none")  # not Linux: no check
     assert main(["run", "navigation", "--envs", "1000", "--steps", "1", "--no-progress"]) == 0
+    assert "navigation  (1000 envs," in capsys.readouterr().out
 
 
 def test_check_memory_probes_other_envs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,36 +108,68 @@ def test_check_memory_probes_other_envs(monkeypatch: pytest.MonkeyPatch) -> None
     check_memory("navigation", n_agents=4)  # no num_envs: nothing to size
 
 
-def test_run_discrete_actions() -> None:
+def test_run_discrete_actions(tmp_path: pathlib.Path) -> None:
     out = marlkit_cmd(
-        "run", "navigation", "--discrete", "--envs", "2", "--steps", "5", "--no-progress"
+        "run",
+        "navigation",
+        "--discrete",
+        "--envs",
+        "2",
+        "--steps",
+        "5",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
     )
     assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("env            navigation  (2 envs, agents {'agents': 4})\n")
+    # no episode of 100 steps ends in 5: the table says so, with the return so far
+    assert "mean episode reward [agents]  no episode ended in 5 steps (return so far" in out.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["env_kwargs"]["continuous_actions"] is False
 
 
 def test_unknown_env_suggests_close_match() -> None:
     out = marlkit_cmd("run", "navigaton", "--steps", "1")
     assert out.returncode == 2
-    assert "Did you mean: navigation" in out.stderr
+    assert out.stderr.startswith(
+        "marlkit: error: no env registered as 'navigaton'. Did you mean: navigation? "
+        "`marlkit list` shows them all"
+    )
+    assert out.stderr.count("\n") == 1 and out.stdout == ""
 
 
 @pytest.mark.parametrize("flag", ["--envs", "--agents", "--steps"])
-def test_non_positive_sizes_rejected(flag: str) -> None:
+def test_non_positive_sizes_rejected(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "navigation", flag, "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"marlkit: error: {flag} must be >= 1, got 0\n"
+    assert captured.out == ""
 
 
 def test_bad_env_kwarg_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "navigation", "--device", "nonsense", "--steps", "1"]) == 2
-    assert "marlkit: error:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("marlkit: error: device 'nonsense' is not a torch device: "), err
+    assert err.count("\n") == 1
 
 
 def test_demo_writes_under_runs(tmp_path: pathlib.Path) -> None:
     out = marlkit_cmd("demo", "--out", str(tmp_path / "runs"), "--steps", "20", "--no-progress")
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(r"\d{8}-\d{6}", run_dir.name)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["rollout.mp4", "summary.json"]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["env"] == "navigation"
-    assert str(run_dir) in out.stdout
+    assert summary["env"] == "navigation" and summary["steps"] == 20
+    assert summary["num_envs"] == 32 and summary["agents"] == {"agents": 4}
+    lines = out.stdout.splitlines()
+    assert lines[0] == "env            navigation  (32 envs, agents {'agents': 4})"
+    assert f"summary: {run_dir / 'summary.json'}" in lines
+    assert f"video:   {run_dir / 'rollout.mp4'} (21 frames, 4 envs tiled)" in lines
+    assert lines[-1] == f"demo outputs in {run_dir}/ (summary.json, rollout.mp4)"
+    frames, _ = read_video(run_dir / "rollout.mp4")
+    assert frames.shape[0] == 21  # the reset and 20 steps
 
 
 def test_run_random_from_python() -> None:
@@ -136,10 +186,18 @@ def test_run_random_from_python() -> None:
 def test_run_passes_env_args(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["run", "predator_prey", "--envs", "2", "--steps", "3", "--no-progress"]
     assert main([*args, "--env-arg", "n_prey=4", "--env-arg", "n_predators=1"]) == 0
-    assert "{'predator': 1, 'prey': 4}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "env            predator_prey  (2 envs, agents {'predator': 1, 'prey': 4})"
+    )
     assert main([*args, "--env-arg", "num_envs=3"]) == 2
-    assert "--env-arg repeats ['num_envs']" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "marlkit: error: --env-arg repeats ['num_envs'], already set by their own flags\n"
+    )
     assert main([*args, "--env-arg", "not a pair"]) == 2
+    assert capsys.readouterr().err == (
+        "marlkit: error: --env-arg takes key=value with a Python identifier, got 'not a pair'\n"
+    )
 
 
 def test_runs_in_the_same_second_get_their_own_folders(tmp_path: pathlib.Path) -> None:
@@ -155,6 +213,7 @@ def test_agents_is_the_envs_own_agent_count(tmp_path: pathlib.Path) -> None:
     flags = ["--agents", "4", "--envs", "2", "--steps", "3", "--no-progress", "--out"]
     out = marlkit_cmd("run", "pettingzoo/mpe2.simple_spread_v3", *flags, str(tmp_path))
     assert out.returncode == 0, out.stderr
+    assert "(2 envs, agents {'agents': 4})" in out.stdout.splitlines()[0]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["agents"] == {"agents": 4} and summary["env_kwargs"]["N"] == 4
 
@@ -285,8 +344,8 @@ marlkit.register("lamp", make)
 
 
 def test_import_reaches_an_env_of_ones_own(tmp_path: pathlib.Path) -> None:
-    # `marlkit run/record NAME` knew only the registered families: an adapter of one's own
-    # was out of reach of the command (docs/adapters.md said it films).
+    # `marlkit --import MODULE run/record NAME` reaches an env that MODULE registers, as
+    # docs/adapters.md says; without the import the error says how.
     (tmp_path / "lampsim.py").write_text(SIM_MODULE)
     out = marlkit_cmd(
         "--import",
@@ -301,7 +360,9 @@ def test_import_reaches_an_env_of_ones_own(tmp_path: pathlib.Path) -> None:
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("env            lamp  (2 envs, agents {'agents': 2})\n")
     assert "env-steps/s" in out.stdout
+    assert "mean episode reward [agents]" in out.stdout and "(4 episodes)" in out.stdout
     video = tmp_path / "lamp.mp4"
     out = marlkit_cmd(
         "--import",
@@ -318,12 +379,16 @@ def test_import_reaches_an_env_of_ones_own(tmp_path: pathlib.Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert video.stat().st_size > 0
+    assert str(video) in out.stdout
+    frames, _ = read_video(video)
+    assert frames.shape[1:] == (8, 8, 3)  # the Lamp's own frames
     out = marlkit_cmd("--import", "no_such_module", "list", cwd=tmp_path)
     assert out.returncode == 2
     assert "marlkit: error: --import no_such_module: No module named 'no_such_module'" in out.stderr
     out = marlkit_cmd("run", "lamp", cwd=tmp_path)  # not imported: the error says how
     assert out.returncode == 2 and "marlkit --import MODULE" in out.stderr
-    # a module whose own code fails at import: one line with what and where (a traceback before)
+    assert out.stderr.startswith("marlkit: error: no env registered as 'lamp'.")
+    # a module whose own code fails at import: one line with what and where, no traceback
     (tmp_path / "broken_sim.py").write_text("import math\n\nraise RuntimeError('no licence')\n")
     out = marlkit_cmd("--import", "broken_sim", "list", cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
@@ -332,7 +397,8 @@ def test_import_reaches_an_env_of_ones_own(tmp_path: pathlib.Path) -> None:
 
 
 def test_out_names_a_folder_or_a_json_file(tmp_path: pathlib.Path, capsys) -> None:
-    # `--out existing.txt` was "[Errno 17] File exists"; `--out s.json` made a folder s.json/
+    # `--out` names a folder (summary.json inside) or a .json file; an existing file other
+    # than a .json is refused naming it, and left as it was
     taken = tmp_path / "existing.txt"
     taken.write_text("mine")
     for argv in (
@@ -346,13 +412,16 @@ def test_out_names_a_folder_or_a_json_file(tmp_path: pathlib.Path, capsys) -> No
     assert taken.read_text() == "mine"
     summary = tmp_path / "sub" / "s.json"
     assert main(["run", "navigation", "--steps", "2", "--no-progress", "--out", str(summary)]) == 0
+    assert f"summary written to {summary}\n" in capsys.readouterr().out
     assert json.loads(summary.read_text())["env"] == "navigation"
     assert main(["run", "navigation", "--steps", "2", "--no-progress", "--out", str(tmp_path)]) == 0
+    assert f"summary written to {tmp_path / 'summary.json'}\n" in capsys.readouterr().out
     assert (tmp_path / "summary.json").is_file()
 
 
 def test_run_out_on_a_full_disk_names_the_file_and_leaves_none(small_fs) -> None:
-    # It left a 0-byte summary.json and said only "[Errno 28] No space left on device".
+    # Its space is reserved before summary.json is written: a full disk is an error naming the
+    # file and the bytes needed, and leaves no empty file.
     folder = small_fs(1024 * 1024)
     with contextlib.suppress(OSError):  # written until the disk is full
         (folder / "filler").write_bytes(bytes(2 * 1024 * 1024))
