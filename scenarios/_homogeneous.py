@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_flag, check_int, check_real
+from marlkit._checks import check_flag, check_int, check_real
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_flag, check_int, check_real
+from marlkit._checks import check_flag, check_int, check_real
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, agent_type, make_group_map

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int, check_real
+from marlkit._checks import check_int, check_real
 from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, render_frame

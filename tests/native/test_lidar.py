@@ -192,11 +192,11 @@ BAD = [
     (dict(pos=torch.zeros(2, 3)), ValueError, r"pos must be a float32 .*\[E, N, 2\].*got shape"),
     (dict(pos=np.zeros((2, 3, 2), np.float32)), TypeError, r"pos must be a float32 tensor .*nd"),
     (dict(n_rays=0), ValueError, r"n_rays must be an int >= 1, got 0"),
-    (dict(n_rays=2.0), TypeError, r"n_rays must be an int, got float"),
+    (dict(n_rays=2.0), TypeError, r"lidar: n_rays must be an int >= 1, got float: 2\.0"),
     (dict(max_range=0.0), ValueError, r"max_range must be a finite number > 0, got 0"),
     (dict(max_range=math.inf), ValueError, r"max_range must be a finite number > 0, got inf"),
     (dict(radius=-0.1), ValueError, r"radius must be a finite number > 0, got -0.1"),
-    (dict(radius="big"), TypeError, r"radius must be a real number, got str"),
+    (dict(radius="big"), TypeError, r"lidar: radius must be a number, got str: 'big'"),
     (dict(backend="gpu"), ValueError, r"backend must be one of"),
 ]
 

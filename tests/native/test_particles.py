@@ -282,7 +282,7 @@ def test_c_step_rejects_bad_param(name: str, value: Any, match: str) -> None:
 
 def test_step_rejects_bad_types_and_aliasing() -> None:
     pos, vel, force = _state()
-    with pytest.raises(TypeError, match=r"substeps must be an int, got float"):
+    with pytest.raises(TypeError, match=r"step: substeps must be an int >= 1, got float: 1\.5"):
         particle_step(pos, vel, force, **dict(PARAMS, substeps=1.5))
     with pytest.raises(TypeError, match=r"vel must be a float32 tensor .*got ndarray"):
         particle_step(pos, vel.numpy(), force, **PARAMS)  # type: ignore[arg-type]

@@ -31,9 +31,12 @@ def test_sets_torch_and_native_threads_and_none_leaves_both() -> None:
     assert out.returncode == 0, out.stderr
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.0, True, "2"])
-def test_bad_thread_counts_are_named(bad: object) -> None:
-    with pytest.raises(ValueError, match=r"threads must be an int >= 1 or None, got"):
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(0, ValueError), (-1, ValueError), (1.0, TypeError), (True, TypeError), ("2", TypeError)],
+)
+def test_bad_thread_counts_are_named(bad: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"threads must be an int >= 1 or None, got"):
         set_threads(bad)  # type: ignore[arg-type]
 
 

@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDictBase
 from tqdm import tqdm
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.collectors._trajectories import split_trajectories
 from marlkit.data.exploration import EXPLORATION_MODES, Exploration
 from marlkit.data.keys import TRAJ_IDS, WORKER

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.collectors._base import CollectorBase
 from marlkit.collectors._multi import MultiAsyncCollector, MultiSyncCollector
 from marlkit.collectors._ray import RayCollector

@@ -23,7 +23,8 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from marlkit._utils import check_int, check_real, import_optional
+from marlkit._checks import check_int, check_real
+from marlkit._utils import import_optional
 from marlkit.collectors._base import (
     CollectorBase,
     Policy,

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.collectors._base import (
     CollectorBase,
     Policy,

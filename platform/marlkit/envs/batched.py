@@ -34,7 +34,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import check_int, get_logger
+from marlkit._checks import check_int
+from marlkit._utils import get_logger
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.composite import Composite
 from marlkit.data.keys import DONE, NEXT, RESET, NestedKey

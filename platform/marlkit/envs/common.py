@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import check_flag, check_int
+from marlkit._checks import check_flag, check_int
 from marlkit.data._fast import stack_tensordicts
 from marlkit.data.composite import Composite
 from marlkit.data.keys import (

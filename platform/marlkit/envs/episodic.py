@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.data import Binary, Bounded, Categorical, MultiCategorical, OneHot
 from marlkit.envs.common import EnvBase
 from marlkit.envs.registry import accepted_kwargs, make

@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marlkit._utils import check_kwargs, did_you_mean, get_logger, has_module, keyword_names
+from marlkit._checks import check_kwargs, did_you_mean, keyword_names
+from marlkit._utils import get_logger, has_module
 from marlkit.envs.common import EnvBase
 
 __all__ = [

@@ -9,7 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from marlkit._utils import check_int, check_real
+from marlkit._checks import check_int, check_real
 from marlkit.data.keys import DEFAULT_GROUP, OBSERVATION, STATE, STATE_VALUE, NestedKey
 from marlkit.modules._checks import get_tensor
 from marlkit.modules.activations import Tanh

@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.data.exploration import exploration_mode
 from marlkit.data.keys import (
     ACTION,

@@ -28,7 +28,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.data.keys import (
     DEFAULT_GROUP,
     IS_INIT,

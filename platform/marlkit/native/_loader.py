@@ -6,6 +6,7 @@ import importlib
 import pathlib
 from types import ModuleType
 
+from marlkit._checks import check_int
 from marlkit._utils import get_logger
 from marlkit.native._source_hash import source_hash
 
@@ -118,9 +119,7 @@ def set_num_threads(n: int) -> None:
         TypeError: ``n`` is not an int.
         ValueError: ``n`` is negative or above 1,024 (a pool the OS cannot start).
     """
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"num_threads must be an int, got {type(n).__name__}")
-    load_extension().set_num_threads(n)
+    load_extension().set_num_threads(check_int("num_threads", n))
 
 
 def get_num_threads() -> int:
@@ -139,9 +138,7 @@ def set_min_work_per_thread(units: int) -> None:
     threads wake quickly; results are bit for bit the same for every setting. ``units < 1``
     raises ``ValueError`` (from the kernels' own check).
     """
-    if isinstance(units, bool) or not isinstance(units, int):
-        raise TypeError(f"min_work_per_thread must be an int, got {type(units).__name__}")
-    load_extension().set_min_work_per_thread(units)
+    load_extension().set_min_work_per_thread(check_int("min_work_per_thread", units))
 
 
 def get_min_work_per_thread() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from marlkit._checks import check_int
 from marlkit.native._loader import extension_available, set_num_threads
 
 __all__ = ["set_threads"]
@@ -16,12 +17,12 @@ def set_threads(threads: int | None) -> None:
     threads are set only where the extension is built (their twins run on torch's).
 
     Raises:
-        ValueError: ``threads`` is not an int >= 1 (nor ``None``).
+        TypeError: ``threads`` is not an int (nor ``None``).
+        ValueError: ``threads`` is below 1.
     """
+    threads = check_int("threads", threads, low=1, allow_none=True)
     if threads is None:
         return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be an int >= 1 or None, got {threads!r}")
     torch.set_num_threads(threads)
     if extension_available():
         set_num_threads(threads)

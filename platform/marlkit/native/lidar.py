@@ -35,14 +35,13 @@ import math
 
 import torch
 
+from marlkit._checks import check_int, check_real
 from marlkit.native._loader import load_extension
 from marlkit.native.particles import (
     Backend,
     _check_state,
     _f32,
     _fmt,
-    _int,
-    _real,
     _sqrt,
     _use_native,
 )
@@ -59,23 +58,15 @@ def _angles_cpu(n_rays: int) -> torch.Tensor:
 
 def lidar_angles(n_rays: int, device: str | torch.device = "cpu") -> torch.Tensor:
     """The ray angles ``[n_rays]`` float32: VMAS's ``linspace(0, 2 pi, n_rays + 1)[:n_rays]``."""
-    n = _int(_FN, "n_rays", n_rays)
-    if n < 1:
-        raise ValueError(f"{_FN}: n_rays must be an int >= 1, got {n_rays!r}")
-    return _angles_cpu(n).to(device)
+    return _angles_cpu(check_int("n_rays", n_rays, low=1, owner=_FN)).to(device)
 
 
 def _check(pos: object, n_rays: object, max_range: object, radius: object, contiguous: bool):
     """Check the arguments (the kernel's rules and messages); return ``(pos, n, R, r)``."""
     pos_t = _check_state(_FN, "pos", pos, None, contiguous=contiguous)
-    n = _int(_FN, "n_rays", n_rays)
-    if n < 1:
-        raise ValueError(f"{_FN}: n_rays must be an int >= 1, got {n_rays!r}")
-    rng, r = _real(_FN, "max_range", max_range), _real(_FN, "radius", radius)
-    if not (math.isfinite(rng) and rng > 0):
-        raise ValueError(f"{_FN}: max_range must be a finite number > 0, got {max_range!r}")
-    if not (math.isfinite(r) and r > 0):
-        raise ValueError(f"{_FN}: radius must be a finite number > 0, got {radius!r}")
+    n = check_int("n_rays", n_rays, low=1, owner=_FN)
+    rng = check_real("max_range", max_range, owner=_FN)
+    r = check_real("radius", radius, owner=_FN)
     return pos_t, n, rng, r
 
 

@@ -38,11 +38,12 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Real
 from typing import Literal, NamedTuple
 
 import torch
 
+from marlkit._checks import check_int, check_real
 from marlkit._utils import get_logger
 from marlkit.native._loader import ExtensionError, load_extension
 
@@ -100,18 +101,6 @@ def _fmt(x: float) -> str:
     return f"{x:.9g}"
 
 
-def _real(fn: str, name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{fn}: {name} must be a real number, got {type(value).__name__}")
-    return float(value)
-
-
-def _int(fn: str, name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
-    return int(value)
-
-
 def _step_constants(
     radius: float,
     mass: float,
@@ -123,24 +112,17 @@ def _step_constants(
 ) -> _Constants:
     """Validate the parameters (the kernel's rules) and derive the float32 constants."""
     fn = "particle_step"
-    r, m, dr = _real(fn, "radius", radius), _real(fn, "mass", mass), _real(fn, "drag", drag)
-    t, k = _real(fn, "dt", dt), _real(fn, "stiffness", stiffness)
-    L = _real(fn, "half_extent", half_extent)
-    s = _int(fn, "substeps", substeps)
-    if not (math.isfinite(r) and r > 0):
-        raise ValueError(f"{fn}: radius must be a finite number > 0, got {radius!r}")
-    if not (math.isfinite(m) and m > 0):
-        raise ValueError(f"{fn}: mass must be a finite number > 0, got {mass!r}")
-    if not 0 <= dr < 1:
+    r = check_real("radius", radius, owner=fn)
+    m = check_real("mass", mass, owner=fn)
+    dr = check_real("drag", drag, low=None, finite=False, owner=fn)
+    if not 0 <= dr < 1:  # the kernel's message
         raise ValueError(f"{fn}: drag must be in [0, 1), got {drag!r}")
-    if not (math.isfinite(t) and t > 0):
-        raise ValueError(f"{fn}: dt must be a finite number > 0, got {dt!r}")
-    if s < 1:
-        raise ValueError(f"{fn}: substeps must be an int >= 1, got {substeps!r}")
+    t = check_real("dt", dt, owner=fn)
+    s = check_int("substeps", substeps, low=1, owner=fn)
     if s > 2**31 - 1:
         raise ValueError(f"{fn}: substeps must be an int < 2**31, got {substeps!r}")
-    if not (math.isfinite(k) and k >= 0):
-        raise ValueError(f"{fn}: stiffness must be a finite number >= 0, got {stiffness!r}")
+    k = check_real("stiffness", stiffness, strict=False, owner=fn)
+    L = check_real("half_extent", half_extent, low=None, finite=False, owner=fn)
     r32, L32 = _f32(r), _f32(L)
     if not (math.isfinite(L) and r32 < L32):
         raise ValueError(
@@ -633,8 +615,9 @@ def _prepare_knn(
     fn: str, pos: object, k: object, radius: object, active: object, contiguous: bool
 ) -> tuple[int, float, torch.Tensor | None]:
     pos_t = _check_state(fn, "pos", pos, None, contiguous=contiguous)
-    k_int = _int(fn, "k", k)
-    radius2 = _knn_radius2(fn, k_int, pos_t.shape[1], _real(fn, "radius", radius))
+    k_int = check_int("k", k, owner=fn)
+    radius = check_real("radius", radius, low=None, finite=False, owner=fn)
+    radius2 = _knn_radius2(fn, k_int, pos_t.shape[1], radius)
     act = None
     if active is not None:
         shape = (pos_t.shape[0], pos_t.shape[1])

@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -34,6 +33,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from marlkit._checks import check_flag, check_int, check_ints, check_one_of, check_real
 from marlkit.native._loader import load_extension, native_or_fallback
 
 __all__ = [
@@ -111,9 +111,7 @@ class _Layer(NamedTuple):
 
 def group_color(index: int) -> Color:
     """Colour of group ``index`` (wraps around :data:`GROUP_COLORS`)."""
-    if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-        raise TypeError(f"group index must be an int, got {type(index).__name__}")
-    return GROUP_COLORS[int(index) % len(GROUP_COLORS)]
+    return GROUP_COLORS[check_int("group index", index) % len(GROUP_COLORS)]
 
 
 def lighten(color: Sequence[int], amount: float = 0.5) -> Color:
@@ -122,9 +120,7 @@ def lighten(color: Sequence[int], amount: float = 0.5) -> Color:
     Used for goals drawn in a lighter shade of their agent's colour.
     """
     rgb = _rgb(color, "color")
-    if not (isinstance(amount, numbers.Real) and 0.0 <= float(amount) <= 1.0):
-        raise ValueError(f"amount must be a number in [0, 1], got {amount!r}")
-    a = float(amount)
+    a = check_real("amount", amount, strict=False, high=1.0)
     r, g, b = (math.floor(c + (255 - c) * a + 0.5) for c in rgb)
     return (r, g, b)
 
@@ -212,16 +208,11 @@ def render_frames(
     extent = _parse_half_extent(half_extent)
     bg = _rgb(background, "background")
     bd = _rgb(border, "border")
-    if isinstance(border_width, bool) or not isinstance(border_width, numbers.Integral):
-        raise TypeError(f"border_width must be an int, got {type(border_width).__name__}")
-    if border_width < 0:
-        raise ValueError(f"border_width must be >= 0, got {border_width}")
-    if not isinstance(antialias, (bool, np.bool_)):
-        raise TypeError(f"antialias must be a bool, got {type(antialias).__name__}")
+    bw = check_int("border_width", border_width, low=0)
+    aa = check_flag("antialias", antialias)
     use_native = _resolve_backend(backend)
     prepared, shape = _prepare_layers(_check_layer_list(layers), batch_shape)
     count = math.prod(shape)
-    bw, aa = int(border_width), bool(antialias)
     if use_native:
         native_layers = [tuple(layer) for layer in prepared]
         out = load_extension().render_frames(
@@ -253,17 +244,10 @@ def tile_frames(
     """
     stack = _stack_frames(frames)
     k, h, w, _ = stack.shape
+    cols = check_int("cols", cols, low=1, allow_none=True)
+    pad = check_int("pad", pad, low=0)
     if cols is None:
         cols = math.ceil(math.sqrt(k))
-    if isinstance(cols, bool) or not isinstance(cols, numbers.Integral):
-        raise TypeError(f"cols must be an int or None, got {type(cols).__name__}")
-    if cols < 1:
-        raise ValueError(f"cols must be >= 1, got {cols}")
-    if isinstance(pad, bool) or not isinstance(pad, numbers.Integral):
-        raise TypeError(f"pad must be an int, got {type(pad).__name__}")
-    if pad < 0:
-        raise ValueError(f"pad must be >= 0, got {pad}")
-    cols, pad = int(cols), int(pad)
     rows = math.ceil(k / cols)
     grid = np.empty((rows * h + (rows + 1) * pad, cols * w + (cols + 1) * pad, 3), np.uint8)
     grid[...] = _rgb(pad_color, "pad_color")
@@ -323,34 +307,18 @@ def _rgb(value: Any, what: str) -> Color:
 
 
 def _parse_size(size: int | tuple[int, int]) -> tuple[int, int]:
-    dims = (size, size) if isinstance(size, numbers.Integral) else size
-    if (
-        isinstance(size, bool)
-        or not isinstance(dims, Sequence)
-        or len(dims) != 2
-        or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) for d in dims)
-    ):
-        raise TypeError(f"size must be an int or a (height, width) pair of ints, got {size!r}")
-    height, width = int(dims[0]), int(dims[1])
-    if height <= 0 or width <= 0:
-        raise ValueError(f"size must be positive, got height={height}, width={width}")
+    height, width = check_ints("size", size, low=1, length=2)
     return height, width
 
 
 def _parse_half_extent(half_extent: float) -> float:
-    if isinstance(half_extent, bool) or not isinstance(half_extent, numbers.Real):
-        raise TypeError(f"half_extent must be a number, got {type(half_extent).__name__}")
-    value = float(half_extent)
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(f"half_extent must be finite and > 0, got {half_extent!r}")
-    return value
+    return check_real("half_extent", half_extent)
 
 
 def _resolve_backend(backend: str) -> bool:
     """Whether to use the native kernel; ``"native"`` raises ExtensionError when it is missing."""
     global _auto_native
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    check_one_of("backend", backend, _BACKENDS)
     if backend == "native":
         load_extension()
         return True
@@ -428,31 +396,21 @@ def _prepare_layers(
     """Checked layers and the batch shape ``B`` of the frames."""
     shape: tuple[int, ...] | None = None
     if batch_shape is not None:
-        dims = (batch_shape,) if isinstance(batch_shape, numbers.Integral) else batch_shape
-        if isinstance(batch_shape, bool) or not isinstance(dims, Sequence):
-            raise TypeError(f"batch_shape must be an int or a tuple of ints, got {batch_shape!r}")
-        if any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0 for d in dims):
-            raise ValueError(f"batch_shape must hold ints >= 0, got {batch_shape!r}")
-        shape = tuple(int(d) for d in dims)
+        shape = check_ints("batch_shape", batch_shape, low=0)
     prepared: list[_Layer] = []
     for i, layer in enumerate(layers):
         label = _label(i, layer)
         centers, shape = _prepare_centers(layer.centers, label, shape)
         m = int(centers.shape[-2])
-        if not isinstance(layer.filled, (bool, np.bool_)):
-            raise TypeError(f"{label}: filled must be a bool, got {type(layer.filled).__name__}")
-        lw = layer.line_width
-        if isinstance(lw, bool) or not isinstance(lw, numbers.Real):
-            raise TypeError(f"{label}: line_width must be a number, got {type(lw).__name__}")
-        if not (math.isfinite(float(lw)) and float(lw) > 0.0):
-            raise ValueError(f"{label}: line_width must be finite and > 0 (pixels), got {lw!r}")
+        filled = check_flag("filled", layer.filled, owner=label)
+        lw = check_real("line_width", layer.line_width, owner=label)
         prepared.append(
             _Layer(
                 centers,
                 _prepare_radius(layer.radius, label, m),
                 _prepare_colors(layer.color, label, m),
-                bool(layer.filled),
-                float(lw),
+                filled,
+                lw,
             )
         )
     if shape is None:

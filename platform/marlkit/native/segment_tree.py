@@ -59,13 +59,13 @@ Example:
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, TypeGuard
 
 import numpy as np
 import torch
 
+from marlkit._checks import check_int
 from marlkit.native._loader import load_extension, native_or_fallback
 
 __all__ = [
@@ -231,15 +231,6 @@ def _plain_vector(data: Any, dtype: torch.dtype) -> TypeGuard[torch.Tensor]:
     )
 
 
-def _as_int(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-
-
 # --------------------------------------------------------------------------------------------
 # Backends: flat [N] tensors in, flat tensors out.
 # --------------------------------------------------------------------------------------------
@@ -350,7 +341,7 @@ class _SegmentTree:
         backend: SegmentTreeBackend = "auto",
         device: torch.device | str = "cpu",
     ) -> None:
-        capacity = _as_int(capacity, "capacity")
+        capacity = check_int("capacity", capacity)
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError(
                 f"segment tree capacity must be in [1, {MAX_CAPACITY}], got {capacity}"
@@ -477,8 +468,8 @@ class _SegmentTree:
             IndexError: ``start`` or ``end`` out of range.
             ValueError: an empty range (``start >= end``).
         """
-        start = _as_int(start, "start")
-        end = self._capacity if end is None else _as_int(end, "end")
+        start = check_int("start", start)
+        end = self._capacity if end is None else check_int("end", end)
         return self._impl.query(start, end)
 
     @property

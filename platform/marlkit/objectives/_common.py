@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from marlkit._utils import did_you_mean
+from marlkit._checks import did_you_mean
 from marlkit.data.keys import (
     ACTION,
     ACTION_MASK,

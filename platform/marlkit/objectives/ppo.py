@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase
 from torch import nn
 
-from marlkit._utils import check_int, check_real
+from marlkit._checks import check_int, check_real
 from marlkit.data.keys import (
     ACTION,
     ACTION_LOG_PROB,

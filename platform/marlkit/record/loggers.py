@@ -49,14 +49,9 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._checks import check_int
 from marlkit._files import no_space
-from marlkit._utils import (
-    check_int,
-    get_logger,
-    has_module,
-    import_optional,
-    write_text_atomic,
-)
+from marlkit._utils import get_logger, has_module, import_optional, write_text_atomic
 
 __all__ = [
     "Backend",

@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from marlkit._utils import check_int, import_optional
+from marlkit._checks import check_int
+from marlkit._utils import import_optional
 
 __all__ = ["ConfidenceInterval", "bootstrap_ci", "plot_curves", "plot_with_bands"]
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._checks import check_int
 from marlkit._files import (
     MANIFEST,
     flock,
@@ -23,7 +24,7 @@ from marlkit._files import (
     write_bytes,
     write_manifest,
 )
-from marlkit._utils import check_int, fsync_dir, fsync_tree, write_text_atomic
+from marlkit._utils import fsync_dir, fsync_tree, write_text_atomic
 from marlkit.replay._memmap import read_items, write_items
 from marlkit.replay._samplers import (
     PrioritizedSampler,

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int, check_real
+from marlkit._checks import check_int, check_real
 from marlkit.data.keys import COLLECTOR_MASK, DONE, NEXT, TRAJ_IDS, NestedKey, unravel_key
 from marlkit.native.segment_tree import (
     MinSegmentTree,

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from marlkit._checks import check_int
 from marlkit._files import no_space, reserve
-from marlkit._utils import check_int
 from marlkit.data._fast import get_entry, unchecked_tensordict
 from marlkit.native.gather import gather_rows
 from marlkit.native.memory import zeros
