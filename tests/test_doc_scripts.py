@@ -14,8 +14,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-#: Pages whose blocks start processes. docs/collectors.md's need the same guard first.
-PAGES = ["docs/batched.md"]
+#: Pages whose blocks start processes.
+PAGES = ["docs/batched.md", "docs/collectors.md"]
 
 
 def _blocks() -> list[object]:
