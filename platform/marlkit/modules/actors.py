@@ -70,7 +70,8 @@ class NormalParamExtractor(nn.Module):
     Unlike TorchRL, an odd last dim is an error, not a ``loc`` one entry longer than ``scale``.
 
     Args:
-        min_scale: a floor on the scale, so log-probs stay finite (TorchRL's default: 0.01).
+        min_scale: a floor on the scale, so log-probs stay finite (1e-4; TorchRL's default
+            mapping floors at 0.01: pass ``min_scale=0.01`` to match it exactly).
         init_scale: the scale of a raw output of 0 (``> min_scale``).
 
     Raises:
