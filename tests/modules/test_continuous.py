@@ -48,7 +48,9 @@ def test_additive_gaussian_clamps_and_checks():
     noise = AdditiveGaussian(-0.1, 0.1, sigma_init=10.0)
     out = noise(group_td())["agents", "action"]
     assert out.min() >= -0.1 and out.max() <= 0.1 and (out.abs() == 0.1).any()
-    with pytest.raises(ValueError, match="sigma_init and sigma_end must be >= 0"):
+    with pytest.raises(
+        ValueError, match=r"AdditiveGaussian: sigma_init must be a finite number >= 0, got -1\.0"
+    ):
         AdditiveGaussian(-1.0, 1.0, sigma_init=-1.0)
     with pytest.raises(ValueError, match="annealing_num_steps must be an int >= 1"):
         AdditiveGaussian(-1.0, 1.0, annealing_num_steps=0)

@@ -69,9 +69,9 @@ def test_agents_per_group_rule() -> None:
     assert mlp.agents_per_group(1024, torch.device("meta")) == 32  # not CPU: one call
     shared = MultiAgentMLP(16, 4, 32, share_params=True, num_cells=256)
     assert shared.agents_per_group(10**6) == 1  # one stack
-    for bad in (-1, 1.5, True):
+    for bad, error in ((-1, ValueError), (1.5, TypeError), (True, TypeError)):
         mlp.cpu_group_bytes = bad  # type: ignore[assignment]
-        with pytest.raises(ValueError, match="cpu_group_bytes must be an int >= 0, got"):
+        with pytest.raises(error, match="MultiAgentMLP: cpu_group_bytes must be an int >= 0, got"):
             mlp(torch.zeros(1024, 32, 16))
 
 
@@ -117,9 +117,11 @@ def test_wrong_input_shape_names_expected_and_got(shape: tuple, got: str) -> Non
 
 
 def test_bad_sizes() -> None:
-    with pytest.raises(ValueError, match="n_agents must be a positive int"):
+    with pytest.raises(ValueError, match="MultiAgentMLP: n_agents must be an int >= 1, got 0"):
         MultiAgentMLP(4, 2, 0)
-    with pytest.raises(ValueError, match="num_cells must be 2 positive ints"):
+    with pytest.raises(
+        ValueError, match=r"num_cells must be an int or a sequence of 2 ints >= 1, got \[8\]"
+    ):
         MultiAgentMLP(4, 2, 3, depth=2, num_cells=[8])
     with pytest.raises(IndexError, match="agent must be in"):
         MultiAgentMLP(4, 2, 3, num_cells=8).agent_network(3)
@@ -194,5 +196,5 @@ def test_an_input_of_another_dtype_is_named() -> None:
 
 @pytest.mark.parametrize("cells", [8.0, [8.5, 4], "8", [True, 4]])
 def test_num_cells_must_be_ints(cells: object) -> None:
-    with pytest.raises(ValueError, match="num_cells must be"):
+    with pytest.raises(TypeError, match="MultiAgentMLP: num_cells must be an int or a sequence of"):
         MultiAgentMLP(4, 2, 3, depth=2, num_cells=cells)  # type: ignore[arg-type]

@@ -129,7 +129,7 @@ def test_egreedy_with_spec_and_errors() -> None:
     policy = EGreedy(QValueActor(_Fixed(), spec=spec), 0.5, 0.5, 1, spec=spec)
     with set_exploration("random"):
         assert policy(_td(torch.randn(5, 2, 3)))["agents", "action"].shape == (5, 2)
-    with pytest.raises(ValueError, match="eps_init must lie in"):
+    with pytest.raises(ValueError, match=r"EGreedy: eps_init must be a finite number in \[0, 1\]"):
         EGreedy(QValueActor(_Fixed(), n_actions=3), eps_init=1.5)
     with pytest.raises(ValueError, match="annealing_num_steps"):
         EGreedy(QValueActor(_Fixed(), n_actions=3), annealing_num_steps=0)

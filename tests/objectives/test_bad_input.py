@@ -85,7 +85,7 @@ def test_the_estimator_refuses_a_flattened_batch_and_a_time_dim_out_of_range() -
         GAE(0.9, 0.9)(batch.reshape(-1))
     with pytest.raises(ValueError, match=r"time_dim=2 is not a batch dim of the batch \[4, 10\]"):
         GAE(0.9, 0.9, time_dim=2)(batch.clone())
-    with pytest.raises(TypeError, match=r"time_dim must be an int or None, got 1\.5"):
+    with pytest.raises(TypeError, match=r"time_dim must be an int or None, got float: 1\.5"):
         GAE(0.9, 0.9, time_dim=1.5)  # type: ignore[arg-type]
 
 

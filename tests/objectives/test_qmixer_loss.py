@@ -183,7 +183,9 @@ def test_errors_name_keys_and_shapes() -> None:
         _vdn_loss()(td.exclude("next"))
     with pytest.raises(ValueError, match=r"unknown key name 'rewrd'.*Did you mean: reward"):
         _vdn_loss().set_keys(rewrd="r")
-    with pytest.raises(ValueError, match="gamma must lie in"):
+    with pytest.raises(
+        ValueError, match=r"QMixerLoss: gamma must be a finite number in \[0, 1\], got 1\.5"
+    ):
         _vdn_loss(gamma=1.5)
     with pytest.raises(ValueError, match="loss_function must be one of"):
         _vdn_loss(loss_function="l3")

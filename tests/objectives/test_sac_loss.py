@@ -118,7 +118,7 @@ def test_probabilistic_actor_centralisedcritic(lead: tuple[int, ...]) -> None:
 
 
 def test_errors() -> None:
-    with pytest.raises(ValueError, match="num_qvalue_nets must be >= 1"):
+    with pytest.raises(ValueError, match="SACLoss: num_qvalue_nets must be an int >= 1, got 0"):
         _loss(num_qvalue_nets=0)
     with pytest.raises(ValueError, match="alpha_init must be a finite number > 0"):
         _loss(alpha_init=0.0)

@@ -232,7 +232,9 @@ def test_errors_name_keys_and_shapes() -> None:
             torch.zeros(3, 4, dtype=torch.bool),
             torch.zeros(3, 4, dtype=torch.bool),
         )
-    with pytest.raises(ValueError, match="lmbda must be in"):
+    with pytest.raises(
+        ValueError, match=r"GAE: lmbda must be a finite number in \[0, 1\], got 1\.5"
+    ):
         GAE(0.9, 1.5)
 
 
@@ -257,7 +259,11 @@ def test_functional_time_dim_outside_the_broadcast_shape_is_named(fn) -> None:
     )
     with pytest.raises(ValueError, match=re.escape(expected)):
         fn(*coefficients, v, v, v, flag, flag, time_dim=-4)
-    with pytest.raises(TypeError, match=r"time_dim must be an int, got 1.5"):
+    with pytest.raises(
+        TypeError, match=r"value estimator: time_dim must be an int, got float: 1\.5"
+    ):
         fn(*coefficients, v, v, v, flag, flag, time_dim=1.5)
-    with pytest.raises(TypeError, match=r"time_dim must be an int, got True"):
+    with pytest.raises(
+        TypeError, match=r"value estimator: time_dim must be an int, got bool: True"
+    ):
         fn(*coefficients, v, v, v, flag, flag, time_dim=True)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._checks import check_int, check_one_of
 from marlkit.data.keys import NestedKey, unravel_key
 from marlkit.data.specs import Categorical, OneHot, TensorSpec
 
@@ -121,13 +122,10 @@ def action_space_of(
         if action_space is not None and action_space != space:
             raise ValueError(f"{owner}: action_space={action_space!r} but the spec is {space!r}")
         return n, space  # type: ignore[return-value]
-    if n_actions is not None and (
-        isinstance(n_actions, bool) or not isinstance(n_actions, int) or n_actions < 1
-    ):
-        raise ValueError(f"{owner}: n_actions must be an int >= 1, got {n_actions!r}")
+    if n_actions is not None:
+        check_int("n_actions", n_actions, low=1, owner=owner)
     space = action_space if action_space is not None else "categorical"
-    if space not in ("categorical", "one_hot"):
-        raise ValueError(f"{owner}: action_space must be 'categorical' or 'one_hot', got {space!r}")
+    check_one_of("action_space", space, ("categorical", "one_hot"), owner=owner)
     return n_actions, space
 
 

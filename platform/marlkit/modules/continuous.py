@@ -20,7 +20,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from marlkit._checks import check_int
+from marlkit._checks import check_int, check_real
 from marlkit.data.exploration import exploration_mode
 from marlkit.data.keys import (
     ACTION,
@@ -172,22 +172,16 @@ class AdditiveGaussian(TensorDictModuleBase):
         annealing_num_steps: int = 1000,
     ):
         super().__init__()
-        if not (sigma_init >= 0 and sigma_end >= 0):
-            raise ValueError(
-                f"AdditiveGaussian: sigma_init and sigma_end must be >= 0, got {sigma_init}, "
-                f"{sigma_end}"
-            )
-        if isinstance(annealing_num_steps, bool) or int(annealing_num_steps) < 1:
-            raise ValueError(
-                f"AdditiveGaussian: annealing_num_steps must be an int >= 1, got "
-                f"{annealing_num_steps!r}"
-            )
+        owner = "AdditiveGaussian"
+        sigma_init = check_real("sigma_init", sigma_init, strict=False, owner=owner)
+        sigma_end = check_real("sigma_end", sigma_end, strict=False, owner=owner)
+        steps = check_int("annealing_num_steps", annealing_num_steps, low=1, owner=owner)
         lo, hi = _bounds(low, high)
         self.action_key = action_key
         keys: list[Any] = [action_key]
         self.in_keys, self.out_keys = keys, list(keys)
-        self.sigma_init, self.sigma_end = float(sigma_init), float(sigma_end)
-        self.annealing_num_steps = int(annealing_num_steps)
+        self.sigma_init, self.sigma_end = sigma_init, sigma_end
+        self.annealing_num_steps = steps
         self.register_buffer("low", lo)
         self.register_buffer("high", hi)
         self.register_buffer("sigma", torch.tensor(self.sigma_init))

@@ -16,6 +16,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
+from marlkit._checks import check_int, check_ints
 from marlkit.data.keys import CHOSEN_ACTION_VALUE, DEFAULT_GROUP, STATE, NestedKey, join_key
 from marlkit.modules._checks import check_trailing, get_tensor
 
@@ -43,11 +44,7 @@ class Mixer(TensorDictModuleBase):
         global_value_key: NestedKey = CHOSEN_ACTION_VALUE,
     ):
         super().__init__()
-        if isinstance(n_agents, bool) or not isinstance(n_agents, int) or n_agents < 1:
-            raise ValueError(
-                f"{type(self).__name__}: n_agents must be an int >= 1, got {n_agents!r}"
-            )
-        self.n_agents = n_agents
+        self.n_agents = check_int("n_agents", n_agents, low=1, owner=type(self).__name__)
         self.group = group
         self.local_value_key = local_value_key or join_key(group, CHOSEN_ACTION_VALUE)
         self.global_value_key = global_value_key
@@ -142,14 +139,13 @@ class QMixer(Mixer):
             local_value_key=local_value_key,
             global_value_key=global_value_key,
         )
-        shape = (state_shape,) if isinstance(state_shape, int) else tuple(state_shape)
-        if not shape or any(isinstance(d, bool) or int(d) < 1 for d in shape):
-            raise ValueError(f"QMixer: state_shape must be dims >= 1, got {state_shape!r}")
-        if isinstance(mixing_embed_dim, bool) or int(mixing_embed_dim) < 1:
-            raise ValueError(f"QMixer: mixing_embed_dim must be >= 1, got {mixing_embed_dim!r}")
-        self.state_shape = tuple(int(d) for d in shape)
+        self.state_shape = check_ints("state_shape", state_shape, low=1, owner="QMixer")
+        if not self.state_shape:
+            raise ValueError(
+                "QMixer: state_shape must be an int or a sequence of ints >= 1, got ()"
+            )
         self.state_dim = math.prod(self.state_shape)
-        self.embed_dim = int(mixing_embed_dim)
+        self.embed_dim = check_int("mixing_embed_dim", mixing_embed_dim, low=1, owner="QMixer")
         self.state_key = state_key
         in_keys: list[Any] = [*self.in_keys, state_key]
         self.in_keys = in_keys

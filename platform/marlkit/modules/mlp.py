@@ -10,6 +10,7 @@ from typing import cast
 import torch
 from torch import nn
 
+from marlkit._checks import check_int, check_ints
 from marlkit.modules.activations import Tanh
 
 __all__ = ["MultiAgentMLP", "StackedLinear", "check_agent_input", "from_stacks", "to_stacks"]
@@ -181,26 +182,15 @@ class MultiAgentMLP(nn.Module):
         device: torch.device | str | None = None,
     ):
         super().__init__()
+        owner = type(self).__name__
         for name, value in (
             ("n_agent_inputs", n_agent_inputs),
             ("n_agent_outputs", n_agent_outputs),
             ("n_agents", n_agents),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-            raise ValueError(f"depth must be an int >= 0, got {depth!r}")
-        if isinstance(num_cells, int) and not isinstance(num_cells, bool):
-            cells = [num_cells] * depth
-        elif isinstance(num_cells, (list, tuple)):
-            cells = list(num_cells)
-        else:
-            raise ValueError(
-                f"num_cells must be an int or {depth} positive ints (depth), got {num_cells!r}"
-            )
-        bad = [c for c in cells if isinstance(c, bool) or not isinstance(c, int) or c < 1]
-        if len(cells) != depth or bad:
-            raise ValueError(f"num_cells must be {depth} positive ints (depth), got {num_cells!r}")
+            check_int(name, value, low=1, owner=owner)
+        depth = check_int("depth", depth, low=0, owner=owner)
+        cells = check_ints("num_cells", num_cells, low=1, length=depth, owner=owner)
         self.n_agent_inputs, self.n_agent_outputs = n_agent_inputs, n_agent_outputs
         self.n_agents, self.centralised, self.share_params = n_agents, centralised, share_params
         self.n_stacks = 1 if share_params else n_agents
@@ -218,11 +208,10 @@ class MultiAgentMLP(nn.Module):
         agents on CPU whose widest activation would take more than :attr:`cpu_group_bytes`.
 
         Raises:
-            ValueError: :attr:`cpu_group_bytes` is not an int >= 0.
+            TypeError, ValueError: :attr:`cpu_group_bytes` is not an int >= 0.
         """
         limit = self.cpu_group_bytes
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"cpu_group_bytes must be an int >= 0, got {limit!r}")
+        limit = check_int("cpu_group_bytes", limit, low=0, owner=type(self).__name__)
         if self.n_stacks == 1 or not limit or torch.device(device).type != "cpu":
             return self.n_stacks
         if rows < self._widest:  # an agent's activations smaller than its weights: the groups'

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -11,7 +10,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from marlkit._checks import check_int
+from marlkit._checks import check_int, check_real
 from marlkit.data.exploration import exploration_mode
 from marlkit.data.keys import (
     ACTION,
@@ -162,14 +161,8 @@ def annealing_steps(total_frames: int, fraction: float) -> int:
         TypeError: ``total_frames`` not an int, ``fraction`` not a number.
     """
     total = check_int("total_frames", total_frames, low=1)
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
-        raise TypeError(f"the annealing fraction must be a number, got {fraction!r}")
-    if not (math.isfinite(fraction) and fraction >= 0):
-        raise ValueError(
-            f"the annealing fraction must be a finite number >= 0 (of total_frames), "
-            f"got {fraction!r}"
-        )
-    return max(1, int(total * fraction))
+    share = check_real("the annealing fraction", fraction, strict=False)
+    return max(1, int(total * share))
 
 
 class EGreedy(TensorDictModuleBase):
@@ -215,12 +208,8 @@ class EGreedy(TensorDictModuleBase):
     ):
         super().__init__()
         for name, eps in (("eps_init", eps_init), ("eps_end", eps_end)):
-            if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
-                raise ValueError(f"EGreedy: {name} must lie in [0, 1], got {eps!r}")
-        if isinstance(annealing_num_steps, bool) or int(annealing_num_steps) < 1:
-            raise ValueError(
-                f"EGreedy: annealing_num_steps must be an int >= 1, got {annealing_num_steps!r}"
-            )
+            check_real(name, eps, strict=False, high=1.0, owner="EGreedy")
+        check_int("annealing_num_steps", annealing_num_steps, low=1, owner="EGreedy")
         self.module = module
         if spec is None and n_actions is None and isinstance(module, QValueActor):
             n_actions, action_space = module.n_actions, module.action_space

@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from marlkit._checks import did_you_mean
+from marlkit._checks import check_one_of, check_real, did_you_mean
 from marlkit.data.keys import (
     ACTION,
     ACTION_MASK,
@@ -168,14 +168,8 @@ class ValueLoss(nn.Module):
     ):
         super().__init__()
         name = type(self).__name__
-        if not (isinstance(gamma, (int, float)) and 0.0 <= float(gamma) <= 1.0):
-            raise ValueError(f"{name}: gamma must lie in [0, 1], got {gamma!r}")
-        if loss_function not in _LOSS_FUNCTIONS:
-            raise ValueError(
-                f"{name}: loss_function must be one of {list(_LOSS_FUNCTIONS)}, got "
-                f"{loss_function!r}"
-            )
-        self.gamma = float(gamma)
+        self.gamma = check_real("gamma", gamma, strict=False, high=1.0, owner=name)
+        check_one_of("loss_function", loss_function, list(_LOSS_FUNCTIONS), owner=name)
         self.delay_value = bool(delay_value)
         self.loss_function: LossFunction = loss_function
         self._pairs: list[tuple[str, str]] = []

@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase
 from torch import nn
 
-from marlkit._checks import check_int, check_real
+from marlkit._checks import check_int, check_one_of, check_real
 from marlkit.data.keys import (
     ACTION,
     ACTION_LOG_PROB,
@@ -168,14 +168,10 @@ class ClipPPOLoss(TensorDictModuleBase):
                 "ClipPPOLoss: actor must be a ProbabilisticTensorDictSequential (with get_dist), "
                 f"got {type(actor).__name__}"
             )
-        if not clip_epsilon > 0:
-            raise ValueError(f"clip_epsilon must be > 0, got {clip_epsilon}")
-        if clip_value is not None and not clip_value > 0:
-            raise ValueError(f"clip_value must be > 0 or None, got {clip_value}")
-        if loss_critic_type not in ("l2", "smooth_l1", "l1"):
-            raise ValueError(
-                f"loss_critic_type must be 'l2', 'smooth_l1' or 'l1', got {loss_critic_type!r}"
-            )
+        check_real("clip_epsilon", clip_epsilon, owner="ClipPPOLoss")
+        if clip_value is not None:
+            check_real("clip_value", clip_value, owner="ClipPPOLoss")
+        check_one_of("loss_critic_type", loss_critic_type, ("l2", "smooth_l1", "l1"))
         self.actor_network = actor
         self.critic_network = critic
         self.group = group

@@ -13,6 +13,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
+from marlkit._checks import check_int, check_real
 from marlkit.data.exploration import set_exploration
 from marlkit.data.keys import ACTION_LOG_PROB, DEFAULT_GROUP, STATE_ACTION_VALUE, NestedKey
 from marlkit.modules._checks import check_trailing
@@ -138,10 +139,8 @@ class SACLoss(AgentTDLoss):
             loss_function=loss_function,
             action_space="continuous",
         )
-        if isinstance(num_qvalue_nets, bool) or int(num_qvalue_nets) < 1:
-            raise ValueError(f"SACLoss: num_qvalue_nets must be >= 1, got {num_qvalue_nets!r}")
-        if not (math.isfinite(alpha_init) and alpha_init > 0):
-            raise ValueError(f"SACLoss: alpha_init must be a finite number > 0, got {alpha_init!r}")
+        check_int("num_qvalue_nets", num_qvalue_nets, low=1, owner="SACLoss")
+        check_real("alpha_init", alpha_init, owner="SACLoss")
         if target_entropy != "auto" and (
             isinstance(target_entropy, (str, bool))
             or not isinstance(target_entropy, (int, float))

@@ -9,6 +9,7 @@ import math
 import torch
 from torch import nn
 
+from marlkit._checks import check_int
 from marlkit.objectives._common import ValueLoss
 
 __all__ = ["HardUpdate", "SoftUpdate", "TargetNetUpdater"]
@@ -116,11 +117,12 @@ class HardUpdate(TargetNetUpdater):
     """
 
     def __init__(self, loss: ValueLoss, value_network_update_interval: int = 1000):
-        interval = value_network_update_interval
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
-            raise ValueError(
-                f"HardUpdate: value_network_update_interval must be an int >= 1, got {interval!r}"
-            )
+        interval = check_int(
+            "value_network_update_interval",
+            value_network_update_interval,
+            low=1,
+            owner="HardUpdate",
+        )
         super().__init__(loss)
         self.value_network_update_interval = interval
         self.counter = 0

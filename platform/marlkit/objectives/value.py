@@ -22,6 +22,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
+from marlkit._checks import check_int, check_real
 from marlkit.data.keys import (
     ADVANTAGE,
     DEFAULT_GROUP,
@@ -60,8 +61,7 @@ def _prepare(
     time_dim: int,
 ) -> tuple[Any, ...]:
     """Broadcast everything to one shape, time first: ``[T, ...]``."""
-    if isinstance(time_dim, bool) or not isinstance(time_dim, int):
-        raise TypeError(f"value estimator: time_dim must be an int, got {time_dim!r}")
+    check_int("time_dim", time_dim, owner="value estimator")
     for name, flag in (("done", done), ("terminated", terminated), ("mask", mask)):
         if flag is not None and flag.dtype != torch.bool:
             raise ValueError(
@@ -317,14 +317,12 @@ class ValueEstimator(TensorDictModuleBase):
         time_dim: int | None = None,
     ):
         super().__init__()
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        self.gamma, self.group = float(gamma), group
+        owner = type(self).__name__
+        self.gamma = check_real("gamma", gamma, strict=False, high=1.0, owner=owner)
+        self.group = group
         self.value_network = value_network
         self.value_norm = value_norm
-        if time_dim is not None and (isinstance(time_dim, bool) or not isinstance(time_dim, int)):
-            raise TypeError(f"time_dim must be an int or None, got {time_dim!r}")
-        self.time_dim = time_dim
+        self.time_dim = check_int("time_dim", time_dim, allow_none=True, owner=owner)
         self.tensor_keys = EstimatorKeys.for_group(group)
         self._refresh_keys()
 
@@ -509,9 +507,8 @@ class GAE(ValueEstimator):
         super().__init__(
             gamma, value_network, group=group, value_norm=value_norm, time_dim=time_dim
         )
-        if not 0.0 <= lmbda <= 1.0:
-            raise ValueError(f"lmbda must be in [0, 1], got {lmbda}")
-        self.lmbda = float(lmbda)
+        owner = type(self).__name__
+        self.lmbda = check_real("lmbda", lmbda, strict=False, high=1.0, owner=owner)
 
     _function = staticmethod(gae)
 
