@@ -314,7 +314,7 @@ def test_update_policy_weights_refuses_what_does_not_fit_and_loads_nothing() -> 
         collector.update_policy_weights_({"module.0.weight": weight, "module.0.bias": 0.0})
     with pytest.raises(TypeError, match="a state_dict or a TensorDict, got list"):
         collector.update_policy_weights_([weight, bias])  # type: ignore[arg-type]
-    for name, value in policy.state_dict().items():  # the correct weights were not loaded
+    for name, value in policy.state_dict().items():  # nothing was loaded, not even what fit
         assert torch.equal(value, before[name]), name
 
 

@@ -430,7 +430,8 @@ def test_a_worker_that_exits_or_is_killed_is_detected_within_seconds() -> None:
 
 
 def test_a_worker_killed_while_another_is_busy_is_reported_as_it_dies() -> None:
-    # It was reported once the busy worker 0 answered: a whole batch (here 20 s) later.
+    # A worker that dies is reported as it dies, not once the busy worker 0 answers (a whole
+    # batch, here 20 s, later).
     def slow(td):  # type: ignore[no-untyped-def]
         time.sleep(0.2)
         return td.set(("agents", "action"), torch.zeros(4, 2, 2))
@@ -523,7 +524,8 @@ def test_sync_reports_a_stopped_worker_after_the_timeout_with_the_time_it_waited
 
 
 def test_shutdown_ends_a_stopped_worker_at_once() -> None:
-    # A stopped process acts on no signal but SIGKILL: SIGTERM's grace (5 s + 2 s) was waited.
+    # A stopped process acts on no signal but SIGKILL: shutdown resumes it first, so that it
+    # ends at once instead of after SIGTERM's grace (5 s + 2 s).
     before = children()
     for cls in (MultiSyncCollector, MultiAsyncCollector):  # idle, and busy (asked for a batch)
         collector = cls([nav(), nav()], None, frames_per_batch=16, **FAST)

@@ -322,8 +322,9 @@ def gone(pids: list[int], within: float = 4.0) -> bool:
 
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 def test_a_stopped_actor_is_reported_after_the_timeout_while_the_others_answer(sync: bool) -> None:
-    # sync=False yielded the other actor's batches for ever (the timeout restarted at every
-    # wait); sync=True reported it 3 s late, once the stopped actor's close had timed out.
+    # Each actor's deadline runs from when it was asked: with sync=False the stopped actor is
+    # reported while the other keeps yielding batches, with sync=True at the deadline (not once
+    # its close has timed out too).
     collector = RayCollector([nav, nav], None, frames_per_batch=16, sync=sync, timeout=60)
     collector.next()
     collector.timeout = 2.0  # for the batches (the actors take longer than that to start here)
@@ -346,8 +347,8 @@ def test_a_stopped_actor_is_reported_after_the_timeout_while_the_others_answer(s
 
 
 def test_shutdown_ends_a_stopped_actor_at_once() -> None:
-    # Its close was waited for (3 s), then ray.kill took 5 s more to end it (Ray takes about
-    # 2 s to end an actor that runs).
+    # A stopped actor is resumed and killed at once: shutdown waits out neither its close nor
+    # ray.kill's grace (Ray takes about 2 s to end an actor that runs).
     collector = RayCollector([nav, nav], None, frames_per_batch=16, timeout=60)
     collector.next()
     pids = collector.worker_pids

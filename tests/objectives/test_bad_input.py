@@ -125,7 +125,7 @@ def test_constructor_values_are_checked_up_front() -> None:
 
 
 def test_the_estimator_names_a_group_the_batch_does_not_have() -> None:
-    # It ran the critic anyway and wrote a placeholder ('agent', 'state_value') into the batch.
+    # A KeyError naming the group, before the critic runs: the batch is left untouched.
     batch = _collected()
     with pytest.raises(KeyError, match=r"the batch has no group 'agent' \(its entries: \["):
         GAE(0.9, 0.9, group="agent")(batch)
@@ -137,7 +137,8 @@ def test_the_estimator_names_a_group_the_batch_does_not_have() -> None:
     [("next", "agents", "reward"), ("agents", "state_value"), ("next", "agents", "state_value")],
 )
 def test_the_estimator_refuses_nan_and_inf(key: tuple[str, ...]) -> None:
-    # One NaN reward made every advantage, and so every loss of the batch, NaN without a word.
+    # A NaN or inf reward or value is refused naming the key and how many entries hold one
+    # (one NaN would make every advantage, and so every loss of the batch, NaN).
     batch = _collected()
     batch[key][1, 3, 0, 0] = float("nan")
     batch[key][2, 5, 1, 0] = float("inf")

@@ -59,8 +59,8 @@ def test_updaters_need_target_networks() -> None:
 
 @pytest.mark.parametrize("updater", ["soft", "hard"])
 def test_updaters_follow_a_loss_converted_after_them(updater: str) -> None:
-    # loss.to(device) / loss.double() rebind each parameter's .data: an updater holding the
-    # old tensors would move nothing, silently.
+    # loss.to(device) / loss.double() rebind each parameter's .data: the updater follows the
+    # loss's current tensors, not the ones it saw when built.
     loss = _qmix()
     step = (
         SoftUpdate(loss, tau=0.5)

@@ -327,7 +327,7 @@ def test_without_the_video_extra(
 
 
 def test_a_policy_from_a_file_path(tmp_path: pathlib.Path, policy_module: str) -> None:
-    # `./policies.py:build` was "no such file": the path made it look like a saved module
+    # `./policies.py:build` is a file path (a module loaded from it), not a saved module
     out = tmp_path / "from_file.gif"
     argv = ["record", "navigation", "--policy", f"./{policy_module}.py:build", "--steps", "2"]
     assert main([*argv, "--env-arg", "render_size=16", "--no-progress", "--out", str(out)]) == 0
@@ -397,8 +397,8 @@ def test_a_gif_longer_than_a_gif_holds_is_refused_before_the_run(
 def test_a_full_disk_is_an_error_naming_the_video_and_leaves_no_file(
     small_fs, capsys: pytest.CaptureFixture, suffix: str
 ) -> None:
-    # It printed "video written to ..." for a 0-byte MP4 that ffmpeg had failed to write, and
-    # "[Errno 28] No space left on device" (no file named) for a GIF, leaving a 0-byte file.
+    # MP4 and GIF alike: an error naming the video file, no "video written to ...", and no
+    # 0-byte file left behind.
     folder = small_fs(2 * 1024 * 1024)
     with contextlib.suppress(OSError):  # written until the disk is full
         (folder / "filler").write_bytes(bytes(3 * 1024 * 1024))

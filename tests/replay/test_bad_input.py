@@ -119,8 +119,8 @@ def test_a_damaged_checkpoint_is_refused_and_the_buffer_kept(tmp_path, damage: s
 
 
 def test_a_slice_sampler_over_whole_rollouts_is_refused() -> None:
-    # extend([E, T]) stores E items of [T]; the sampler joined items of different envs into a
-    # "sequence" (rows [[2, 3], [0, 1]] were env indices), without a word.
+    # extend([E, T]) stores E items of [T]: a slice sampler over them would join items of
+    # different envs into one "sequence", so it is refused with a message.
     import marlkit
 
     env = marlkit.make("navigation", num_envs=4, n_agents=2, seed=0)

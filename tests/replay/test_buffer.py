@@ -337,8 +337,8 @@ def test_a_memmap_storage_reopens_its_items(tmp_path: Path) -> None:
 def test_a_damaged_memmap_storage_is_refused_naming_what(
     tmp_path: Path, damage: object, message: str
 ) -> None:
-    # a hand-edited or half-copied storage: refused with the file and what is wrong, where it
-    # used to open with a length past its slots or fail deep in tensordict
+    # a hand-edited or half-copied storage is refused with the file and what is wrong, instead
+    # of opening with a length past its slots or failing deep in tensordict
     rb = ReplayBuffer(MemmapStorage(8, tmp_path / "live"))
     rb.extend(items(0, 5))
     meta_file = tmp_path / "live" / "storage.json"

@@ -160,7 +160,7 @@ def test_crafted_checkpoints_are_refused_by_name(tmp_path: Path, craft: str, mes
 
 @pytest.mark.parametrize("edit", ["dtype", "shape"])
 def test_a_meta_json_of_the_same_byte_size_is_refused(tmp_path: Path, edit: str) -> None:
-    # float32 -> int32, or [32, 1] -> [16, 2]: the same bytes, loaded silently before.
+    # float32 -> int32, or [32, 1] -> [16, 2]: the same bytes, and still refused.
     folder = _buffer().dumps(tmp_path / "ckpt")
     meta_file = folder / "items" / "meta.json"
     meta = json.loads(meta_file.read_text())
@@ -292,7 +292,8 @@ except OSError as err:
 
 
 def test_a_memmap_storage_on_a_full_disk_is_an_oserror_not_sigbus(tmp_path: Path, small_fs) -> None:
-    # The writes into the memory maps killed the process with SIGBUS (exit 135), no message.
+    # A write into the memory maps on a full disk is an OSError naming the file, not a SIGBUS
+    # (exit 135) without a message.
     disk = small_fs(3 << 20)
     script = tmp_path / "fill.py"
     script.write_text(textwrap.dedent(FILL))
