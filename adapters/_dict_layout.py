@@ -1,5 +1,5 @@
 """How per-agent spaces map to batched tensors: the layout behind
-:class:`~marlkit.adapters._dict_env.DictEnv`.
+:class:`~marlkit.adapters._dict_env.DictEnv` (:mod:`~marlkit.adapters._dict_writer` fills it).
 
 * :func:`space_from_spec`: a per-agent marlkit spec as a Gymnasium space (the reverse of
   :func:`~marlkit.adapters._spaces.spec_from_space`), so that spaces and specs take one path.
@@ -120,15 +120,15 @@ def space_leaves(space: Any, key: Key, path: tuple[Any, ...]) -> list[Leaf]:
     """The leaves of ``space`` (``Dict``/``Tuple`` walked), under ``key``, at ``path``."""
     spaces = gym_spaces()
     if isinstance(space, spaces.Dict):
-        out: list[Leaf] = []
-        for k, sub in space.spaces.items():
-            out += space_leaves(sub, (*key, str(k)), (*path, k))
-        return out
+        leaves: list[Leaf] = []
+        for name, sub in space.spaces.items():
+            leaves += space_leaves(sub, (*key, str(name)), (*path, name))
+        return leaves
     if isinstance(space, spaces.Tuple):
-        out = []
-        for i, sub in enumerate(space.spaces):
-            out += space_leaves(sub, (*key, str(i)), (*path, i))
-        return out
+        leaves = []
+        for position, sub in enumerate(space.spaces):
+            leaves += space_leaves(sub, (*key, str(position)), (*path, position))
+        return leaves
     spec = spec_from_space(space, ())  # raises TypeError for unsupported spaces
     store = tuple(spec.shape)
     start: Any = None
@@ -181,34 +181,34 @@ class GroupLayout:
 class Arrays:
     """A group's observation-like arrays for the whole batch (``E`` envs, ``n`` agents)."""
 
-    obs: list[np.ndarray]  # one [E, n, ...] per leaf
+    observations: list[np.ndarray]  # one [E, n, ...] per leaf
     mask: np.ndarray  # [E, n] bool
     action_mask: np.ndarray | None  # [E, n, A] bool
     acting: np.ndarray | None  # [E, n] bool
 
     @classmethod
-    def blank(cls, lay: GroupLayout, e: int) -> Arrays:
-        n = len(lay.agents)
+    def blank(cls, layout: GroupLayout, num_envs: int) -> Arrays:
+        lead = (num_envs, len(layout.agents))
         return cls(
-            [np.zeros((e, n, *leaf.store_shape), leaf.dtype) for leaf in lay.leaves],
-            np.zeros((e, n), bool),
-            np.ones((e, n, lay.n_actions or 0), bool) if lay.masked else None,
-            np.zeros((e, n), bool) if lay.turn_based else None,
+            [np.zeros((*lead, *leaf.store_shape), leaf.dtype) for leaf in layout.leaves],
+            np.zeros(lead, bool),
+            np.ones((*lead, layout.n_actions or 0), bool) if layout.masked else None,
+            np.zeros(lead, bool) if layout.turn_based else None,
         )
 
     def copy(self) -> Arrays:
         return Arrays(
-            [o.copy() for o in self.obs],
+            [leaf.copy() for leaf in self.observations],
             self.mask.copy(),
             None if self.action_mask is None else self.action_mask.copy(),
             None if self.acting is None else self.acting.copy(),
         )
 
-    def zero_agent(self, e: int, i: int) -> None:
-        for o in self.obs:
-            o[e, i] = 0
+    def zero_agent(self, env_index: int, agent_index: int) -> None:
+        for leaf in self.observations:
+            leaf[env_index, agent_index] = 0
         if self.action_mask is not None:
-            self.action_mask[e, i] = True
+            self.action_mask[env_index, agent_index] = True
 
 
 @dataclass
@@ -220,18 +220,18 @@ class Frame:
 
     def copy(self) -> Frame:
         state = None if self.state is None else self.state.copy()
-        return Frame({g: a.copy() for g, a in self.groups.items()}, state)
+        return Frame({group: arrays.copy() for group, arrays in self.groups.items()}, state)
 
 
 def observation_leaves(space: Any) -> tuple[list[Leaf], tuple[Any, ...] | None]:
     """Leaves of an observation space, with ``Dict(observation=..., action_mask=...)`` split."""
     spaces = gym_spaces()
     if isinstance(space, spaces.Dict) and ACTION_MASK in space.spaces:
-        rest = {k: s for k, s in space.spaces.items() if k != ACTION_MASK}
+        rest = {name: sub for name, sub in space.spaces.items() if name != ACTION_MASK}
         if set(rest) == {OBSERVATION}:
             return space_leaves(rest[OBSERVATION], (OBSERVATION,), (OBSERVATION,)), (ACTION_MASK,)
-        out: list[Leaf] = []
-        for k, sub in rest.items():
-            out += space_leaves(sub, (OBSERVATION, str(k)), (k,))
-        return out, (ACTION_MASK,)
+        leaves: list[Leaf] = []
+        for name, sub in rest.items():
+            leaves += space_leaves(sub, (OBSERVATION, str(name)), (name,))
+        return leaves, (ACTION_MASK,)
     return space_leaves(space, (OBSERVATION,), ()), None

@@ -32,8 +32,8 @@ from marlkit.adapters._dict_env import (
     IllegalActions,
     SimulatorOutputError,
     check_renders,
-    space_from_spec,
 )
+from marlkit.adapters._dict_layout import space_from_spec
 from marlkit.adapters._spaces import GIVEN_SPEC, _spaces_of, space_repr, spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike
@@ -419,6 +419,20 @@ class BatchedEnv(EnvBase):
             sub.set(TERMINATED, terms[g])  # done and the root flags: the done rule
             sub.set(TRUNCATED, truncs[g])
         return td
+
+    def _replay_simulator(self, seed: int, steps: int) -> list[Any]:
+        """One run of the raw simulator, for :func:`~marlkit.testing.check_adapter`'s seeding
+        diagnosis: ``reset(seed=seed)`` of the whole batch, then ``steps`` steps of actions
+        drawn from the action spec by a generator seeded with ``seed``; its observations after
+        the reset and its outputs (info left out) after each step. The env must be reset
+        afterwards."""
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        out = self.simulator.reset(seed=seed, env_mask=None)
+        trace = [out[0] if isinstance(out, tuple) else out]
+        for _ in range(steps):
+            out = self.simulator.step(self._actions(self.action_spec.rand(generator=generator)))
+            trace.append(out[:4] if isinstance(out, tuple) else out)
+        return trace
 
     def _render(self, env_index: int) -> Any:
         return self.simulator.render(env_index)

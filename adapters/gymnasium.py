@@ -262,6 +262,12 @@ class GymnasiumEnv(EnvBase):
         return self._env
 
     @property
+    def simulators(self) -> list[Any]:
+        """``[gym_env]``: the one simulator under this env (a vector env steps the batch), as
+        the other adapters list theirs (read it, do not step it)."""
+        return [self._env]
+
+    @property
     def is_vector(self) -> bool:
         return self._mode is not None
 

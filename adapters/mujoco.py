@@ -597,14 +597,38 @@ class MultiAgentMujocoEnv(EnvBase):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         check_steppable(type(self).__name__, self._never_reset, self._needs_reset, "terminated")
-        ctrl = np.zeros((self.num_envs, self.model.nu))
-        for group, (_, act_index) in self._plans.items():
-            action = tensordict.get((group, ACTION)).detach().to("cpu", torch.float64)
-            ctrl[:, act_index] = action.numpy()
+        ctrl = self._ctrl(tensordict)
         self._sim.step(ctrl)
         rewards, terminated = self._rewards(ctrl)
         self._needs_reset |= terminated
         return self._output((rewards, terminated))
+
+    def _ctrl(self, tensordict: TensorDictBase) -> np.ndarray:
+        """MuJoCo's controls ``[B, nu]`` from the groups' actions."""
+        ctrl = np.zeros((self.num_envs, self.model.nu))
+        for group, (_, act_index) in self._plans.items():
+            action = tensordict.get((group, ACTION)).detach().to("cpu", torch.float64)
+            ctrl[:, act_index] = action.numpy()
+        return ctrl
+
+    def _replay_simulator(self, seed: int, steps: int) -> list[np.ndarray]:
+        """One run of raw MuJoCo, for :func:`~marlkit.testing.check_adapter`'s seeding
+        diagnosis: a fresh ``MjData`` of the model, reset (``mj_resetData``; MuJoCo draws
+        nothing, the reset noise is this adapter's), then ``steps`` steps of ``frame_skip``
+        physics steps under controls drawn from the action spec by a generator seeded with
+        ``seed``; ``qpos`` and ``qvel`` after the reset and after each step. This env's own
+        simulators are left alone."""
+        mujoco, model = self._sim.mujoco, self.model
+        data = mujoco.MjData(model)
+        mujoco.mj_resetData(model, data)
+        mujoco.mj_forward(model, data)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        trace = [np.concatenate([data.qpos, data.qvel])]
+        for _ in range(steps):
+            data.ctrl[:] = self._ctrl(self.action_spec.rand(generator=generator))[0]
+            mujoco.mj_step(model, data, nstep=self._sim.frame_skip)
+            trace.append(np.concatenate([data.qpos, data.qvel]))
+        return trace
 
     def _rewards(self, ctrl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Gymnasium v5's reward ``[B]`` and termination ``[B]`` for actions ``ctrl``."""

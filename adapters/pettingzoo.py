@@ -52,19 +52,13 @@ from marlkit._utils import (
     import_optional,
     keyword_names,
 )
-from marlkit.adapters._dict_env import (
-    ACTING,
-    DictEnv,
-    IllegalActions,
-    SimulatorOutputError,
-    StepView,
-)
+from marlkit.adapters._dict_env import DictEnv, IllegalActions, SimulatorOutputError
+from marlkit.adapters._dict_writer import StepView
 from marlkit.data.group_map import GroupMapLike
 from marlkit.envs._memory import check_on_probe
 from marlkit.envs.registry import UnknownEnvError
 
 __all__ = [
-    "ACTING",
     "PettingZooEnv",
     "SimulatorOutputError",
     "accepted_kwargs",
@@ -267,7 +261,7 @@ class PettingZooEnv(DictEnv):
     def _reset_instance(self, index: int, seed: int | None) -> StepView:
         if not self.turn_based:
             return super()._reset_instance(index, seed)
-        sim = self._sims[index]
+        sim = self._simulators[index]
         sim.reset(seed=seed)
         self._remove_done(index)
         present = list(sim.agents)
@@ -278,7 +272,7 @@ class PettingZooEnv(DictEnv):
     def _step_instance(self, index: int, actions: dict[str, Any]) -> StepView:
         if not self.turn_based:
             return super()._step_instance(index, actions)
-        sim = self._sims[index]
+        sim = self._simulators[index]
         sim.step(actions[sim.agent_selection])
         rewards = dict(sim.rewards)
         terms, truncs = dict(sim.terminations), dict(sim.truncations)
@@ -292,7 +286,7 @@ class PettingZooEnv(DictEnv):
 
     def _remove_done(self, index: int) -> None:
         """PettingZoo removes a done agent when it is stepped with ``None``: do it now."""
-        sim = self._sims[index]
+        sim = self._simulators[index]
         for _ in range(len(self.agent_names) + 1):
             if not sim.agents:
                 return

@@ -399,17 +399,17 @@ class VmasEnv(EnvBase):
             if all(s == specs[0] for s in specs):
                 return make_group_map(names, "agents")
             by_type = make_group_map(names, "by_type")
-            if self._mixed(by_type, specs) is None:
+            if self._group_spec_mismatch(by_type, specs) is None:
                 return by_type
             _log.info("vmas/%s: agents of one type differ; grouped per agent", self.scenario_name)
             return make_group_map(names, "per_agent")
         resolved = make_group_map(names, group_map)
-        mixed = self._mixed(resolved, specs)
+        mixed = self._group_spec_mismatch(resolved, specs)
         if mixed is not None:
             raise ValueError(mixed)
         return resolved
 
-    def _mixed(
+    def _group_spec_mismatch(
         self, group_map: Mapping[str, list[str]], specs: list[tuple[Any, Any, dict[str, Any]]]
     ) -> str | None:
         """A message naming two agents of one group whose specs differ, or None."""
@@ -528,13 +528,30 @@ class VmasEnv(EnvBase):
             mask = env_mask.reshape(*env_mask.shape, *([1] * (new.ndim - env_mask.ndim)))
             out.set(key, torch.where(mask, new, old.to(new.dtype)))
 
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+    def _vmas_actions(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
+        """The actions of ``tensordict`` as VMAS takes them: one ``[E, size]`` tensor per agent
+        (a flat class becomes ``[E, 1]``), views of the group tensors."""
         group_actions = {}
         for group, _ in self._groups:
             action = tensordict.get((group, ACTION))
-            # VMAS takes one [E, size] tensor per agent: a flat class becomes [E, 1].
             group_actions[group] = action.unsqueeze(-1) if self._flat_discrete else action
-        actions = [group_actions[g][:, j] for g, j in self._slots]  # views, no copies
+        return [group_actions[group][:, index] for group, index in self._slots]
+
+    def _replay_simulator(self, seed: int, steps: int) -> list[Any]:
+        """One run of the raw VMAS env, for :func:`~marlkit.testing.check_adapter`'s seeding
+        diagnosis: ``reset(seed=seed)``, then ``steps`` steps of actions drawn from the action
+        spec by a generator seeded with ``seed``; what VMAS returned each time, infos left out.
+        It runs in this env's random state; the env must be reset afterwards."""
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        with self._own_random_state():
+            trace: list[Any] = [self._env.reset(seed=seed)]
+            for _ in range(steps):
+                actions = self._vmas_actions(self.action_spec.rand(generator=generator))
+                trace.append(self._env.step(actions)[:-1])
+        return trace
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        actions = self._vmas_actions(tensordict)
         with self._own_random_state():
             obs, rewards, terminated, truncated, infos = self._env.step(actions)
         # Env-level flags at the root only: the done rule expands them to every agent.

@@ -13,12 +13,15 @@ import torch
 from tensordict import TensorDict
 
 import marlkit
-from marlkit.adapters.custom import from_parallel
-from marlkit.data import Composite, Unbounded
+from marlkit.adapters.custom import from_batched, from_parallel
+from marlkit.data import Bounded, Composite, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec, registered, registered_adapters
 from marlkit.testing import AdapterCheckError, check_adapter
+from marlkit.testing.conformance import _simulator_replays
 
-spaces = pytest.importorskip("gymnasium.spaces")
+gymnasium = pytest.importorskip("gymnasium")
+spaces = gymnasium.spaces
+from marlkit.adapters.gymnasium import GymnasiumEnv  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -255,6 +258,164 @@ def test_an_adapter_that_loses_the_seed_is_told_the_simulator_replays() -> None:
         "reset(seed=0) then 8 steps of the same actions, agree): the adapter loses the seed on "
         "its way to the simulator (does _set_seed reach the next reset of every instance?)"
     ), line
+
+
+class _Walk(gymnasium.Env):
+    """A real (tiny) Gymnasium env: a point on a plane, pushed by its action, starting at a
+    random place. ``seeded=False`` draws that place from NumPy's global generator, which
+    ``reset(seed=...)`` never seeds (the way some upstream simulators ignore their seed);
+    ``seeded=True`` from the env's own ``np_random``, as Gymnasium asks."""
+
+    def __init__(self, seeded: bool = True) -> None:
+        self.seeded = seeded
+        self.observation_space = spaces.Box(-100, 100, (2,), np.float32)
+        self.action_space = spaces.Box(-1, 1, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        draw = self.np_random if self.seeded else np.random  # np.random: the global generator
+        self.x, self.t = draw.uniform(-1, 1, 2).astype(np.float32), 0
+        return self.x.copy(), {}
+
+    def step(self, action: np.ndarray) -> tuple:
+        self.x, self.t = (self.x + action).astype(np.float32), self.t + 1
+        return self.x.copy(), float(-np.abs(self.x).sum()), False, self.t >= 50, {}
+
+
+WALK = "marlkit_test/Walk-v0"
+if WALK not in gymnasium.registry:
+    gymnasium.register(WALK, entry_point=_Walk)
+
+
+def _walk(seeded: bool, vector: bool) -> Any:
+    if vector:
+        return gymnasium.make_vec(WALK, num_envs=2, seeded=seeded)
+    return gymnasium.make(WALK, seeded=seeded)
+
+
+@pytest.mark.parametrize(("vector", "name"), [(False, "_Walk"), (True, "SyncVectorEnv")])
+def test_a_gymnasium_env_that_ignores_its_seed_is_named_not_the_adapter(vector, name) -> None:
+    env = GymnasiumEnv(_walk(seeded=False, vector=vector))
+    line = _seeding_failure(env)
+    assert (
+        "; the simulator itself does not replay under seed=0: two runs of its first instance "
+        f"({name}), each reset(seed=0) then the same actions, differ after its reset. Not the "
+        "adapter's fault; pass check_seeding=False for a simulator that cannot be seeded"
+    ) in line, line
+    check_adapter(env, check_seeding=False)  # everything else about the adapter is right
+
+
+class _SeedLosingGymnasiumEnv(GymnasiumEnv):
+    """The Gymnasium adapter with the fault the diagnosis must blame on it: the seed it hands
+    on is not the one it was given."""
+
+    def _set_seed(self, seed: int) -> int:
+        return super()._set_seed(seed + int(np.random.default_rng().integers(1, 1 << 20)))
+
+
+@pytest.mark.parametrize(("vector", "name"), [(False, "_Walk"), (True, "SyncVectorEnv")])
+def test_a_well_behaved_gymnasium_env_replays_and_a_seed_losing_adapter_is_blamed(
+    vector, name
+) -> None:
+    check_adapter(GymnasiumEnv(_walk(seeded=True, vector=vector)))
+    line = _seeding_failure(_SeedLosingGymnasiumEnv(_walk(seeded=True, vector=vector)))
+    assert line.endswith(
+        f", though the simulator itself replays under seed=0 (two runs of {name}, each "
+        "reset(seed=0) then 8 steps of the same actions, agree): the adapter loses the seed on "
+        "its way to the simulator (does _set_seed reach the next reset of every instance?)"
+    ), line
+
+
+class _Line:
+    """A real (tiny) batched simulator (the ``from_batched`` protocol): ``E`` worlds of two
+    points on a line. ``seeded=False`` starts them from a generator it never seeds."""
+
+    def __init__(self, num_envs: int, seeded: bool = True) -> None:
+        self.e, self.seeded = num_envs, seeded
+        self.rng, self.x = np.random.default_rng(), np.zeros((num_envs, 2, 1), np.float32)
+
+    def reset(self, seed: int | None = None, env_mask: np.ndarray | None = None) -> dict:
+        if seed is not None and self.seeded:
+            self.rng = np.random.default_rng(seed)
+        mask = np.ones(self.e, bool) if env_mask is None else env_mask
+        self.x[mask] = self.rng.uniform(-1, 1, (int(mask.sum()), 2, 1))
+        return {"points": self.x.copy()}
+
+    def step(self, actions: dict) -> tuple:
+        self.x = (self.x + 0.1 * actions["points"]).astype(np.float32)
+        no = np.zeros(self.e, bool)
+        return {"points": self.x.copy()}, {"points": -np.abs(self.x[..., 0])}, no, no, {}
+
+
+def _line(seeded: bool) -> EnvBase:
+    return from_batched(
+        _Line(2, seeded),
+        num_envs=2,
+        group_map={"points": 2},
+        observation_spaces={"points": Unbounded((1,))},
+        action_spaces={"points": Bounded(-1.0, 1.0, (1,))},
+        seed=0,
+    )
+
+
+def test_a_batched_simulator_that_ignores_its_seed_is_named_not_the_adapter() -> None:
+    line = _seeding_failure(_line(seeded=False))
+    assert (
+        "; the simulator itself does not replay under seed=0: two runs of the raw simulator "
+        "under BatchedEnv, each reset(seed=0) then the same actions, differ after its reset. "
+        "Not the adapter's fault"
+    ) in line, line
+
+
+def _every_kind() -> dict[str, tuple[Any, str]]:
+    """A small real env of every adapter kind, and how the diagnosis names its simulator."""
+    pytest.importorskip("vmas")
+    pytest.importorskip("mujoco")
+    pytest.importorskip("mpe2")
+    return {
+        "vmas": (
+            lambda: marlkit.make("vmas/navigation", num_envs=2, n_agents=2),
+            "the raw simulator under VmasEnv",
+        ),
+        "pettingzoo parallel": (
+            lambda: marlkit.make("pettingzoo/mpe2.simple_spread_v3", N=2, max_cycles=25),
+            "raw_env",
+        ),
+        "pettingzoo aec": (lambda: marlkit.make("pettingzoo/tictactoe_v3"), "raw_env"),
+        "gymnasium": (lambda: GymnasiumEnv(_walk(True, vector=False)), "_Walk"),
+        "gymnasium vector": (lambda: GymnasiumEnv(_walk(True, vector=True)), "SyncVectorEnv"),
+        "mujoco": (
+            lambda: marlkit.make("mujoco/ant_2x4", num_envs=2),
+            "the raw simulator under MultiAgentMujocoEnv",
+        ),
+        "from_parallel": (lambda: from_parallel(lambda: _Drift(""), num_envs=2), "_Drift"),
+        "from_batched": (lambda: _line(seeded=True), "the raw simulator under BatchedEnv"),
+    }
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "vmas",
+        "pettingzoo parallel",
+        "pettingzoo aec",
+        "gymnasium",
+        "gymnasium vector",
+        "mujoco",
+        "from_parallel",
+        "from_batched",
+    ],
+)
+def test_the_raw_simulator_of_every_adapter_kind_is_replayed(kind: str) -> None:
+    # What a failed seeding check says comes from here: the raw simulator, reset twice with the
+    # same seed and stepped with the same actions, agrees with itself (these all do).
+    make, name = _every_kind()[kind]
+    env = make()
+    assert _simulator_replays(env, seed=0, steps=4) == (
+        True,
+        f"two runs of {name}, each reset(seed=0) then 4 steps of the same actions, agree",
+    )
+    env.close()
 
 
 def test_every_switch_of_check_adapter_is_documented() -> None:

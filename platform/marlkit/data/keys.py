@@ -7,6 +7,7 @@ The layout they build (see DESIGN.md)::
       (group, ACTION)                      [*B, n, act_dim] or [*B, n]
       (group, ACTION_MASK)                 [*B, n, n_actions] bool
       (group, MASK)                        [*B, n] bool
+    (group, ACTING)                      [*B, n] bool, turn-based (AEC) envs: whose turn it is
       (NEXT, group, REWARD)                [*B, n, 1]
       (NEXT, group, DONE | TERMINATED | TRUNCATED)   [*B, n, 1] bool
     STATE                                  [*B, ...]
@@ -23,7 +24,10 @@ The layout they build (see DESIGN.md)::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
+    "ACTING",
     "ACTION",
     "ACTION_LOG_PROB",
     "ACTION_MASK",
@@ -60,6 +64,10 @@ __all__ = [
     "VALUE_TARGET",
     "WORKER",
     "NestedKey",
+    "check_group_name",
+    "check_key",
+    "check_keys",
+    "is_key",
     "join_key",
     "key_path",
     "unravel_key",
@@ -71,6 +79,8 @@ OBSERVATION = "observation"
 ACTION = "action"
 ACTION_MASK = "action_mask"
 MASK = "mask"
+#: Turn-based (AEC) envs: ``(group, ACTING)`` ``[*B, n]`` bool, the agent whose turn it is.
+ACTING = "acting"
 REWARD = "reward"
 DONE = "done"
 TERMINATED = "terminated"
@@ -173,3 +183,65 @@ def join_key(*parts: NestedKey) -> NestedKey:
     if not flat:
         raise ValueError("join_key: every part is empty")
     return flat[0] if len(flat) == 1 else tuple(flat)
+
+
+def is_key(key: object) -> bool:
+    """Whether ``key`` is a nested key: a str, or a non-empty tuple of strs."""
+    return isinstance(key, str) or (
+        isinstance(key, tuple) and bool(key) and all(isinstance(k, str) for k in key)
+    )
+
+
+def check_key(owner: str, name: str, key: object) -> NestedKey:
+    """``key`` (the argument ``name`` of ``owner``) unravelled.
+
+    Raises:
+        TypeError: ``key`` is not a str or a non-empty tuple of strs.
+    """
+    if not is_key(key):
+        raise TypeError(f"{owner}: {name} must be a str or a tuple of strs, got {key!r}")
+    return unravel_key(key)  # type: ignore[arg-type]
+
+
+def check_keys(owner: str, name: str, keys: object) -> list[NestedKey]:
+    """``keys`` (the argument ``name`` of ``owner``, a list of keys) unravelled.
+
+    Raises:
+        TypeError: ``keys`` is a lone key (a str or a tuple of strs would otherwise be read as a
+            list of one-letter or root keys: the message says how to write it), not a sequence,
+            or holds something that is not a key.
+    """
+    if isinstance(keys, str) or (isinstance(keys, tuple) and all(isinstance(k, str) for k in keys)):
+        raise TypeError(
+            f"{owner}: {name} takes a list of keys, got the single key {keys!r}; write "
+            f"{name}=[{keys!r}]"
+        )
+    if not isinstance(keys, Sequence):
+        raise TypeError(f"{owner}: {name} takes a list of keys, got {type(keys).__name__}")
+    out = []
+    for key in keys:
+        if not is_key(key):
+            raise TypeError(
+                f"{owner}: each of {name} must be a str or a tuple of strs, got {key!r}"
+            )
+        out.append(unravel_key(key))
+    return out
+
+
+def check_group_name(group: object) -> str:
+    """``group``, a name a group can take.
+
+    Raises:
+        TypeError: not a str.
+        ValueError: an empty str, or one of :data:`RESERVED_GROUP_NAMES`.
+    """
+    if not isinstance(group, str):
+        raise TypeError(f"a group name must be a str, got {type(group).__name__}: {group!r}")
+    if not group:
+        raise ValueError(f"a group name must be a non-empty str, got {group!r}")
+    if group in RESERVED_GROUP_NAMES:
+        raise ValueError(
+            f"{group!r} cannot name a group: it is a reserved root key "
+            f"({sorted(RESERVED_GROUP_NAMES)})"
+        )
+    return group

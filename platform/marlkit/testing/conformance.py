@@ -11,8 +11,12 @@ It checks an env against the contract every marlkit component relies on, collect
   is done, root ``truncated`` when one present at the end was truncated, ``terminated = done &
   ~truncated``), a reset env is not done;
 * **seeding**: the same seed gives the same random rollout (skip for nondeterministic sims);
-  where it does not, the raw simulator under the adapter (``env.simulators``, ``env.simulator``)
-  is replayed by itself under the same seed, and the message says whose fault it is;
+  where it does not, the raw simulator under the adapter is run twice by itself (reset with the
+  same seed, then the same actions) and the message says whose fault it is: the simulator's
+  (it does not replay either) or the adapter's (it does). The kit reaches the simulator through
+  the adapter's ``_replay_simulator(seed, steps)`` hook (VMAS, MuJoCo, ``from_batched``), or
+  runs ``env.simulators[0]`` / ``env.simulator`` by its protocol (PettingZoo parallel and AEC,
+  Gymnasium envs and vector envs);
 * **distinct instances**: where the simulator is stochastic (two seeds give two traces), no two
   instances of the batch replay one another under the same actions (a seed collision);
 * **partial resets**: resetting one env leaves the others' observations untouched and
@@ -212,44 +216,79 @@ def _check_seeding(env: EnvBase, steps: int, seed: int, failures: list[str]) -> 
     return False
 
 
-def _simulator_of(env: Any) -> Any:
-    """The first simulator instance under an adapter: ``env.simulators[0]`` (the PettingZoo and
-    ``from_parallel`` adapters) or ``env.simulator`` (``from_batched``), also under transforms
-    (``base_env``); ``None`` when the env shows none."""
+#: The hook an adapter defines when its simulator speaks none of the protocols ``_raw_run``
+#: knows: ``env._replay_simulator(seed, steps)`` runs the raw simulator once (``reset`` with
+#: ``seed``, bypassing the adapter's ``set_seed``, then ``steps`` steps of actions that depend on
+#: ``seed`` alone) and returns what it showed after the reset and after each step.
+_REPLAY_HOOK = "_replay_simulator"
+
+
+def _replay_of(env: Any) -> tuple[Callable[[int, int], list[Any]], str, str] | None:
+    """How to run the raw simulator under ``env`` (or under its transforms' ``base_env``) once,
+    and its names in a message (when it differs, when it agrees): ``env._replay_simulator``
+    where the adapter defines it (VMAS, MuJoCo, ``from_batched``), else the first of
+    ``env.simulators`` (PettingZoo, ``from_parallel``, Gymnasium) or ``env.simulator``, run by
+    its protocol (see :func:`_raw_run`); ``None`` when the env shows none."""
     for _ in range(64):  # through nested transforms (bounded: never a hang)
+        hook = getattr(env, _REPLAY_HOOK, None)
+        if callable(hook):
+            name = f"the raw simulator under {type(env).__name__}"
+            return _guarded(hook), name, name
         sims = getattr(env, "simulators", None)
         if isinstance(sims, (list, tuple)) and sims:
-            return sims[0]
+            name = _class_name(sims[0])
+            return _generic(sims[0]), f"its first instance ({name})", name
         sim = getattr(env, "simulator", None)
         if sim is not None and callable(getattr(sim, "reset", None)):
-            return sim
+            return _generic(sim), _class_name(sim), _class_name(sim)
         env = getattr(env, "base_env", None)
         if env is None:
             return None
     return None
 
 
+def _class_name(sim: Any) -> str:
+    """The simulator's class, under its wrappers (Gymnasium's ``TimeLimit``, ...)."""
+    return type(getattr(sim, "unwrapped", sim)).__name__
+
+
+def _generic(sim: Any) -> Callable[[int, int], list[Any]]:
+    return lambda seed, steps: _raw_run(sim, seed, steps)
+
+
+def _guarded(hook: Callable[[int, int], list[Any]]) -> Callable[[int, int], list[Any]]:
+    """``hook``, with an exception it raises shown as the end of its run."""
+
+    def run(seed: int, steps: int) -> list[Any]:
+        try:
+            return list(hook(seed, steps))
+        except Exception as err:  # the simulator's own failure: compared like an output
+            return [f"raised {type(err).__name__}: {err}"]
+
+    return run
+
+
 def _simulator_replays(env: EnvBase, seed: int, steps: int) -> tuple[bool, str] | None:
-    """Whether the raw simulator under ``env`` replays by itself: two runs of its first
-    instance, each ``reset(seed=seed)`` then up to ``steps`` steps of the same actions, and
-    ``(replays, what was compared)``. ``None`` when there is no simulator to reach, or when
-    only its resets could be compared and they agree (its steps may still draw unseeded)."""
-    sim = _simulator_of(env)
-    if sim is None or not callable(getattr(sim, "reset", None)):
+    """Whether the raw simulator under ``env`` replays by itself: two runs of it, each reset with
+    ``seed`` then up to ``steps`` steps of the same actions, and ``(replays, what was
+    compared)``. ``None`` when there is no simulator to reach, or when only its resets could be
+    compared and they agree (its steps may still draw unseeded)."""
+    found = _replay_of(env)
+    if found is None:
         return None
-    runs = [_raw_run(sim, seed, steps) for _ in range(2)]
-    name = type(sim).__name__
+    replay, differs, agrees = found
+    runs = [replay(seed, steps) for _ in range(2)]
     for t in range(max(map(len, runs))):
         if t >= min(map(len, runs)) or not _plain_equal(runs[0][t], runs[1][t]):
             moment = "after its reset" if t == 0 else f"after step {t}"
             return False, (
-                f"two runs of its first instance ({name}), each reset(seed={seed}) then the "
-                f"same actions, differ {moment}"
+                f"two runs of {differs}, each reset(seed={seed}) then the same actions, differ "
+                f"{moment}"
             )
-    if len(runs[0]) == 1:  # only the resets were compared
+    if len(runs[0]) <= 1:  # only the resets were compared
         return None
     return True, (
-        f"two runs of {name}, each reset(seed={seed}) then {len(runs[0]) - 1} steps of the "
+        f"two runs of {agrees}, each reset(seed={seed}) then {len(runs[0]) - 1} steps of the "
         "same actions, agree"
     )
 

@@ -22,10 +22,12 @@ from marlkit.data.keys import (
     TERMINATED,
     TRUNCATED,
     NestedKey,
+    check_key,
+    check_keys,
     join_key,
     key_path,
+    unravel_key,
 )
-from marlkit.data.keys import unravel_key as _unravel
 from marlkit.data.specs import Bounded, Categorical, TensorSpec, Unbounded, format_shape
 from marlkit.envs._spec_utils import done_levels, reshape_env_mask
 from marlkit.envs.transforms.base import EnvSpecs, Transform
@@ -52,33 +54,6 @@ def _refuse_contract_leaf(transform: str, key: NestedKey) -> None:
             f"{transform} cannot touch {key!r}: the env contract reads it (a group's 'mask' "
             "says who is present to the done rule, its 'action_mask' guards action validation)"
         )
-
-
-def _is_key(key: object) -> bool:
-    """Whether ``key`` is a nested key: a str, or a non-empty tuple of strs."""
-    return isinstance(key, str) or (
-        isinstance(key, tuple) and bool(key) and all(isinstance(k, str) for k in key)
-    )
-
-
-def _key_list(owner: str, name: str, keys: object) -> list[NestedKey]:
-    """``keys`` (a list of keys) as unravelled keys; a lone key is refused with a hint, since
-    a str or a tuple of strs would otherwise be read as a list of one-letter or root keys."""
-    if isinstance(keys, str) or (isinstance(keys, tuple) and all(isinstance(k, str) for k in keys)):
-        raise TypeError(
-            f"{owner}: {name} takes a list of keys, got the single key {keys!r}; write "
-            f"{name}=[{keys!r}]"
-        )
-    if not isinstance(keys, Sequence):
-        raise TypeError(f"{owner}: {name} takes a list of keys, got {type(keys).__name__}")
-    out = []
-    for key in keys:
-        if not _is_key(key):
-            raise TypeError(
-                f"{owner}: each of {name} must be a str or a tuple of strs, got {key!r}"
-            )
-        out.append(_unravel(key))
-    return out
 
 
 class MissingCarriedError(KeyError):
@@ -196,12 +171,7 @@ class StepCounter(Transform):
 
     def __init__(self, max_steps: int | None = None, *, step_count_key: NestedKey = STEP_COUNT):
         self.max_steps = check_int("max_steps", max_steps, low=1, allow_none=True)
-        if not _is_key(step_count_key):
-            raise TypeError(
-                f"StepCounter: step_count_key must be a str or a tuple of strs, got "
-                f"{step_count_key!r}"
-            )
-        self.step_count_key = _unravel(step_count_key)
+        self.step_count_key = check_key("StepCounter", "step_count_key", step_count_key)
         self._levels: list[tuple[tuple[str, ...], torch.Size]] = []
         self._marked: list[tuple[tuple[str, ...], torch.Size]] = []
         self._done_only: list[bool] = []
@@ -299,8 +269,8 @@ class RewardSum(Transform):
     ):
         if (in_keys is None) != (out_keys is None) and out_keys is not None:
             raise ValueError("RewardSum: out_keys need in_keys")
-        self._in_keys = None if in_keys is None else _key_list("RewardSum", "in_keys", in_keys)
-        self._out_keys = None if out_keys is None else _key_list("RewardSum", "out_keys", out_keys)
+        self._in_keys = None if in_keys is None else check_keys("RewardSum", "in_keys", in_keys)
+        self._out_keys = None if out_keys is None else check_keys("RewardSum", "out_keys", out_keys)
         n_in, n_out = len(self._in_keys or ()), len(self._out_keys or ())
         if out_keys is not None and n_in != n_out:
             raise ValueError(f"RewardSum: {n_in} in_keys but {n_out} out_keys; they pair up")
@@ -339,8 +309,8 @@ class RewardSum(Transform):
         env_mask: torch.Tensor | None,
     ) -> TensorDictBase:
         for out_key, spec in zip(self.out_keys, self._specs):
-            like = _like(spec, tensordict, out_key)
-            before = _carried_before("RewardSum", tensordict, out_key, like, env_mask)
+            carried_spec = _spec_in_input_dtype(spec, tensordict, out_key)
+            before = _carried_before("RewardSum", tensordict, out_key, carried_spec, env_mask)
             zeros = torch.zeros(spec.shape, dtype=spec.dtype, device=tensordict_reset.device)
             if before is not None:
                 before = before.to(spec.dtype)
@@ -353,7 +323,9 @@ class RewardSum(Transform):
             before = tensordict.get(out_key, None)
             if before is None:
                 raise _missing_carried("RewardSum", out_key, reset=False)
-            _check_carried("RewardSum", out_key, before, _like(spec, tensordict, out_key))
+            _check_carried(
+                "RewardSum", out_key, before, _spec_in_input_dtype(spec, tensordict, out_key)
+            )
         return tensordict
 
     def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
@@ -367,7 +339,9 @@ class RewardSum(Transform):
         return f"RewardSum(in_keys={self.in_keys}, out_keys={self.out_keys})"
 
 
-def _like(spec: TensorSpec, tensordict: TensorDictBase | None, key: NestedKey) -> TensorSpec:
+def _spec_in_input_dtype(
+    spec: TensorSpec, tensordict: TensorDictBase | None, key: NestedKey
+) -> TensorSpec:
     """``spec`` with the dtype of the input's float entry at ``key``: a sum may come back in
     another float dtype (a ``DoubleToFloat`` after ``RewardSum`` hands float32 sums)."""
     value = None if tensordict is None else tensordict.get(key, None)
@@ -435,7 +409,7 @@ class DoubleToFloat(_OutputTransform):
     changes_done_flags = False
 
     def __init__(self, in_keys: Sequence[NestedKey] | None = None):
-        self._in_keys = None if in_keys is None else _key_list("DoubleToFloat", "in_keys", in_keys)
+        self._in_keys = None if in_keys is None else check_keys("DoubleToFloat", "in_keys", in_keys)
         self.out_keys: list[NestedKey] = []  # observation/state/reward keys cast on the way out
         self.action_keys: list[NestedKey] = []  # action keys cast on the way in
 
@@ -500,7 +474,7 @@ class ExcludeKeys(_OutputTransform):
     def __init__(self, *keys: NestedKey):
         if not keys:
             raise ValueError("ExcludeKeys needs at least one key")
-        self.keys = [_unravel(k) for k in keys]
+        self.keys = [unravel_key(k) for k in keys]
         for key in self.keys:
             _refuse_contract_leaf("ExcludeKeys", key)
 
@@ -543,8 +517,8 @@ class RenameKeys(_OutputTransform):
     changes_done_flags = False
 
     def __init__(self, in_keys: Sequence[NestedKey], out_keys: Sequence[NestedKey]):
-        self.in_keys = _key_list("RenameKeys", "in_keys", in_keys)
-        self.out_keys = _key_list("RenameKeys", "out_keys", out_keys)
+        self.in_keys = check_keys("RenameKeys", "in_keys", in_keys)
+        self.out_keys = check_keys("RenameKeys", "out_keys", out_keys)
         if len(self.in_keys) != len(self.out_keys) or not self.in_keys:
             raise ValueError(
                 f"RenameKeys needs as many out_keys as in_keys (at least one), got "
@@ -612,13 +586,13 @@ class RenameKeys(_OutputTransform):
         # Actions under the inner env's names, and the renamed entries a step input carries
         # (an episode_reward renamed after RewardSum) under the names the transforms before
         # this one read.
-        return self._back(tensordict, self._actions + self._outgoing)
+        return self._also_under_old_names(tensordict, self._actions + self._outgoing)
 
     def inv_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return self._back(tensordict, self._outgoing)
+        return self._also_under_old_names(tensordict, self._outgoing)
 
     @staticmethod
-    def _back(
+    def _also_under_old_names(
         tensordict: TensorDictBase, pairs: list[tuple[NestedKey, NestedKey]]
     ) -> TensorDictBase:
         """A shallow copy with the entries at the new names also under the old ones."""
