@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._checks import check_flag, check_int, check_real
+from marlkit._checks import check_flag, check_int, check_one_of, check_real
 from marlkit.data._fast import unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
@@ -57,8 +57,7 @@ def resolve_backend(backend: Backend, device: torch.device) -> Literal["native",
             raise ValueError(f"backend='native' runs on cpu only, the env is on {device}")
         load_extension()  # raises ExtensionError with the rebuild command
         return "native"
-    if backend != "auto":
-        raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}")
+    check_one_of("backend", backend, ("auto", "native", "torch"))
     if device.type == "cpu" and native_or_fallback("the native scenarios"):
         return "native"
     return "torch"
@@ -146,8 +145,7 @@ class HomogeneousScenario(EnvBase):
         n_lidar_rays: int = 12,
         lidar_range: float = 0.35,
     ):
-        if obs_mode not in OBS_MODES:
-            raise ValueError(f"obs_mode must be one of {list(OBS_MODES)}, got {obs_mode!r}")
+        check_one_of("obs_mode", obs_mode, list(OBS_MODES))
         n_lidar_rays = check_int("n_lidar_rays", n_lidar_rays, low=1)
         lidar_range = check_real("lidar_range", lidar_range)
         num_envs = check_int("num_envs", num_envs, low=1)

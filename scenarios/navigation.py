@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._checks import check_flag, check_real
+from marlkit._checks import check_flag, check_one_of, check_real
 from marlkit.data.group_map import GroupMapLike
 from marlkit.native.particles import knn, particle_step
 from marlkit.native.render import Circles, group_color, lighten, render_frame
@@ -130,8 +130,7 @@ class NavigationEnv(HomogeneousScenario):
             n_lidar_rays=n_lidar_rays,
             lidar_range=lidar_range,
         )
-        if color_by not in ("agent", "group"):
-            raise ValueError(f"color_by must be 'agent' or 'group', got {color_by!r}")
+        check_one_of("color_by", color_by, ("agent", "group"), owner="navigation")
         self.color_by = color_by
         default_size = max(1.0, 0.25 * math.sqrt(n_agents))
         self.half_extent = check_real(

@@ -279,9 +279,7 @@ def check_flag(name: str, value: object, *, owner: str | None = None) -> bool:
     return bool(value)
 
 
-def check_one_of(
-    name: str, value: _T, choices: Iterable[_T], *, owner: str | None = None
-) -> _T:
+def check_one_of(name: str, value: _T, choices: Iterable[_T], *, owner: str | None = None) -> _T:
     """``value`` when it is one of ``choices``; a string close to one of them is suggested.
 
     Raises:

@@ -102,7 +102,9 @@ def test_bad_constructor_arguments():
         SumSegmentTree(10, dtype=torch.float16)
     with pytest.raises(TypeError, match=r"dtype must be a torch\.dtype, got str"):
         SumSegmentTree(10, dtype="float32")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="backend must be 'auto', 'native' or 'torch', got 'cuda'"):
+    with pytest.raises(
+        ValueError, match=r"backend must be one of \['auto', 'native', 'torch'\], got 'cuda'"
+    ):
         SumSegmentTree(10, backend="cuda")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="backend='native' runs on CPU only, got device meta"):
         SumSegmentTree(10, backend="native", device="meta")

@@ -49,7 +49,7 @@ def test_hard_update_copies_every_interval() -> None:
 def test_updaters_need_target_networks() -> None:
     with pytest.raises(ValueError, match="delay_value=True"):
         SoftUpdate(DQNLoss(identity_actor(3), delay_value=False))
-    with pytest.raises(ValueError, match=r"tau must lie in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"SoftUpdate: tau must be a finite number in \(0, 1\]"):
         SoftUpdate(DQNLoss(identity_actor(3)), tau=0.0)
     with pytest.raises(ValueError, match="value_network_update_interval"):
         HardUpdate(DQNLoss(identity_actor(3)), value_network_update_interval=0)

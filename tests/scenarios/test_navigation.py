@@ -319,7 +319,9 @@ def test_render_colours_each_agent_and_its_goal(color_by):
 
 
 def test_render_colour_mode_is_checked():
-    with pytest.raises(ValueError, match="color_by must be 'agent' or 'group', got 'team'"):
+    with pytest.raises(
+        ValueError, match=r"navigation: color_by must be one of \['agent', 'group'\], got 'team'"
+    ):
         marlkit.make("navigation", num_envs=1, color_by="team")
 
 

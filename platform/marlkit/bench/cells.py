@@ -29,7 +29,6 @@ Examples:
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from typing import Any, Literal
 import torch
 
 import marlkit
+from marlkit._checks import check_int, check_one_of, check_real
 from marlkit._utils import import_optional
 from marlkit.bench.rounds import time_steps
 from marlkit.bench.work import (
@@ -96,16 +96,11 @@ class CellSpec:
     work: str = DEFAULT_WORK
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
-        if self.scenario not in SCENARIOS:
-            raise ValueError(f"scenario must be one of {sorted(SCENARIOS)}, got {self.scenario!r}")
+        check_one_of("backend", self.backend, list(BACKENDS))
+        check_one_of("scenario", self.scenario, sorted(SCENARIOS))
         for name in ("envs", "agents"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if self.work not in WORKS:
-            raise ValueError(f"work must be one of {list(WORKS)}, got {self.work!r}")
+            check_int(name, getattr(self, name), low=1)
+        check_one_of("work", self.work, list(WORKS))
 
 
 @dataclass(frozen=True)
@@ -126,16 +121,10 @@ class TimingSettings:
     budget_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not (self.min_seconds >= 0.0 and math.isfinite(self.min_seconds)):
-            raise ValueError(f"min_seconds must be a finite number >= 0, got {self.min_seconds}")
-        if isinstance(self.min_steps, bool) or not isinstance(self.min_steps, int):
-            raise TypeError(f"min_steps must be an int, got {type(self.min_steps).__name__}")
-        if self.min_steps < 1:
-            raise ValueError(f"min_steps must be >= 1, got {self.min_steps}")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
-            raise ValueError(f"warmup must be an int >= 1 (the probe step), got {self.warmup!r}")
-        if not self.budget_s > 0.0:
-            raise ValueError(f"budget_s must be > 0, got {self.budget_s}")
+        check_real("min_seconds", self.min_seconds, strict=False)
+        check_int("min_steps", self.min_steps, low=1)
+        check_int("warmup", self.warmup, low=1)  # the probe step at least
+        check_real("budget_s", self.budget_s, finite=False)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
+from marlkit._checks import check_int, check_one_of, check_real
 from marlkit._utils import get_logger, has_module
 from marlkit.bench.cells import (
     BACKENDS,
@@ -108,12 +109,6 @@ TARGETS: tuple[Target, ...] = (
 )
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class ScalingConfig:
     """What to sweep and how to time it.
@@ -158,13 +153,12 @@ class ScalingConfig:
     skip_larger: bool = True
 
     def __post_init__(self) -> None:
-        if self.scenario not in SCENARIOS:
-            raise ValueError(f"scenario must be one of {sorted(SCENARIOS)}, got {self.scenario!r}")
+        check_one_of("scenario", self.scenario, sorted(SCENARIOS))
         agents = tuple(self.agents)
         if not agents:
             raise ValueError("agents must name at least one agents-per-env value")
         for a in agents:
-            _positive_int("agents per env", a)
+            check_int("agents per env", a, low=1)
         object.__setattr__(self, "agents", tuple(sorted(set(agents))))
         backends = tuple(dict.fromkeys(self.backends))
         if not backends:
@@ -181,17 +175,13 @@ class ScalingConfig:
         if self.envs is None and self.total_agents is None:
             object.__setattr__(self, "total_agents", DEFAULT_TOTAL_AGENTS)
         if self.envs is not None:
-            _positive_int("envs", self.envs)
+            check_int("envs", self.envs, low=1)
         else:
-            _positive_int("total_agents", self.total_agents)
-        if self.threads is not None:
-            _positive_int("threads", self.threads)
-        if self.work not in WORKS:
-            raise ValueError(f"work must be one of {list(WORKS)}, got {self.work!r}")
-        if self.isolate not in ("peers", "all", "none"):
-            raise ValueError(f"isolate must be 'peers', 'all' or 'none', got {self.isolate!r}")
-        if not self.startup_allowance_s >= 0:
-            raise ValueError(f"startup_allowance_s must be >= 0, got {self.startup_allowance_s}")
+            check_int("total_agents", self.total_agents, low=1)
+        check_int("threads", self.threads, low=1, allow_none=True)
+        check_one_of("work", self.work, list(WORKS))
+        check_one_of("isolate", self.isolate, ("peers", "all", "none"))
+        check_real("startup_allowance_s", self.startup_allowance_s, strict=False, finite=False)
         _ = self.timing  # validates min_seconds, min_steps, warmup and cell_budget_s
 
     @property

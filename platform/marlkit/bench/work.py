@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from marlkit._checks import check_one_of
+
 __all__ = [
     "DEFAULT_WORK",
     "VMAS_NAVIGATION",
@@ -78,8 +80,7 @@ def vmas_spawning(agents: int) -> float:
 
 
 def _check_work(work: str) -> None:
-    if work not in WORKS:
-        raise ValueError(f"work must be one of {list(WORKS)}, got {work!r}")
+    check_one_of("work", work, list(WORKS))
 
 
 def native_kwargs(work: str, agents: int) -> dict[str, Any]:

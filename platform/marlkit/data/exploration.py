@@ -33,6 +33,8 @@ from typing import Any, Literal, TypeVar, cast
 
 from tensordict.nn import set_interaction_type
 
+from marlkit._checks import check_one_of
+
 __all__ = ["EXPLORATION_MODES", "Exploration", "exploration_mode", "set_exploration"]
 
 Exploration = Literal["random", "deterministic"]
@@ -51,9 +53,7 @@ def exploration_mode() -> Exploration:
 
 
 def _check(mode: object) -> Exploration:
-    if mode == "random" or mode == "deterministic":
-        return mode
-    raise ValueError(f"exploration must be one of {list(EXPLORATION_MODES)}, got {mode!r}")
+    return cast(Exploration, check_one_of("exploration", mode, list(EXPLORATION_MODES)))
 
 
 def _interaction(mode: Exploration) -> Any:

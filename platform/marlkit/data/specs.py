@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from marlkit._checks import check_int
+
 __all__ = [
     "Binary",
     "Bounded",
@@ -513,8 +515,7 @@ class Categorical(TensorSpec):
         mask: torch.Tensor | None = None,
     ):
         super().__init__(shape, dtype, device)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"Categorical needs an int n >= 1, got {n!r}")
+        check_int("n", n, low=1, owner="Categorical")
         if dtype.is_floating_point or dtype.is_complex:
             raise TypeError(f"Categorical needs an integer or bool dtype, got {dtype}")
         if dtype == torch.bool and n != 2:
@@ -611,8 +612,7 @@ class OneHot(TensorSpec):
     ):
         shape = (n,) if shape is None else shape
         super().__init__(shape, dtype, device)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"OneHot needs an int n >= 1, got {n!r}")
+        check_int("n", n, low=1, owner="OneHot")
         if not self.shape or self.shape[-1] != n:
             raise ValueError(f"OneHot shape must end with n={n}, got {format_shape(self.shape)}")
         self.n = n
@@ -746,8 +746,7 @@ class Binary(TensorSpec):
     ):
         shape = (n,) if shape is None else shape
         super().__init__(shape, dtype, device)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"Binary needs an int n >= 1, got {n!r}")
+        check_int("n", n, low=1, owner="Binary")
         if not self.shape or self.shape[-1] != n:
             raise ValueError(f"Binary shape must end with n={n}, got {format_shape(self.shape)}")
         self.n = n

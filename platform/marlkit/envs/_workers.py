@@ -57,6 +57,8 @@ import cloudpickle
 import torch
 import torch.multiprocessing as mp
 
+from marlkit._checks import check_real
+
 __all__ = [
     "Server",
     "WorkerCpus",
@@ -373,20 +375,10 @@ class WorkerPool:
         busy_wait: float = 0.0,
     ):
         self.owner = owner
-        self.timeout = float(timeout)
-        if not self.timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        if (
-            isinstance(busy_wait, bool)
-            or not isinstance(busy_wait, int | float)
-            or not 0 <= busy_wait < self.timeout  # NaN too
-        ):
-            raise ValueError(
-                f"busy_wait must be >= 0 seconds and below the timeout ({self.timeout:g} s), "
-                f"got {busy_wait!r}"
-            )
+        self.timeout = check_real("timeout", timeout, finite=False)  # seconds
+        busy = check_real("busy_wait", busy_wait, strict=False, below=self.timeout)
         #: Seconds a worker polls before sleeping (0 where polling would crowd the CPUs).
-        self.busy_wait = float(busy_wait) if _room_to_poll(len(payloads)) else 0.0
+        self.busy_wait = busy if _room_to_poll(len(payloads)) else 0.0
         #: Each worker's CPU set (``None``: not pinned).
         self.worker_cpus = resolve_worker_cpus(worker_cpus, len(payloads))
         self._procs: list[Any] = []

@@ -43,7 +43,6 @@ specs):
 from __future__ import annotations
 
 import abc
-import numbers
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -527,9 +526,7 @@ class EnvBase(abc.ABC):
             built alongside with it, and no two instances share a seed.
         """
         self._check_open()
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-        seed = int(seed)
+        seed = check_int("seed", seed)
         if not -(2**63) <= seed < 2**63:  # what torch's generators take, with room for offsets
             raise ValueError(f"seed must be an int in [-2**63, 2**63), got {seed}")
         following = self._set_seed(seed)  # first: a simulator refusing the seed changes nothing
@@ -571,9 +568,7 @@ class EnvBase(abc.ABC):
                 f"{type(self).__name__} does not render (render_modes={self.render_modes})"
             )
         n = self.batch_size.numel()
-        if isinstance(env_index, bool) or not isinstance(env_index, numbers.Integral):
-            raise TypeError(f"env_index must be an int, got {type(env_index).__name__}")
-        env_index = int(env_index)
+        env_index = check_int("env_index", env_index)
         if not -n <= env_index < n:
             raise IndexError(f"env_index {env_index} is outside a batch of {n} envs")
         frame = self._render(env_index % n)

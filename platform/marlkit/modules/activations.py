@@ -36,6 +36,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from marlkit._checks import check_one_of
+
 __all__ = ["Tanh", "fast_tanh", "get_tanh_method", "set_tanh_method"]
 
 TanhMethod = Literal["torch", "sigmoid"]
@@ -72,8 +74,7 @@ def _auto_method() -> TanhMethod:
 
 
 def _resolve(method: str, source: str) -> TanhMethod:
-    if method not in _CHOICES:
-        raise ValueError(f"{source} must be one of {', '.join(_CHOICES)}; got {method!r}")
+    check_one_of(source, method, _CHOICES)
     return _auto_method() if method == "auto" else method  # type: ignore[return-value]
 
 

@@ -44,7 +44,7 @@ class Mixer(TensorDictModuleBase):
         global_value_key: NestedKey = CHOSEN_ACTION_VALUE,
     ):
         super().__init__()
-        self.n_agents = check_int("n_agents", n_agents, low=1, owner=type(self).__name__)
+        self.n_agents = check_int("n_agents", n_agents, low=1, owner=f"{type(self).__name__}")
         self.group = group
         self.local_value_key = local_value_key or join_key(group, CHOSEN_ACTION_VALUE)
         self.global_value_key = global_value_key

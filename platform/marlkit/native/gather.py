@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from marlkit._checks import check_one_of
 from marlkit.native._loader import load_extension, native_or_fallback
 
 __all__ = ["gather_rows", "gather_rows_torch"]
@@ -116,10 +117,7 @@ def gather_rows(
         TypeError / ValueError: a non-int64 or non-1-D index, tensors with different numbers of
             rows, or ``backend="native"`` on tensors the kernel does not take.
     """
-    if backend not in ("auto", "native", "torch"):
-        raise ValueError(
-            f"gather_rows: backend must be 'auto', 'native' or 'torch', got {backend!r}"
-        )
+    check_one_of("backend", backend, ("auto", "native", "torch"), owner="gather_rows")
     if backend == "torch":
         return gather_rows_torch(tensors, index)
     _check_rows(tensors)

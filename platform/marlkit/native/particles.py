@@ -43,7 +43,7 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from marlkit._checks import check_int, check_real
+from marlkit._checks import check_int, check_one_of, check_real
 from marlkit._utils import get_logger
 from marlkit.native._loader import ExtensionError, load_extension
 
@@ -260,8 +260,8 @@ def _check_options(fn: str, opts: _Options) -> None:
                 f"{fn}: max_speed[{bad[0]}] must be > 0 (inf allowed), got {_fmt(bad[1])}"
             )
     lr = opts.landmark_radius
-    if isinstance(lr, float) and not (math.isfinite(lr) and lr >= 0):
-        raise ValueError(f"{fn}: landmark_radius must be a finite number >= 0, got {lr!r}")
+    if isinstance(lr, float):
+        check_real("landmark_radius", lr, strict=False, owner=fn)
     if isinstance(lr, torch.Tensor) and lr.numel() > 0:
         bad = _first_bad(lr, torch.isfinite(lr) & (lr >= 0))
         if bad is not None:
@@ -307,8 +307,7 @@ def _gather_options(
 
 
 def _use_native(fn: str, backend: str, tensors: tuple[torch.Tensor | None, ...]) -> bool:
-    if backend not in _BACKENDS:
-        raise ValueError(f"{fn}: backend must be one of {_BACKENDS}, got {backend!r}")
+    check_one_of("backend", backend, _BACKENDS, owner=fn)
     if backend == "torch":
         return False
     on_cpu = all(t.device.type == "cpu" for t in tensors if t is not None)

@@ -65,7 +65,7 @@ from typing import Any, ClassVar, Literal, TypeGuard
 import numpy as np
 import torch
 
-from marlkit._checks import check_int
+from marlkit._checks import check_int, check_one_of
 from marlkit.native._loader import load_extension, native_or_fallback
 
 __all__ = [
@@ -369,8 +369,7 @@ class _SegmentTree:
             return _NativeImpl(self._capacity, self._dtype, self._op)
         if backend == "torch":
             return _TorchImpl(self._capacity, self._dtype, self._op, self._device)
-        if backend != "auto":
-            raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}")
+        check_one_of("backend", backend, ("auto", "native", "torch"), owner=type(self).__name__)
         if on_cpu and native_or_fallback(type(self).__name__):
             return _NativeImpl(self._capacity, self._dtype, self._op)
         return _TorchImpl(self._capacity, self._dtype, self._op, self._device)

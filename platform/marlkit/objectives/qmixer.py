@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
+from marlkit._checks import check_one_of
 from marlkit.data.keys import (
     CHOSEN_ACTION_VALUE,
     DEFAULT_GROUP,
@@ -150,10 +151,7 @@ class QMixerLoss(ValueLoss):
             loss_function=loss_function,
             action_space=action_space,
         )
-        if reward_reduction not in ("mean", "sum"):
-            raise ValueError(
-                f"QMixerLoss: reward_reduction must be 'mean' or 'sum', got {reward_reduction!r}"
-            )
+        check_one_of("reward_reduction", reward_reduction, ("mean", "sum"), owner="QMixerLoss")
         self.double_dqn = bool(double_dqn)
         self.reward_reduction = reward_reduction
         self._add_network("local_value_network", local_value_network)

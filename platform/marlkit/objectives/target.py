@@ -4,12 +4,10 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-from marlkit._checks import check_int
+from marlkit._checks import check_int, check_real
 from marlkit.objectives._common import ValueLoss
 
 __all__ = ["HardUpdate", "SoftUpdate", "TargetNetUpdater"]
@@ -88,14 +86,14 @@ class SoftUpdate(TargetNetUpdater):
         tau: the step size, in ``(0, 1]``.
 
     Raises:
+        TypeError: ``tau`` is not a number.
         ValueError: ``tau`` outside ``(0, 1]``; a loss without target networks.
     """
 
     def __init__(self, loss: ValueLoss, tau: float = 0.005):
-        if not (math.isfinite(tau) and 0.0 < tau <= 1.0):
-            raise ValueError(f"SoftUpdate: tau must lie in (0, 1], got {tau!r}")
+        tau = check_real("tau", tau, high=1.0, owner="SoftUpdate")
         super().__init__(loss)
-        self.tau = float(tau)
+        self.tau = tau
 
     @torch.no_grad()
     def step(self) -> None:

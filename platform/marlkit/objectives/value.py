@@ -317,7 +317,7 @@ class ValueEstimator(TensorDictModuleBase):
         time_dim: int | None = None,
     ):
         super().__init__()
-        owner = type(self).__name__
+        owner = f"{type(self).__name__}"
         self.gamma = check_real("gamma", gamma, strict=False, high=1.0, owner=owner)
         self.group = group
         self.value_network = value_network
@@ -507,7 +507,7 @@ class GAE(ValueEstimator):
         super().__init__(
             gamma, value_network, group=group, value_norm=value_norm, time_dim=time_dim
         )
-        owner = type(self).__name__
+        owner = f"{type(self).__name__}"
         self.lmbda = check_real("lmbda", lmbda, strict=False, high=1.0, owner=owner)
 
     _function = staticmethod(gae)

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._checks import check_int
+from marlkit._checks import check_int, check_one_of
 from marlkit._files import no_space
 from marlkit._utils import get_logger, has_module, import_optional, write_text_atomic
 
@@ -516,8 +516,7 @@ class WandbLogger(Logger):
         mode: WandbMode = "offline",
         run_id: str | None = None,
     ):
-        if mode not in _WANDB_MODES:
-            raise ValueError(f"mode must be one of {', '.join(_WANDB_MODES)}, got {mode!r}")
+        check_one_of("mode", mode, _WANDB_MODES, owner="WandbLogger")
         wandb = import_optional("wandb", extra=_TRAIN_EXTRA, purpose="WandbLogger")
         self.dir = pathlib.Path(dir)
         self.dir.mkdir(parents=True, exist_ok=True)

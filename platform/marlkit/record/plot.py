@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import numbers
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -26,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from marlkit._checks import check_int
+from marlkit._checks import check_int, check_real
 from marlkit._utils import import_optional
 
 __all__ = ["ConfidenceInterval", "bootstrap_ci", "plot_curves", "plot_with_bands"]
@@ -73,10 +72,7 @@ def bootstrap_ci(
             f"bootstrap_ci needs values of shape [seeds, ...] with at least one seed, got shape "
             f"{list(data.shape)}"
         )
-    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
-        raise TypeError(f"confidence must be a float in (0, 1), got {confidence!r}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    confidence = check_real("confidence", confidence, below=1.0)
     n_resamples = check_int("n_resamples", n_resamples, low=1)
     n_seeds = data.shape[0]
     rng = np.random.default_rng(seed)

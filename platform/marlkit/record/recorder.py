@@ -12,12 +12,12 @@ import os
 import pathlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from marlkit._checks import check_flag, check_int
 from marlkit._utils import get_logger
 from marlkit.envs.common import EnvBase
 from marlkit.envs.transforms.base import Transform, TransformedEnv
@@ -28,18 +28,6 @@ __all__ = ["RecordResult", "VideoRecorder", "record_rollout"]
 
 _logger = get_logger("record")
 _MAX_TILES = 64
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return int(value)
-
-
-def _check_optional_int(name: str, value: Any, low: int) -> int | None:
-    return None if value is None else _check_int(name, value, low)
 
 
 def _numbered(path: pathlib.Path, index: int) -> pathlib.Path:
@@ -119,16 +107,15 @@ class VideoRecorder(Transform):
                 f"VideoRecorder takes a file path or a VideoWriter, got {type(path).__name__}"
             )
         self.env_indices = self._parse_indices(env_indices)
-        if not isinstance(tile, bool):
-            raise TypeError(f"tile must be a bool, got {type(tile).__name__}")
+        tile = check_flag("tile", tile)
         if not tile and (self.env_indices == "all" or len(self.env_indices) != 1):
             raise ValueError(
                 f"VideoRecorder films one env unless tile=True; got env_indices={env_indices!r}"
             )
         self.tile = tile
-        self.every = _check_int("every", every, 1)
-        self.max_frames = _check_optional_int("max_frames", max_frames, 1)
-        self.cols = _check_optional_int("cols", cols, 1)
+        self.every = check_int("every", every, low=1)
+        self.max_frames = check_int("max_frames", max_frames, low=1, allow_none=True)
+        self.cols = check_int("cols", cols, low=1, allow_none=True)
         self.frames_written = 0
         self._captures = 0
         self._indices: list[int] = []
@@ -148,7 +135,7 @@ class VideoRecorder(Transform):
                 f"env_indices must be an int, a non-empty sequence of ints or 'all', got "
                 f"{env_indices!r}"
             )
-        return [_check_int("each env index", i, -(2**62)) for i in env_indices]
+        return [check_int("each env index", i) for i in env_indices]
 
     # ------------------------------------------------------------------ attachment
     def set_parent(self, env: EnvBase) -> None:
@@ -333,7 +320,7 @@ def record_rollout(
         the file, the number of frames and steps, and the frame ``(height, width)``.
     """
     try:
-        steps = _check_int("steps", steps, 1)
+        steps = check_int("steps", steps, low=1)
         recorder = VideoRecorder(path, env_indices=env_indices, tile=tile, fps=fps)
         recorded = TransformedEnv(env, recorder)
     except BaseException:

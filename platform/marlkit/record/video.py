@@ -48,6 +48,7 @@ from typing import IO, Any, Literal, cast, get_args
 import numpy as np
 from numpy.typing import NDArray
 
+from marlkit._checks import check_int, check_one_of, check_real
 from marlkit._files import write_bytes
 from marlkit._utils import get_logger, import_optional
 
@@ -107,11 +108,7 @@ def prepare_path(path: pathlib.Path) -> None:
 
 
 def _check_fps(fps: float) -> float:
-    if isinstance(fps, bool) or not isinstance(fps, (int, float)):
-        raise TypeError(f"fps must be a number, got {type(fps).__name__}")
-    if not (np.isfinite(fps) and fps > 0):
-        raise ValueError(f"fps must be finite and > 0, got {fps!r}")
-    return float(fps)
+    return check_real("fps", fps)
 
 
 def _as_frame(frame: Any) -> NDArray[np.uint8]:
@@ -315,14 +312,8 @@ class MP4Writer(VideoWriter):
         preset: X264Preset = "veryfast",
     ):
         super().__init__(path, fps=fps)
-        if preset not in _X264_PRESETS:
-            raise ValueError(f"preset must be one of {', '.join(_X264_PRESETS)}; got {preset!r}")
-        self.preset = preset
-        if isinstance(quality, bool) or not isinstance(quality, (int, float)):
-            raise TypeError(f"quality must be a number in [0, 10], got {type(quality).__name__}")
-        if not 0.0 <= float(quality) <= 10.0:
-            raise ValueError(f"quality must be in [0, 10], got {quality!r}")
-        self.quality = float(quality)
+        self.preset = check_one_of("preset", preset, _X264_PRESETS)
+        self.quality = check_real("quality", quality, strict=False, high=10.0)
         self.pad_color = pad_color
         self._ffmpeg = import_optional("imageio_ffmpeg", extra="video", purpose="MP4 videos")
         self._process: subprocess.Popen[bytes] | None = None
@@ -409,11 +400,7 @@ class GIFWriter(VideoWriter):
         self, path: str | os.PathLike[str], *, fps: float = 30.0, max_frames: int | None = 2000
     ):
         super().__init__(path, fps=fps)
-        if max_frames is not None and (
-            isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1
-        ):
-            raise ValueError(f"max_frames must be an int >= 1 or None, got {max_frames!r}")
-        self.max_frames = max_frames
+        self.max_frames = check_int("max_frames", max_frames, low=1, allow_none=True)
         if self.fps > 1000.0 / _GIF_MIN_DELAY_MS:
             warnings.warn(
                 f"GIFs play at most {1000.0 / _GIF_MIN_DELAY_MS:g} frames per second (browsers "
