@@ -17,7 +17,7 @@ from marlkit.collectors._factory import CollectorKind, make_collector
 from marlkit.collectors._multi import MultiAsyncCollector, MultiSyncCollector
 from marlkit.collectors._ray import RayCollector
 from marlkit.collectors._single import Collector
-from marlkit.collectors._trajectories import split_trajectories
+from marlkit.data.trajectories import split_trajectories
 
 __all__ = [
     "Collector",

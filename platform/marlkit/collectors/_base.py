@@ -17,10 +17,10 @@ import torch
 from tensordict import TensorDictBase
 from tqdm import tqdm
 
-from marlkit._checks import check_int
-from marlkit.collectors._trajectories import split_trajectories
+from marlkit._checks import check_int, check_one_of
 from marlkit.data.exploration import EXPLORATION_MODES, Exploration
 from marlkit.data.keys import TRAJ_IDS, WORKER
+from marlkit.data.trajectories import split_trajectories
 
 __all__ = [
     "CollectorBase",
@@ -227,10 +227,7 @@ class CollectorBase(abc.ABC):
         if total == 0:
             raise ValueError("total_frames must be -1 (no end) or >= 1, got 0")
         self.total_frames = total
-        if exploration not in EXPLORATION_MODES:
-            raise ValueError(
-                f"exploration must be one of {list(EXPLORATION_MODES)}, got {exploration!r}"
-            )
+        check_one_of("exploration", exploration, list(EXPLORATION_MODES))
         self.exploration: Exploration = exploration
         if postproc is not None and not callable(postproc):
             raise TypeError(f"postproc must be callable, got {type(postproc).__name__}")

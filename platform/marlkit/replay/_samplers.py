@@ -21,6 +21,7 @@ from tensordict import TensorDictBase
 
 from marlkit._checks import check_int, check_real
 from marlkit.data.keys import COLLECTOR_MASK, DONE, NEXT, TRAJ_IDS, NestedKey, unravel_key
+from marlkit.data.trajectories import id_changes, trajectory_runs
 from marlkit.native.segment_tree import (
     MinSegmentTree,
     SegmentTreeBackend,
@@ -437,8 +438,7 @@ class SliceSampler(Sampler):
                 f"{sorted(map(str, data.keys(True, True)))}"
             )
         if ids is not None:
-            ids = ids[:n].reshape(n, -1)[:, 0].cpu()
-            ends[:-1] = ids[1:] != ids[:-1]
+            ends[:-1] = id_changes(ids[:n].reshape(n, -1)[:, 0].cpu())
         else:
             done = data.get(self.end_key, None)
             if done is None:
@@ -456,9 +456,9 @@ class SliceSampler(Sampler):
         """``(starts, lengths)`` of every trajectory, cached until the next write."""
         if self._cache is None:
             ends = self._ends(storage)
-            last = ends.nonzero().reshape(-1)
-            starts = torch.cat([torch.zeros(1, dtype=torch.int64), last[:-1] + 1])
-            self._cache = (starts, last - starts + 1)
+            starts = torch.ones_like(ends)
+            starts[1:] = ends[:-1]  # a trajectory starts after each end
+            self._cache = trajectory_runs(starts)
         return self._cache
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, Info]:
