@@ -1,64 +1,18 @@
-"""End-to-end runs of ``sota-implementations/masac_isac`` on tiny budgets (subprocesses)."""
+"""What is MASAC's own in ``sota-implementations/masac_isac`` (what every script does:
+``test_scripts.py``)."""
 
 from __future__ import annotations
 
-import pytest
-
 from marlkit.record import read_metrics, read_video
 
-from ._scripts import kill_after, run, summary
+from ._scripts import ALGORITHMS, finished, run, summary
 
-#: Two iterations of 8 envs x 25 steps (the first one random), a few small updates each.
-BUDGET = (
-    "env.num_envs=8",
-    "env.max_steps=25",
-    "collector.frames_per_batch=400",
-    "collector.total_frames=800",
-    "collector.init_random_frames=400",
-    "buffer.size=4000",
-    "train.num_updates=4",
-    "train.minibatch_size=64",
-    "policy.num_cells=32",
-    "critic.num_cells=32",
-    "eval.every=1",
-)
+BUDGET = ALGORITHMS["masac_isac"].budget
 
 
-def test_native_navigation_end_to_end(tmp_path):
-    run_dir = tmp_path / "run"
-    out = run("masac_isac", run_dir, BUDGET).stdout
-    assert "iteration 2: frames 800" in out
-    rows = read_metrics(run_dir / "metrics.csv")
-    assert [r["step"] for r in rows] == [1, 2]
-    for key in (
-        "frames",
-        "frames_per_s",
-        "collection_time",
-        "training_time",
-        "train/agents/loss_actor",
-        "train/agents/loss_value",
-        "train/agents/loss_alpha",
-        "train/agents/alpha",
-        "train/agents/entropy",
-        "train/agents/grad_norm",
-        "replay/agents/size",
-        "agents/episode_reward",
-        "episode_length",
-        "eval/agents/episode_reward",
-    ):
-        assert key in rows[-1], key
-    assert [r["replay/agents/size"] for r in rows] == [400, 800]
-    assert rows[-1]["train/agents/alpha"] < rows[0]["train/agents/alpha"] < 0.1  # learned
-    assert rows[-1]["frames"] == 800
-    assert rows[-1]["episode_length"] == 25
-    info = summary(run_dir)
-    assert info["frames"] == 800 and info["env"] == "navigation"
-    assert info["variant"] == "MASAC"
-    assert set(info["trained"]) == set(info["random"]) >= {"agents/episode_reward"}
-    for name in ("rollout.mp4", "reward.png", "videos/eval-0001.mp4", "checkpoints/latest"):
-        assert (run_dir / name).stat().st_size > 0, name
-    frames, _ = read_video(run_dir / "rollout.mp4")
-    assert frames.shape[0] == 27  # the reset, 25 steps, the auto-reset after the last
+def test_the_temperature_is_learned(tmp_path_factory):
+    rows = read_metrics(finished("masac_isac", tmp_path_factory).run_dir / "metrics.csv")
+    assert rows[-1]["train/agents/alpha"] < rows[0]["train/agents/alpha"] < 0.1
 
 
 def test_isac_on_vmas_balance(tmp_path):
@@ -68,17 +22,6 @@ def test_isac_on_vmas_balance(tmp_path):
     info = summary(run_dir)
     assert info["env"] == "vmas/balance" and info["variant"] == "ISAC"
     assert "agents/episode_reward" in info["trained"]
-
-
-def test_heterogeneous_groups_get_a_loss_and_a_buffer_each(tmp_path):
-    run_dir = tmp_path / "run"
-    run("masac_isac", run_dir, (*BUDGET, "env=predator_prey", "eval.video=false"))
-    last = read_metrics(run_dir / "metrics.csv")[-1]
-    for group in ("predator", "prey"):
-        assert f"train/{group}/loss_actor" in last
-        assert f"train/{group}/loss_alpha" in last
-        assert last[f"replay/{group}/size"] == 800
-        assert f"eval/{group}/episode_reward" in last
 
 
 def test_mujoco_ant(tmp_path):
@@ -91,36 +34,3 @@ def test_mujoco_ant(tmp_path):
     assert "agents/episode_reward" in info["trained"]
     frames, _ = read_video(run_dir / "rollout.mp4")
     assert frames.shape[0] == 27
-
-
-def test_killed_run_resumes_with_its_replay_buffer(tmp_path):
-    run_dir = tmp_path / "run"
-    budget = (
-        *BUDGET,
-        "collector.total_frames=2000",  # five iterations
-        "checkpoint.every=1",
-        "eval.every=0",
-        "eval.video=false",
-    )
-    kill_after("masac_isac", run_dir, budget, "iteration 3:")
-    before = read_metrics(run_dir / "metrics.csv")
-    assert 3 <= len(before) < 5
-    run("masac_isac", run_dir, (*budget, f"resume={run_dir}"))
-    rows = read_metrics(run_dir / "metrics.csv")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
-    assert [r["frames"] for r in rows] == [400, 800, 1200, 1600, 2000]
-    # The buffer comes back: the first resumed iteration's size goes on from the saved one.
-    assert [r["replay/agents/size"] for r in rows] == [400, 800, 1200, 1600, 2000]
-    alphas = [r["train/agents/alpha"] for r in rows]
-    assert alphas == sorted(alphas, reverse=True)  # log(alpha) and its optimiser came back too
-    assert rows[:3] == before[:3]  # the rows before the checkpoint are kept as they were
-    assert summary(run_dir)["frames"] == 2000
-
-
-def test_discrete_actions_are_refused(tmp_path):
-    overrides = (*BUDGET, "+env.kwargs.continuous_actions=false")
-    with pytest.raises(
-        AssertionError,
-        match=r"continuous actions are needed.* has Categorical actions \(continuous_actions=False",
-    ):
-        run("masac_isac", tmp_path / "run", overrides)

@@ -1,0 +1,146 @@
+"""What every training script of ``sota-implementations/`` does, run end to end on a tiny budget
+(subprocesses): the table of scripts and what each logs is ``_scripts.ALGORITHMS``; what is one
+algorithm's own is in its ``test_<script>.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from marlkit.record import read_metrics, read_video
+from marlkit.train import Checkpointer
+
+from ._scripts import ALGORITHMS, copy_run, finished, kill_after, run, summary
+
+NAMES = sorted(ALGORITHMS)
+
+#: The columns every script's metrics hold.
+COLUMNS = (
+    "frames",
+    "frames_per_s",
+    "collection_time",
+    "training_time",
+    "agents/episode_reward",
+    "episode_length",
+    "eval/agents/episode_reward",
+)
+
+
+def _columns(rows: list[dict], key: str) -> list:
+    return [r[key] for r in rows]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_native_navigation_end_to_end(tmp_path_factory, name):
+    algorithm = ALGORITHMS[name]
+    done = finished(name, tmp_path_factory)
+    run_dir = done.run_dir
+    assert "iteration 2: frames 800" in done.stdout
+    rows = read_metrics(run_dir / "metrics.csv")
+    assert _columns(rows, "step") == [1, 2]
+    train = [f"train/agents/{term}" for term in (*algorithm.losses, *algorithm.logged)]
+    for key in (*COLUMNS, *algorithm.columns, *train):
+        assert key in rows[-1], key
+    assert rows[-1]["frames"] == 800
+    assert rows[-1]["episode_length"] == 25
+    for key, expected in algorithm.two_iterations.items():
+        assert _columns(rows, key) == expected, key
+    info = summary(run_dir)
+    assert info["frames"] == 800 and info["env"] == "navigation"
+    assert info["algorithm"] == name and info["variant"] == algorithm.variant
+    assert set(info["trained"]) == set(info["random"]) >= {"agents/episode_reward"}
+    for file in ("rollout.mp4", "reward.png", "videos/eval-0001.mp4", "checkpoints/latest"):
+        assert (run_dir / file).stat().st_size > 0, file
+    frames, _ = read_video(run_dir / "rollout.mp4")
+    assert frames.shape[0] == 27  # the reset, 25 steps, the auto-reset after the last
+    if algorithm.checkpoint_replay is not None:
+        latest = Checkpointer(run_dir / "checkpoints").latest()
+        assert latest is not None and (latest / algorithm.checkpoint_replay).exists()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_finished_run_resumes_to_its_summary(tmp_path_factory, tmp_path, name):
+    done = finished(name, tmp_path_factory)
+    first = summary(done.run_dir)
+    run_dir = copy_run(done.run_dir, tmp_path / "run")
+    out = run(name, run_dir, (*ALGORITHMS[name].budget, f"resume={run_dir}")).stdout
+    assert "iteration" not in out
+    assert len(read_metrics(run_dir / "metrics.csv")) == 2
+    # the evaluation env is seeded before each evaluation: the resumed run's first evaluation
+    # of the same policy plays the episodes of the first run's last one
+    again = summary(run_dir)
+    assert again["trained"] == first["trained"] and again["random"] == first["random"]
+    # Hydra's copy of the first run's config is kept; the resumed run's goes next to it
+    assert "resume=" not in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    (resumed,) = run_dir.glob(".hydra-resumed-*")
+    assert f"resume={run_dir}" in (resumed / "overrides.yaml").read_text()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_heterogeneous_groups_get_a_loss_each(tmp_path, name):
+    algorithm = ALGORITHMS[name]
+    run_dir = tmp_path / "run"
+    run(name, run_dir, (*algorithm.budget, "env=predator_prey", "eval.video=false"))
+    last = read_metrics(run_dir / "metrics.csv")[-1]
+    for group in ("predator", "prey"):
+        for term in algorithm.losses:
+            assert f"train/{group}/{term}" in last
+        if algorithm.group_replay is not None:  # a buffer each
+            assert last[f"replay/{group}/size"] == algorithm.group_replay
+        assert f"eval/{group}/episode_reward" in last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("collector", ["multisync", "ray"])
+@pytest.mark.parametrize("name", [n for n in NAMES if ALGORITHMS[n].other_collectors])
+def test_multiprocess_and_ray_collectors(tmp_path, name, collector):
+    algorithm = ALGORITHMS[name]
+    run_dir = tmp_path / "run"
+    run(name, run_dir, (*algorithm.budget, f"collector={collector}", "eval.video=false"))
+    rows = read_metrics(run_dir / "metrics.csv")
+    assert _columns(rows, "frames") == [400, 800]
+    if "replay/agents/size" in algorithm.two_iterations:
+        expected = algorithm.two_iterations["replay/agents/size"]
+        assert _columns(rows, "replay/agents/size") == expected
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_killed_run_resumes_where_its_checkpoint_left_off(tmp_path, name):
+    """One ``metrics.csv`` over the kill, the rows before the checkpoint kept as they were, and
+    what the checkpoint carries (replay buffers, exploration, learned coefficients) going on
+    from the saved values."""
+    algorithm = ALGORITHMS[name]
+    run_dir = tmp_path / "run"
+    budget = (
+        *algorithm.budget,
+        "collector.total_frames=2000",  # five iterations
+        *algorithm.resume_budget,
+        "checkpoint.every=1",
+        "eval.every=0",
+        "eval.video=false",
+    )
+    kill_after(name, run_dir, budget, "iteration 3:")
+    before = read_metrics(run_dir / "metrics.csv")
+    assert 3 <= len(before) < 5
+    run(name, run_dir, (*budget, f"resume={run_dir}"))
+    rows = read_metrics(run_dir / "metrics.csv")
+    assert _columns(rows, "step") == [1, 2, 3, 4, 5]
+    assert _columns(rows, "frames") == [400, 800, 1200, 1600, 2000]
+    assert rows[:3] == before[:3]  # the rows before the checkpoint are kept as they were
+    for key, expected in algorithm.resumed.items():
+        assert _columns(rows, key) == expected, key
+    assert summary(run_dir)["frames"] == 2000
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if ALGORITHMS[n].wrong_actions])
+def test_the_wrong_kind_of_actions_is_refused(tmp_path, name):
+    algorithm = ALGORITHMS[name]
+    assert algorithm.wrong_actions is not None
+    override, message = algorithm.wrong_actions
+    with pytest.raises(AssertionError, match=message):
+        run(name, tmp_path / "run", (*algorithm.budget, override))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_unknown_env_is_named(tmp_path, name):
+    with pytest.raises(AssertionError, match=r"no env registered as .no_such_env."):
+        run(name, tmp_path / "run", (*ALGORITHMS[name].budget, "env.name=no_such_env"))
