@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from marlkit.data.keys import DEFAULT_GROUP, RESERVED_GROUP_NAMES
+from marlkit.data.keys import DEFAULT_GROUP, check_group_name
 
 __all__ = ["GroupMapLike", "agent_type", "make_group_map"]
 
@@ -22,19 +22,6 @@ def agent_type(name: str) -> str:
     """The type of an agent, the part of its name before the last ``_`` (the name if none)."""
     head, sep, _ = name.rpartition("_")
     return head if sep and head else name
-
-
-def _check_group_name(group: object) -> str:
-    if not isinstance(group, str):
-        raise TypeError(f"a group name must be a str, got {type(group).__name__}: {group!r}")
-    if not group:
-        raise ValueError(f"a group name must be a non-empty str, got {group!r}")
-    if group in RESERVED_GROUP_NAMES:
-        raise ValueError(
-            f"{group!r} cannot name a group: it is a reserved root key "
-            f"({sorted(RESERVED_GROUP_NAMES)})"
-        )
-    return group
 
 
 def make_group_map(
@@ -69,11 +56,11 @@ def make_group_map(
         if group_map == "agents":
             return {DEFAULT_GROUP: names}
         if group_map == "per_agent":
-            return {_check_group_name(n): [n] for n in names}
+            return {check_group_name(n): [n] for n in names}
         if group_map == "by_type":
             out: dict[str, list[str]] = {}
             for n in names:
-                out.setdefault(_check_group_name(agent_type(n)), []).append(n)
+                out.setdefault(check_group_name(agent_type(n)), []).append(n)
             return out
         raise ValueError(
             f"unknown group map {group_map!r}; expected 'agents', 'per_agent', 'by_type' or a "
@@ -94,7 +81,7 @@ def _validate_explicit(
     owner: dict[str, str] = {}
     out: dict[str, list[str]] = {}
     for group, members in group_map.items():
-        _check_group_name(group)
+        check_group_name(group)
         if isinstance(members, str) or not isinstance(members, Sequence):
             raise TypeError(
                 f"group {group!r} must list agent names, got {type(members).__name__}: {members!r}"
