@@ -60,14 +60,17 @@ def _is_bool(value: object) -> bool:
 
 
 # ---------------------------------------------------------------------------- integers
-def _int_range(low: int | None, high: int | None) -> str:
+def _int_expected(low: int | None, high: int | None, allow_none: bool) -> str:
+    """``"an int >= 1"``, ``"an int in [0, 3] or None"``, ...: what :func:`check_int` expects."""
     if low is not None and high is not None:
-        return f" in [{low}, {high}]"
-    if low is not None:
-        return f" >= {low}"
-    if high is not None:
-        return f" <= {high}"
-    return ""
+        bounds = f" in [{low}, {high}]"
+    elif low is not None:
+        bounds = f" >= {low}"
+    elif high is not None:
+        bounds = f" <= {high}"
+    else:
+        bounds = ""
+    return f"an int{bounds}{' or None' if allow_none else ''}"
 
 
 @overload
@@ -130,15 +133,20 @@ def check_int(
         ...
         ValueError: k must be an int in [0, 3], got 5
     """
-    if value is None and allow_none:
+    if type(value) is int:  # the common case first: no message built
+        number = value
+    elif value is None and allow_none:
         return None
-    expected = f"an int{_int_range(low, high)}{' or None' if allow_none else ''}"
-    label = _label(name, owner)
-    if not _is_int(value):
-        raise TypeError(f"{label} must be {expected}, got {type(value).__name__}: {value!r}")
-    number = int(value)  # type: ignore[call-overload]  # numbers.Integral
+    elif _is_int(value):
+        number = int(value)  # type: ignore[call-overload]  # numbers.Integral
+    else:
+        raise TypeError(
+            f"{_label(name, owner)} must be {_int_expected(low, high, allow_none)}, got "
+            f"{type(value).__name__}: {value!r}"
+        )
     if (low is not None and number < low) or (high is not None and number > high):
-        raise ValueError(f"{label} must be {expected}, got {number!r}")
+        expected = _int_expected(low, high, allow_none)
+        raise ValueError(f"{_label(name, owner)} must be {expected}, got {number!r}")
     return number
 
 
@@ -169,23 +177,27 @@ def check_ints(
         ...
         ValueError: size must be an int or a sequence of 2 ints >= 1, got [3, 0]
     """
-    count = "" if length is None else f"{length} "
-    bound = "" if low is None else f" >= {low}"
-    expected = f"an int or a sequence of {count}ints{bound}"
-    label = _label(name, owner)
+
+    def refused(got: str) -> str:
+        count = "" if length is None else f"{length} "
+        bound = "" if low is None else f" >= {low}"
+        return (
+            f"{_label(name, owner)} must be an int or a sequence of {count}ints{bound}, got {got}"
+        )
+
     if _is_int(value):
         items: tuple[object, ...] = (value,) * (1 if length is None else length)
     elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         items = tuple(value)
         if not all(_is_int(item) for item in items):
-            raise TypeError(f"{label} must be {expected}, got {value!r}")
+            raise TypeError(refused(repr(value)))
     else:
-        raise TypeError(f"{label} must be {expected}, got {type(value).__name__}: {value!r}")
+        raise TypeError(refused(f"{type(value).__name__}: {value!r}"))
     numbers_ = tuple(int(item) for item in items)  # type: ignore[call-overload]
     if (length is not None and len(numbers_) != length) or (
         low is not None and any(item < low for item in numbers_)
     ):
-        raise ValueError(f"{label} must be {expected}, got {value!r}")
+        raise ValueError(refused(repr(value)))
     return numbers_
 
 
@@ -245,16 +257,19 @@ def check_real(
     """
     if below is not None and high is not None:
         raise TypeError("check_real takes below or high, not both")
-    label = _label(name, owner)
-    if isinstance(value, bool) or _is_bool(value) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{label} must be a number, got {type(value).__name__}: {value!r}")
-    number = float(value)
+    kind = type(value)
+    # float and int first (no ABC check); bools are Real but refused
+    if not (
+        kind is float or kind is int or (isinstance(value, numbers.Real) and not _is_bool(value))
+    ):
+        raise TypeError(f"{_label(name, owner)} must be a number, got {kind.__name__}: {value!r}")
+    number = float(value)  # type: ignore[arg-type]  # numbers.Real
     above = low is None or (number > low if strict else number >= low)
     under = (below is None or number < below) and (high is None or number <= high)
-    if math.isnan(number) or (finite and math.isinf(number)) or not (above and under):
+    if not (above and under) or math.isnan(number) or (finite and math.isinf(number)):
         what = "a finite number" if finite else "a number"
         expected = f"{what}{_real_range(low, strict, below, high)}"
-        raise ValueError(f"{label} must be {expected}, got {number!r}")
+        raise ValueError(f"{_label(name, owner)} must be {expected}, got {number!r}")
     return number
 
 
