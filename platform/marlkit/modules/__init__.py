@@ -7,7 +7,7 @@ QMIX mixers.
 Every module reads and writes group keys (``(group, "observation")`` ``[*B, n_agents, obs]``,
 ``(group, "action")``, ``(group, "state_value")`` ``[*B, n_agents, 1]``, ...); see
 ``docs/algorithms.md``. Modules import only ``marlkit.data``, ``marlkit.native``,
-``marlkit._utils``, torch and tensordict (DESIGN.md).
+``marlkit._utils``, ``marlkit._checks``, torch and tensordict (DESIGN.md).
 """
 
 from __future__ import annotations
