@@ -27,22 +27,16 @@ from tensordict.nn import TensorDictSequential
 
 from marlkit.envs import EnvBase
 from marlkit.objectives import DQNLoss
-from marlkit.train.config import COMMON_RULES, flag, integer, register_resolvers
+from marlkit.train.config import QLearningRunConfig, register_schema
 from marlkit.train.q_learning import egreedy_q_policy, train_q_learning
 from marlkit.train.scripts import (
     load_policy,
     start,
 )
 
-register_resolvers()  # run_folder, if_none: the configs' resolvers
-
-# every value the script reads, checked before anything runs (the key named when one is wrong)
-RULES = {
-    **COMMON_RULES,
-    "train.epochs": integer(1),
-    "loss.double_dqn": flag(),
-    "buffer.capacity": integer(1),
-}
+# the keys of configs/iql.yaml, their types and ranges (checked before anything runs): the
+# Q-learning procedure's, with no mixer
+register_schema("iql_schema", QLearningRunConfig)
 
 
 def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:
@@ -59,8 +53,7 @@ def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic
 
 @hydra.main(config_path="../configs", config_name="iql", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    minibatch = ("train.minibatch_size", "buffer.capacity", "a minibatch is drawn from the buffer")
-    env_fn = start(cfg, RULES, [minibatch])
+    env_fn = start(cfg)  # the config's ranges checked, threads, seed
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 

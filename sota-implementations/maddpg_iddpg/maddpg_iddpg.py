@@ -22,23 +22,30 @@ marlkit part; the run's folder, checkpoints, evaluations and summary are
 :mod:`marlkit.train`'s.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the config dataclasses below need real annotations
+# to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
+from marlkit._utils import check_real
 from marlkit.envs import EnvBase
 from marlkit.modules import AdditiveGaussian, MultiAgentMLP, TanhBounds, annealing_steps
 from marlkit.objectives import DDPGLoss
 from marlkit.replay import RandomSampler
 from marlkit.train import adam_per_group, soft_updates, update_groups
 from marlkit.train.builders import action_bounds, q_critic
-from marlkit.train.config import COMMON_RULES, CRITIC_RULES, OFF_POLICY_RULES, register_resolvers
+from marlkit.train.config import (
+    OffPolicyRunConfig,
+    TargetLossConfig,
+    config_checks,
+    register_schema,
+)
 from marlkit.train.scripts import (
     finish,
     group_buffers,
@@ -49,10 +56,38 @@ from marlkit.train.scripts import (
     start,
 )
 
-register_resolvers()  # run_folder, if_none: the configs' resolvers
 
-# every value the script reads, checked before anything runs (the key named when one is wrong)
-RULES = {**COMMON_RULES, **CRITIC_RULES, **OFF_POLICY_RULES}
+@dataclass
+class GaussianNoiseConfig:
+    """``exploration``: Gaussian noise on the actor's action while collecting (never in
+    evaluation)."""
+
+    sigma_init: float = MISSING
+    """The noise's std at the start, as a fraction of half the action range."""
+    sigma_end: float = MISSING
+    """The std once annealed."""
+    annealing_fraction: float = MISSING
+    """sigma reaches ``sigma_end`` after this fraction of ``collector.total_frames``."""
+
+    def __post_init__(self) -> None:
+        with config_checks():
+            check_real("sigma_init", self.sigma_init, low=0.0, strict=False)
+            check_real("sigma_end", self.sigma_end, low=0.0, strict=False)
+            check_real("annealing_fraction", self.annealing_fraction, low=0.0, strict=False)
+
+
+@dataclass
+class MaddpgIddpgConfig(OffPolicyRunConfig):
+    """The keys of ``configs/maddpg_iddpg.yaml`` (its types and ranges, checked before
+    anything runs)."""
+
+    exploration: GaussianNoiseConfig = MISSING
+    """The exploration noise."""
+    loss: TargetLossConfig = MISSING
+    """DDPG's loss."""
+
+
+register_schema("maddpg_iddpg_schema", MaddpgIddpgConfig)  # configs/maddpg_iddpg.yaml's defaults
 
 
 def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> TensorDictSequential:
@@ -100,8 +135,7 @@ def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic
 
 @hydra.main(config_path="../configs", config_name="maddpg_iddpg", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    minibatch = ("train.minibatch_size", "buffer.size", "a minibatch is drawn from the buffer")
-    env_fn = start(cfg, RULES, [minibatch])
+    env_fn = start(cfg)  # the config's ranges checked, threads, seed
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 

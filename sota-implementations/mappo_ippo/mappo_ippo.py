@@ -14,16 +14,18 @@ the env from the registry, the collector, the per-group buffers, modules, estima
 the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'s.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the config dataclasses below need real annotations
+# to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import hydra
 import torch
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 
+from marlkit._utils import check_real
 from marlkit.data.specs import Categorical
 from marlkit.envs import EnvBase
 from marlkit.modules import Categorical as CategoricalDist
@@ -39,12 +41,13 @@ from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
 from marlkit.train.config import (
-    COMMON_RULES,
-    CRITIC_RULES,
-    flag,
-    integer,
-    number,
-    register_resolvers,
+    ActorCriticRunConfig,
+    EpochsTrainConfig,
+    check_choice,
+    check_fraction,
+    check_not_above,
+    config_checks,
+    register_schema,
 )
 from marlkit.train.scripts import (
     finish,
@@ -56,18 +59,66 @@ from marlkit.train.scripts import (
     start,
 )
 
-register_resolvers()  # run_folder, if_none: the configs' resolvers
 
-# every value the script reads, checked before anything runs (the key named when one is wrong)
-RULES = {
-    **COMMON_RULES,
-    **CRITIC_RULES,
-    "train.epochs": integer(1),
-    "train.compile": flag(),
-    "loss.normalize_advantage": flag(),
-    "loss.entropy_coef": number(strict=False),
-    "loss.critic_coef": number(strict=False),
-}
+@dataclass
+class PPOLossConfig:
+    """``loss``: PPO's clipped objective, GAE."""
+
+    gamma: float = MISSING
+    """The discount."""
+    lmbda: float = MISSING
+    """GAE's lambda."""
+    clip_epsilon: float = MISSING
+    """The probability ratio is clipped to ``[1 - clip_epsilon, 1 + clip_epsilon]``."""
+    entropy_coef: float = MISSING
+    """Weight of the entropy bonus."""
+    critic_coef: float = MISSING
+    """Weight of the critic's loss."""
+    loss_critic_type: str = MISSING
+    """The critic's loss: ``l2``, ``smooth_l1`` or ``l1``."""
+    normalize_advantage: bool = MISSING
+    """Normalise the advantages of each minibatch."""
+
+    def __post_init__(self) -> None:
+        check_fraction("gamma", self.gamma)
+        check_fraction("lmbda", self.lmbda)
+        with config_checks():
+            check_real("clip_epsilon", self.clip_epsilon)
+            check_real("entropy_coef", self.entropy_coef, low=0.0, strict=False)
+            check_real("critic_coef", self.critic_coef, low=0.0, strict=False)
+        check_choice("loss_critic_type", self.loss_critic_type, ("l2", "smooth_l1", "l1"))
+
+
+@dataclass
+class PPOTrainConfig(EpochsTrainConfig):
+    """``train``: epochs of minibatches over each batch."""
+
+    compile: bool = MISSING
+    """``torch.compile`` the loss (forward and backward); see docs/training.md."""
+
+
+@dataclass
+class MappoIppoConfig(ActorCriticRunConfig):
+    """The keys of ``configs/mappo_ippo.yaml`` (its types and ranges, checked before anything
+    runs)."""
+
+    loss: PPOLossConfig = MISSING
+    """PPO's loss and GAE."""
+    train: PPOTrainConfig = MISSING
+    """The optimiser and the epochs per batch."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_not_above(  # an epoch would be one minibatch of the whole batch
+            "train.minibatch_size",
+            self.train.minibatch_size,
+            "collector.frames_per_batch",
+            self.collector.frames_per_batch,
+            "each epoch passes over the batch in minibatches of at most that many frames",
+        )
+
+
+register_schema("mappo_ippo_schema", MappoIppoConfig)  # configs/mappo_ippo.yaml's defaults
 
 
 def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> ProbabilisticActor:
@@ -139,13 +190,7 @@ def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic
 
 @hydra.main(config_path="../configs", config_name="mappo_ippo", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    # an epoch would be one minibatch of the whole batch
-    minibatch = (
-        "train.minibatch_size",
-        "collector.frames_per_batch",
-        "each epoch passes over the batch in minibatches of at most that many frames",
-    )
-    env_fn = start(cfg, RULES, [minibatch])
+    env_fn = start(cfg)  # the config's ranges checked, threads, seed
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 

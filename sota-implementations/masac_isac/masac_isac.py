@@ -21,16 +21,19 @@ evaluates with its squashed mean. Everything else is a marlkit part; the run's f
 checkpoints, evaluations and summary are :mod:`marlkit.train`'s.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the config dataclasses below need real annotations
+# to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
 import functools
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 from torch import nn
 
+from marlkit._utils import check_int, check_real
 from marlkit.envs import EnvBase
 from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor, TanhNormal
 from marlkit.objectives import SACLoss
@@ -38,11 +41,10 @@ from marlkit.replay import RandomSampler
 from marlkit.train import adam_per_group, soft_updates, update_groups
 from marlkit.train.builders import action_bounds, q_critic
 from marlkit.train.config import (
-    COMMON_RULES,
-    CRITIC_RULES,
-    OFF_POLICY_RULES,
-    flag,
-    register_resolvers,
+    OffPolicyRunConfig,
+    TargetLossConfig,
+    config_checks,
+    register_schema,
 )
 from marlkit.train.scripts import (
     finish,
@@ -54,10 +56,39 @@ from marlkit.train.scripts import (
     start,
 )
 
-register_resolvers()  # run_folder, if_none: the configs' resolvers
 
-# every value the script reads, checked before anything runs (the key named when one is wrong)
-RULES = {**COMMON_RULES, **CRITIC_RULES, **OFF_POLICY_RULES, "loss.fixed_alpha": flag()}
+@dataclass
+class SACLossConfig(TargetLossConfig):
+    """``loss``: SAC's losses and its entropy coefficient."""
+
+    num_qvalue_nets: int = MISSING
+    """Q-networks whose minimum is the target (clipped double Q: 2)."""
+    alpha_init: float = MISSING
+    """The entropy coefficient at the start."""
+    fixed_alpha: bool = MISSING
+    """Keep alpha at ``alpha_init``; false: learn it towards ``target_entropy``."""
+    target_entropy: Any = MISSING
+    """``auto`` (minus the action dimension) or a number."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        with config_checks():
+            check_int("num_qvalue_nets", self.num_qvalue_nets, low=1)
+            check_real("alpha_init", self.alpha_init)
+            if self.target_entropy != "auto":
+                check_real("target_entropy", self.target_entropy, low=-math.inf)
+
+
+@dataclass
+class MasacIsacConfig(OffPolicyRunConfig):
+    """The keys of ``configs/masac_isac.yaml`` (its types and ranges, checked before anything
+    runs)."""
+
+    loss: SACLossConfig = MISSING
+    """SAC's loss."""
+
+
+register_schema("masac_isac_schema", MasacIsacConfig)  # configs/masac_isac.yaml's defaults
 
 
 def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> ProbabilisticActor:
@@ -94,8 +125,7 @@ def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic
 
 @hydra.main(config_path="../configs", config_name="masac_isac", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    minibatch = ("train.minibatch_size", "buffer.size", "a minibatch is drawn from the buffer")
-    env_fn = start(cfg, RULES, [minibatch])
+    env_fn = start(cfg)  # the config's ranges checked, threads, seed
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 

@@ -20,35 +20,63 @@ global ``"state"`` (``loss.mixer_state=state``); VDN sums. Everything here is a 
 the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'s.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the config dataclasses below need real annotations
+# to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
+from dataclasses import dataclass
 
 import hydra
 import torch
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 
+from marlkit._utils import check_int
 from marlkit.envs import EnvBase
 from marlkit.modules import Mixer, QMixer, VDNMixer
 from marlkit.objectives import QMixerLoss
-from marlkit.train.config import COMMON_RULES, flag, integer, one_of, register_resolvers
+from marlkit.train.config import (
+    QLearningRunConfig,
+    QLossConfig,
+    check_choice,
+    config_checks,
+    register_schema,
+)
 from marlkit.train.q_learning import egreedy_q_policy, train_q_learning
 from marlkit.train.scripts import (
     load_policy,
     start,
 )
 
-register_resolvers()  # run_folder, if_none: the configs' resolvers
 
-# every value the script reads, checked before anything runs (the key named when one is wrong)
-RULES = {
-    **COMMON_RULES,
-    "loss.mixer": one_of("qmix", "vdn"),
-    "loss.mixer_state": one_of("observation", "state"),
-    "train.epochs": integer(1),
-    "loss.double_dqn": flag(),
-    "loss.mixing_embed_dim": integer(1),
-    "buffer.capacity": integer(1),
-}
+@dataclass
+class QmixVdnLossConfig(QLossConfig):
+    """``loss``: QMIX's or VDN's mixer, and the Q-learning loss."""
+
+    mixer: str = MISSING
+    """``qmix`` or ``vdn``."""
+    mixer_state: str = MISSING
+    """What QMIX's hypernetworks read: ``observation`` (the agents', joined) or ``state`` (the
+    env's global ``"state"``, where it has one)."""
+    mixing_embed_dim: int = MISSING
+    """QMIX's mixing embedding size."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("mixer", self.mixer, ("qmix", "vdn"))
+        check_choice("mixer_state", self.mixer_state, ("observation", "state"))
+        with config_checks():
+            check_int("mixing_embed_dim", self.mixing_embed_dim, low=1)
+
+
+@dataclass
+class QmixVdnConfig(QLearningRunConfig):
+    """The keys of ``configs/qmix_vdn.yaml`` (its types and ranges, checked before anything
+    runs)."""
+
+    loss: QmixVdnLossConfig = MISSING
+    """The mixer and the loss."""
+
+
+register_schema("qmix_vdn_schema", QmixVdnConfig)  # configs/qmix_vdn.yaml's defaults
 
 
 def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:
@@ -92,8 +120,7 @@ def make_mixer(env: EnvBase, group: str, cfg: DictConfig) -> Mixer:
 
 @hydra.main(config_path="../configs", config_name="qmix_vdn", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    minibatch = ("train.minibatch_size", "buffer.capacity", "a minibatch is drawn from the buffer")
-    env_fn = start(cfg, RULES, [minibatch])
+    env_fn = start(cfg)  # the config's ranges checked, threads, seed
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 

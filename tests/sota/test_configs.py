@@ -1,41 +1,131 @@
-"""The Hydra configs of ``sota-implementations/configs``: each composes, with every env group."""
+"""The Hydra configs of ``sota-implementations/configs``: each composes with every env group
+into its script's schema (``marlkit.train.config``), gives the values it gave before the
+schemas, and refuses a value of the wrong type or range, naming its key."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import pathlib
+import shutil
 import subprocess
 import sys
+import tarfile
+import types
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from marlkit.record import read_metrics
-from marlkit.train.config import ConfigError, check_config, register_resolvers
+from marlkit.train.config import ConfigError, RunConfig, check_config, register_resolvers
 
-from ._scripts import SCRIPTS, run, script, summary
+from ._scripts import ROOT, SCRIPTS, run, script, summary
 from .test_mappo_ippo import BUDGET
 
 CONFIGS = SCRIPTS / "configs"
-TOP = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+#: the top configs (``run.yaml`` is the section they share, not one of them)
+TOP = sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem != "run")
 ENVS = sorted(
     str(p.relative_to(CONFIGS / "env").with_suffix("")) for p in CONFIGS.glob("env/**/*.yaml")
 )
 
+#: which script runs each top config (its schema)
+SCRIPT_OF = {
+    "demo": "mappo_ippo",
+    "mappo_fast": "mappo_ippo",
+    "mappo_ippo": "mappo_ippo",
+    "qmix_vdn": "qmix_vdn",
+    "qmix_mpe": "qmix_vdn",
+    "iql": "iql",
+    "maddpg_iddpg": "maddpg_iddpg",
+    "masac_isac": "masac_isac",
+}
 
-def _compose(name: str, overrides: list[str] | None = None):
-    register_resolvers()  # as the scripts do at import
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name=name, overrides=overrides or [])
+
+@functools.cache
+def _script_module(name: str) -> types.ModuleType:
+    """``sota-implementations/<name>/<name>.py`` imported as a module: its schema is stored in
+    Hydra's ConfigStore, its Hydra entry point defined, not run."""
+    spec = importlib.util.spec_from_file_location(f"_script_{name}", script(name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compose(name: str, overrides: list[str] | None = None, config_dir=CONFIGS, **kwargs):
+    _script_module(SCRIPT_OF[name])  # its schema, as the script stores it at import
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return compose(config_name=name, overrides=overrides or [], **kwargs)
+
+
+def test_the_top_configs_are_those_the_scripts_run():
+    assert sorted(SCRIPT_OF) == TOP
 
 
 @pytest.mark.parametrize("name", TOP)
-def test_every_config_composes_with_every_env(name):
+def test_every_config_composes_with_every_env_and_passes_its_checks(name):
     for env in ENVS:
         cfg = _compose(name, [f"env={env}"])
+        assert issubclass(OmegaConf.get_type(cfg), RunConfig)  # the script's schema
+        check_config(cfg)
         assert cfg.env.name == OmegaConf.load(CONFIGS / "env" / f"{env}.yaml").name
         assert cfg.collector.frames_per_batch > 0 and cfg.collector.total_frames > 0
         assert cfg.seed == 0 and "run_dir" in cfg
+        assert cfg.eval.exploration == "deterministic"  # run.yaml's default
+
+
+#: The last commit whose configs had no schema and no run.yaml: what each config gave then.
+BEFORE_SCHEMAS = "75da1eb92fda8e51252e0218cadba96f8763e847"
+
+
+@pytest.fixture(scope="module")
+def configs_before_schemas(tmp_path_factory) -> pathlib.Path:
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    found = subprocess.run(
+        [git, "-C", str(ROOT), "cat-file", "-e", f"{BEFORE_SCHEMAS}^{{commit}}"],
+        capture_output=True,
+    )
+    if found.returncode != 0:
+        pytest.skip(f"commit {BEFORE_SCHEMAS} is not in this clone (a shallow one?)")
+    out = tmp_path_factory.mktemp("before")
+    archive = subprocess.run(
+        [git, "-C", str(ROOT), "archive", BEFORE_SCHEMAS, "sota-implementations/configs"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    (out / "configs.tar").write_bytes(archive)
+    with tarfile.open(out / "configs.tar") as tar:
+        tar.extractall(out, filter="data")
+    return out / "sota-implementations" / "configs"
+
+
+def _values(cfg) -> dict:
+    """The composed config (interpolations left as written) and the Hydra keys it sets."""
+    out = OmegaConf.to_container(cfg, resolve=False)
+    hydra = out.pop("hydra")
+    out["hydra"] = {
+        "run.dir": hydra["run"]["dir"],
+        "output_subdir": hydra["output_subdir"],
+        "job.chdir": hydra["job"]["chdir"],
+    }
+    return out
+
+
+@pytest.mark.parametrize("name", TOP)
+def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_before_schemas):
+    """The shared run.yaml and the schemas change no value: each top config with each env
+    composes to what it did at ``BEFORE_SCHEMAS`` (plain YAML), plus ``eval.exploration``.
+    (``eval.fps`` is now a float: 20.0 where the YAML said 20.)"""
+    for env in ENVS:
+        now = _values(_compose(name, [f"env={env}"], return_hydra_config=True))
+        with initialize_config_dir(config_dir=str(configs_before_schemas), version_base="1.3"):
+            before = _values(compose(name, [f"env={env}"], return_hydra_config=True))
+        assert now["eval"].pop("exploration") == "deterministic"
+        assert now == before, (name, env)
 
 
 def test_the_fast_recipe_changes_the_budget_and_networks_only():
@@ -129,67 +219,145 @@ def test_the_demo_recipe_evaluates_64_envs_and_films_4(tmp_path):
     assert frames.shape[1:] == read_video(four)[0].shape[1:]
 
 
-def _rules(name: str) -> dict:
-    """The ``RULES`` of ``sota-implementations/<name>/<name>.py`` (imported as a module: its
-    Hydra entry point is defined, not run)."""
-    spec = importlib.util.spec_from_file_location(f"_rules_{name}", script(name))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RULES
-
-
-#: which script runs each top config
-SCRIPT_OF = {
-    "demo": "mappo_ippo",
-    "mappo_fast": "mappo_ippo",
-    "mappo_ippo": "mappo_ippo",
-    "qmix_vdn": "qmix_vdn",
-    "qmix_mpe": "qmix_vdn",
-    "iql": "iql",
-    "maddpg_iddpg": "maddpg_iddpg",
-    "masac_isac": "masac_isac",
-}
-
-
-@pytest.mark.parametrize("name", TOP)
-def test_every_config_passes_its_scripts_checks(name):
-    check_config(_compose(name), _rules(SCRIPT_OF[name]))
+def _refusal(name: str, override: str) -> str:
+    """What refuses ``override``: Hydra while composing (a wrong type, an unknown key: its
+    message and its cause's, which names the key as ``full_key``), or else the range checks
+    (:func:`check_config`)."""
+    try:
+        cfg = _compose(name, [override])
+    except Exception as err:  # hydra.errors.ConfigCompositionException
+        return f"{err}\n{err.__cause__}"
+    with pytest.raises(ConfigError) as refused:
+        check_config(cfg)
+    return str(refused.value)
 
 
 @pytest.mark.parametrize(
-    ("name", "override", "message"),
+    ("name", "override", "messages"),
     [
-        # the string "no" is true for Python: it trained MAPPO for an IPPO run
+        # a wrong type of each kind, refused by OmegaConf while composing, the key named
         (
             "mappo_ippo",
-            "critic.centralised=no",
-            r"critic.centralised must be a bool, got str: 'no'",
+            "train.lr=abc",  # a float: torch's TypeError after the first batch named no key
+            ["Value 'abc' of type 'str' could not be converted to Float", "full_key: train.lr"],
         ),
-        ("qmix_vdn", "loss.double_dqn=no", r"loss.double_dqn must be a bool, got str: 'no'"),
-        ("masac_isac", "loss.fixed_alpha=yes", r"loss.fixed_alpha must be a bool, got str"),
-        # torch's TypeError, after the first batch, named no key
-        ("mappo_ippo", "train.lr=abc", r"train.lr must be a number, got str: 'abc'"),
-        ("mappo_ippo", "train.max_grad_norm=abc", r"train.max_grad_norm must be a number"),
-        ("iql", "train.minibatch_size=abc", r"train.minibatch_size must be an int >= 1, got str"),
+        (
+            "qmix_vdn",
+            "train.epochs=1.5",  # an int
+            ["Value '1.5' of type 'float' could not be converted to Integer", "train.epochs"],
+        ),
+        ("iql", "train.minibatch_size=abc", ["to Integer", "full_key: train.minibatch_size"]),
+        (
+            "mappo_ippo",
+            "critic.centralised=maybe",  # a bool: true, false, yes, no, on, off
+            ["Value 'maybe' is not a valid bool", "full_key: critic.centralised"],
+        ),
+        ("mappo_ippo", "threads=abc", ["to Integer", "full_key: threads"]),  # an optional int
+        # a choice (a string among a few), refused by its range check
+        ("qmix_vdn", "loss.mixer=qmx", ["loss.mixer must be one of ['qmix', 'vdn'], got 'qmx'"]),
+        ("qmix_vdn", "loss.mixer=1", ["loss.mixer must be one of ['qmix', 'vdn'], got '1'"]),
+        (
+            "mappo_ippo",
+            "eval.exploration=greedy",
+            ["eval.exploration must be one of ['deterministic', 'random', 'both'], got 'greedy'"],
+        ),
+        # env is checked as an EnvConfig by check_config (kept a mapping for '~env.kwargs')
+        (
+            "mappo_ippo",
+            "env.num_envs=abc",
+            ["env.num_envs: Value 'abc' of type 'str' could not be converted to Integer"],
+        ),
+        ("mappo_ippo", "+env.seed=1", ["env.seed: Key 'seed' not in 'EnvConfig'"]),
+        # a key the schema does not declare, as Hydra refuses it in struct mode
+        ("mappo_ippo", "train.lrr=1", ["Could not override 'train.lrr'", "Key 'lrr' not in"]),
+        (  # Hydra adds it (+): check_config refuses it
+            "mappo_ippo",
+            "+train.lrr=1",
+            ["train.lrr is not a key of PPOTrainConfig (its keys: minibatch_size, lr,"],
+        ),
+        ("mappo_ippo", "collector.init_random_frames=0", ["init_random_frames"]),  # off-policy's
+        # a range per section
+        ("mappo_ippo", "seed=-1", ["seed must be an int >= 0, got -1"]),
+        ("mappo_ippo", "threads=0", ["threads must be an int >= 1 or None, got 0"]),
+        ("mappo_ippo", "env.num_envs=0", ["env.num_envs must be an int >= 1, got 0"]),
+        (
+            "mappo_ippo",
+            "env.actions=discret",
+            ["env.actions must be one of ['discrete', 'continuous', None], got 'discret'"],
+        ),
+        # -1 ran forever in MAPPO and was refused in QMIX: a training run ends
+        ("mappo_ippo", "collector.total_frames=-1", ["collector.total_frames must be an int >= 1"]),
+        ("mappo_ippo", "collector.kind=multi", ["collector.kind must be one of ['single'"]),
+        ("mappo_ippo", "policy.depth=-1", ["policy.depth must be an int >= 0, got -1"]),
+        ("mappo_ippo", "critic.num_cells=0", ["critic.num_cells must be an int >= 1, got 0"]),
         # a negative norm flips every update; zero epochs or updates trained nothing
         (
             "mappo_ippo",
             "train.max_grad_norm=-1",
-            r"train.max_grad_norm must be a finite number > 0",
+            ["train.max_grad_norm must be a finite number > 0, got -1.0"],
         ),
-        ("mappo_ippo", "train.epochs=0", r"train.epochs must be an int >= 1, got 0"),
-        ("qmix_vdn", "train.epochs=1.5", r"train.epochs must be an int >= 1, got float: 1.5"),
-        ("maddpg_iddpg", "train.num_updates=0", r"train.num_updates must be an int >= 1, got 0"),
-        # -1 ran forever in MAPPO and was refused in QMIX
-        ("mappo_ippo", "collector.total_frames=-1", r"collector.total_frames must be an int >= 1"),
-        ("mappo_ippo", "loss.entropy_coef=-0.1", r"loss.entropy_coef must be a finite number >= 0"),
-        ("qmix_vdn", "buffer.capacity=0", r"buffer.capacity must be an int >= 1, got 0"),
-        ("mappo_ippo", "threads=abc", r"threads must be an int >= 1 or None, got str"),
+        ("mappo_ippo", "train.lr=inf", ["train.lr must be a finite number > 0, got inf"]),
+        ("mappo_ippo", "train.epochs=0", ["train.epochs must be an int >= 1, got 0"]),
+        ("maddpg_iddpg", "train.num_updates=0", ["train.num_updates must be an int >= 1, got 0"]),
+        ("mappo_ippo", "eval.num_envs=0", ["eval.num_envs must be an int >= 1, got 0"]),
+        ("mappo_ippo", "checkpoint.keep=0", ["checkpoint.keep must be an int >= 1, got 0"]),
+        (
+            "mappo_ippo",
+            "logger.backends=[csv,tensorbord]",
+            ["logger.backends must be one of ['csv', 'tensorboard', 'wandb'], got 'tensorbord'"],
+        ),
+        (
+            "mappo_ippo",
+            "loss.entropy_coef=-0.1",
+            ["loss.entropy_coef must be a finite number >= 0"],
+        ),
+        ("mappo_ippo", "loss.gamma=1.5", ["loss.gamma must be a finite number in [0, 1], got 1.5"]),
+        ("qmix_vdn", "buffer.capacity=0", ["buffer.capacity must be an int >= 1, got 0"]),
+        ("maddpg_iddpg", "buffer.size=0", ["buffer.size must be an int >= 1, got 0"]),
+        (
+            "iql",
+            "exploration.eps_init=2",
+            ["exploration.eps_init must be a finite number in [0, 1]"],
+        ),
+        ("maddpg_iddpg", "exploration.sigma_end=-1", ["exploration.sigma_end must be a finite"]),
+        ("qmix_vdn", "loss.mixing_embed_dim=0", ["loss.mixing_embed_dim must be an int >= 1"]),
+        ("masac_isac", "loss.num_qvalue_nets=0", ["loss.num_qvalue_nets must be an int >= 1"]),
+        ("masac_isac", "loss.tau=0", ["loss.tau must be a finite number in (0, 1], got 0.0"]),
+        ("masac_isac", "loss.loss_function=l3", ["loss.loss_function must be one of ['l2'"]),
     ],
 )
-def test_a_bad_value_is_refused_with_its_key(name, override, message):
-    with pytest.raises(ConfigError, match=message):
-        check_config(_compose(name, [override]), _rules(SCRIPT_OF[name]))
+def test_a_bad_value_is_refused_with_its_key(name, override, messages):
+    refusal = _refusal(name, override)
+    for message in messages:
+        assert message in refusal, refusal
+
+
+@pytest.mark.parametrize(
+    ("name", "override", "key", "value"),
+    [
+        # YAML 1.2 leaves no and yes strings, which Python's bool() reads as true: it trained
+        # MAPPO for an IPPO run. A bool key of the schema reads them as what they say.
+        ("mappo_ippo", "critic.centralised=no", "critic.centralised", False),
+        ("qmix_vdn", "loss.double_dqn=no", "loss.double_dqn", False),
+        ("masac_isac", "loss.fixed_alpha=yes", "loss.fixed_alpha", True),
+        ("mappo_ippo", "train.lr=1", "train.lr", 1.0),  # an int where a float goes
+        ("mappo_ippo", "threads=null", "threads", None),
+        ("masac_isac", "loss.target_entropy=-2", "loss.target_entropy", -2),
+        ("mappo_ippo", "eval.exploration=both", "eval.exploration", "both"),
+    ],
+)
+def test_a_value_is_read_as_its_keys_type(name, override, key, value):
+    cfg = _compose(name, [override])
+    check_config(cfg)
+    got = OmegaConf.select(cfg, key)
+    assert got == value and type(got) is type(value)
+
+
+def test_critic_centralised_no_trains_ippo():
+    """``critic.centralised=no`` is an IPPO run: the script reads False."""
+    cfg = _compose("mappo_ippo", ["critic.centralised=no"])
+    assert cfg.critic.centralised is False
+    assert ("MAPPO" if cfg.critic.centralised else "IPPO") == "IPPO"  # the script's variant
 
 
 @pytest.mark.parametrize(
@@ -217,11 +385,32 @@ def test_a_minibatch_larger_than_the_buffer_is_refused_before_anything_runs(
     assert not (run_dir / "metrics.csv").exists()  # refused before the first batch
 
 
-def test_a_script_refuses_a_bad_value_before_collecting(tmp_path):
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # a wrong type, refused by Hydra while composing: the script never starts
+        ("train.lr=abc", r"Value 'abc' of type 'str' could not be converted to Float"),
+        # a value out of range, refused by marlkit.train.scripts.start
+        ("train.epochs=0", r"ConfigError: train.epochs must be an int >= 1, got 0"),
+    ],
+)
+def test_a_script_refuses_a_bad_value_before_collecting(tmp_path, override, message):
     run_dir = tmp_path / "run"
-    with pytest.raises(AssertionError, match=r"critic.centralised must be a bool, got str: 'no'"):
-        run("mappo_ippo", run_dir, (*BUDGET, "critic.centralised=no"))
+    with pytest.raises(AssertionError, match=message):
+        run("mappo_ippo", run_dir, (*BUDGET, override))
     assert not (run_dir / "metrics.csv").exists()
+
+
+def test_the_script_prints_its_config_and_help():
+    argv = [sys.executable, str(script("qmix_vdn"))]
+    job = subprocess.run([*argv, "--cfg", "job"], capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stderr
+    printed = OmegaConf.create(job.stdout)
+    assert printed.loss.mixer == "qmix" and printed.eval.exploration == "deterministic"
+    helped = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0, helped.stderr
+    assert "collector: multisync, ray, single" in helped.stdout  # the groups
+    assert "mixing_embed_dim: 32" in helped.stdout
 
 
 def test_resume_true_without_a_folder_is_refused_before_hydra_makes_one(tmp_path):

@@ -10,7 +10,8 @@
   rewards of a collector batch.
 * :func:`gradient_steps`: optimiser steps of a loss on a buffer's samples; :func:`update_groups`
   runs them for every group, with :func:`adam_per_group` and :func:`soft_updates`.
-* :mod:`marlkit.train.config`: checks of a script's config, the configs' resolvers;
+* :mod:`marlkit.train.config`: the scripts' typed configs (the sections of their Hydra
+  structured-config schemas, with their range checks), the configs' resolvers;
   :mod:`marlkit.train.scripts`: a run from a script's config (env factory, collector, run
   folder, its end, a trained policy read back); :mod:`marlkit.train.builders`: networks
   several scripts build alike.

@@ -2,11 +2,11 @@
 Hydra config: checks and thread settings, the env factory, the collector, the run folder, the
 end of the run, and a trained policy read back from a run folder.
 
-The config layout these read (``sota-implementations/configs/``): ``seed``, ``threads``,
-``run_dir``, ``resume``, ``env.{name, num_envs, max_steps, imports, actions, kwargs,
-eval_kwargs}``, ``collector.{kind, frames_per_batch, total_frames, num_workers}``,
-``eval.{every, num_envs, video, video_envs, fps}``, ``checkpoint.{every, keep}``,
-``logger.{backends, project}``.
+The config these read is a composed config of a :class:`~marlkit.train.config.RunConfig`
+schema (``sota-implementations/configs/``): ``seed``, ``threads``, ``run_dir``, ``resume``,
+``env`` (an :class:`~marlkit.train.config.EnvConfig`), ``collector.{kind, frames_per_batch,
+total_frames, num_workers}``, ``eval.{every, num_envs, video, video_envs, fps, exploration}``,
+``checkpoint.{every, keep}``, ``logger.{backends, project}``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from marlkit.envs import EnvBase, make_episodic
 from marlkit.native import set_threads
 from marlkit.replay import GroupReplayBuffers, ReplayBuffer, Sampler, TensorStorage
 from marlkit.train.checkpoint import Checkpointer
-from marlkit.train.config import Rule, check_config, check_not_above
+from marlkit.train.config import check_config, env_config
 from marlkit.train.run import TrainingRun
 
 __all__ = [
@@ -54,19 +54,16 @@ def _plain(node: Any) -> Any:
     return node
 
 
-def start(
-    cfg: Any, rules: Mapping[str, Rule], not_above: Sequence[tuple[str, str, str]] = ()
-) -> Callable[[], EnvBase]:
-    """Check ``cfg`` against ``rules`` (and each ``(key, limit, why)`` of ``not_above``), set
-    the threads (``threads``: torch's and the native kernels'; null: the defaults) and seed
-    torch (``seed``); returns the factory of the training envs.
+def start(cfg: Any) -> Callable[[], EnvBase]:
+    """Check the ranges of ``cfg``, a config composed into a script's schema (Hydra checked its
+    types; :func:`~marlkit.train.config.check_config`), set the threads (``threads``: torch's
+    and the native kernels'; null: the defaults) and seed torch (``seed``); returns the factory
+    of the training envs.
 
     Raises:
-        ConfigError: the first key whose value does not fit, named.
+        ConfigError: the first key whose value is out of range, named in full.
     """
-    check_config(cfg, rules)
-    for key, limit, why in not_above:
-        check_not_above(cfg, key, limit, why)
+    check_config(cfg)
     set_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     return env_factory(cfg, cfg.env.num_envs, cfg.seed)
@@ -78,17 +75,16 @@ def env_factory(
     """A picklable factory of the configured env (``make_episodic``: episodes cut at
     ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked);
     the evaluation env adds ``env.eval_kwargs``."""
-    kwargs = dict(_plain(cfg.env.kwargs))
-    if evaluation:
-        kwargs.update(_plain(cfg.env.eval_kwargs))
+    env = env_config(_plain(cfg.env))
+    kwargs = {**env.kwargs, **(env.eval_kwargs if evaluation else {})}
     return functools.partial(
         make_episodic,
-        cfg.env.name,
+        env.name,
         num_envs=num_envs,
-        max_steps=cfg.env.max_steps,
+        max_steps=env.max_steps,
         seed=seed,
-        imports=list(cfg.env.imports),
-        actions=cfg.env.actions,
+        imports=list(env.imports),
+        actions=env.actions,  # type: ignore[arg-type]  # checked by EnvConfig
         **kwargs,
     )
 
@@ -144,7 +140,7 @@ def open_run(cfg: Any) -> TrainingRun:
         eval_seed=eval_seed,
         eval_steps=cfg.env.max_steps,
         eval_every=cfg.eval.every,
-        eval_exploration=cfg.eval.get("exploration", "deterministic"),
+        eval_exploration=cfg.eval.exploration,
         video=cfg.eval.video,
         video_envs=cfg.eval.video_envs,
         fps=cfg.eval.fps,
@@ -206,7 +202,8 @@ def load_policy(
     except RuntimeError as err:  # other groups or sizes: another env
         raise ValueError(
             f"the run in {str(run_dir)!r} trained on {cfg.env.name} with "
-            f"{_plain(cfg.env.kwargs)} (env.kwargs of its config): make the env with those; "
+            f"{_plain(cfg.env.get('kwargs', {}))} (env.kwargs of its config): make the env with "
+            "those; "
             f"this one does not fit its policy ({str(err).splitlines()[-1].strip()})"
         ) from None
     return set_exploration(exploration)(policy)
