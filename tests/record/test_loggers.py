@@ -198,8 +198,8 @@ def test_csv_tolerates_a_torn_last_line(csv_path: pathlib.Path) -> None:
 def test_csv_cuts_a_torn_row_off_before_the_next_one(
     csv_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # A row torn by a failed write was glued to the next: "20,0.220,0.25," and the whole file
-    # was refused by read_metrics and resume=True ("row 3 has 4 cells, the header 3").
+    # A row torn by a failed write is cut off with a warning before the next row is written,
+    # never glued to it ("20,0.220,0.25,", which read_metrics and resume=True would refuse).
     with CSVLogger(csv_path) as logger:
         logger.log({"loss": 1.0, "reward": 2.0}, step=10)
         with open(csv_path, "a") as f:
@@ -224,7 +224,8 @@ def test_csv_cuts_a_torn_row_off_before_the_next_one(
 
 
 def test_csv_on_a_full_disk_names_the_file_and_leaves_no_torn_row(small_fs) -> None:
-    # A row longer than the room left was written in part, then glued to the next row.
+    # A row longer than the room left is an ENOSPC naming the file; nothing of it stays to be
+    # glued to the next row.
     path = small_fs(2 * 1024 * 1024) / "metrics.csv"
     wide = {f"metric_{i:03d}": i / 7 for i in range(300)}  # a row of ~5 kB, beyond the page
     logger = CSVLogger(path)
