@@ -35,6 +35,7 @@ from typing import Any, get_args
 from marlkit._utils import check_int, check_real, import_optional
 from marlkit.collectors import CollectorKind
 from marlkit.record.loggers import Backend
+from marlkit.train.evaluation import EVAL_EXPLORATIONS
 
 __all__ = [
     "ActorCriticRunConfig",
@@ -247,9 +248,6 @@ class EpochsTrainConfig(TrainConfig):
             check_int("epochs", self.epochs, low=1)
 
 
-_EXPLORATIONS = ("deterministic", "random", "both")
-
-
 @dataclass
 class EvalConfig:
     """``eval``: the periodic evaluations, on an env of their own (``seed + 10000``)."""
@@ -274,7 +272,7 @@ class EvalConfig:
             check_int("num_envs", self.num_envs, low=1)
             check_int("video_envs", self.video_envs, low=1)
             check_real("fps", self.fps)
-        check_choice("exploration", self.exploration, _EXPLORATIONS)
+        check_choice("exploration", self.exploration, EVAL_EXPLORATIONS)
 
 
 @dataclass
