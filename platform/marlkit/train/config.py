@@ -13,7 +13,9 @@ Hydra composes the YAML files into it:
 * each section's ``__post_init__`` checks the **ranges** (``>= 1``, ``> 0``, finite, one of the
   choices) and raises :class:`ConfigError`; :func:`check_config`, called by
   :func:`marlkit.train.scripts.start`, runs them on a composed config and names the key in
-  full: ``train.epochs must be an int >= 1, got 0``.
+  full: ``train.epochs must be an int >= 1, got 0``. It also refuses the keys Hydra lets
+  ``+train.lrr=1`` add, and checks ``env``, a mapping while composing (so that ``~env.kwargs``
+  can replace the env's keyword arguments), as an :class:`EnvConfig` (:func:`env_config`).
 
 The sections every script shares live here (:class:`RunConfig`: ``seed``, ``threads``,
 ``resume``, ``run_dir``, :class:`EnvConfig`, :class:`CollectorConfig`, :class:`PolicyConfig`,
