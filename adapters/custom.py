@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.adapters._dict_env import (
     DictEnv,
     IllegalActions,

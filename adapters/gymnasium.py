@@ -45,14 +45,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import (
-    check_int,
-    check_kwargs,
-    did_you_mean,
-    has_module,
-    import_optional,
-    keyword_names,
-)
+from marlkit._checks import check_int, check_kwargs, did_you_mean, keyword_names
+from marlkit._utils import has_module, import_optional
 from marlkit.adapters._spaces import (
     SimulatorOutputError,
     check_seed,

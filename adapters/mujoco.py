@@ -45,14 +45,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import (
-    check_int,
-    check_kwargs,
-    did_you_mean,
-    get_logger,
-    import_optional,
-    keyword_names,
-)
+from marlkit._checks import check_flag, check_int, check_kwargs, did_you_mean, keyword_names
+from marlkit._utils import get_logger, import_optional
 from marlkit.adapters._mujoco_partitions import PARTITIONS, Layout, Partition, build_layout
 from marlkit.adapters._spaces import check_steppable
 from marlkit.data.composite import Composite
@@ -153,10 +147,8 @@ def _robot_options(partition: Partition, given: dict[str, Any]) -> dict[str, Any
     for name in ("contact_force_range", "healthy_z_range"):
         if name in out:
             out[name] = _range(name, out[name])
-    if "terminate_when_unhealthy" in out and not isinstance(out["terminate_when_unhealthy"], bool):
-        raise TypeError(
-            f"terminate_when_unhealthy must be a bool, got {out['terminate_when_unhealthy']!r}"
-        )
+    if "terminate_when_unhealthy" in out:
+        check_flag("terminate_when_unhealthy", out["terminate_when_unhealthy"])
     return out
 
 
@@ -417,9 +409,7 @@ class MultiAgentMujocoEnv(EnvBase):
         threads = _default_threads(num_envs) if num_threads is None else num_threads
         self.num_threads = check_int("num_threads", threads, low=1)
         self.render_size = _render_size(render_size)
-        if not isinstance(render_effects, bool):
-            raise TypeError(f"render_effects must be a bool, got {render_effects!r}")
-        self.render_effects = render_effects
+        self.render_effects = check_flag("render_effects", render_effects)
         self.partition = PARTITIONS[scenario]
         given: dict[str, Any] = {
             "frame_skip": frame_skip,

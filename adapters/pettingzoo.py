@@ -44,14 +44,8 @@ from typing import Any, Literal
 
 import torch
 
-from marlkit._utils import (
-    check_int,
-    check_kwargs,
-    did_you_mean,
-    has_module,
-    import_optional,
-    keyword_names,
-)
+from marlkit._checks import check_int, check_kwargs, did_you_mean, keyword_names
+from marlkit._utils import has_module, import_optional
 from marlkit.adapters._dict_env import DictEnv, IllegalActions, SimulatorOutputError
 from marlkit.adapters._dict_writer import StepView
 from marlkit.data.group_map import GroupMapLike

@@ -55,14 +55,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from marlkit._utils import (
-    check_int,
-    did_you_mean,
-    get_logger,
-    import_optional,
-    keyword_names,
-    unexpected_kwargs_message,
-)
+from marlkit._checks import check_int, did_you_mean, keyword_names, unexpected_kwargs_message
+from marlkit._utils import get_logger, import_optional
 from marlkit.adapters._spaces import spec_from_space
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map

@@ -13,18 +13,8 @@ import pathlib
 import secrets
 from types import ModuleType
 
-# Re-exported while their importers move to marlkit._checks: check_int, check_real and
-# check_flag (train/config.py), check_kwargs, did_you_mean, keyword_names and
-# unexpected_kwargs_message (adapters/).
-from marlkit._checks import (  # noqa: F401
-    check_flag,
-    check_int,
-    check_kwargs,
-    check_real,
-    did_you_mean,
-    keyword_names,
-    unexpected_kwargs_message,
-)
+# Re-exported while train/config.py and the training scripts move to marlkit._checks.
+from marlkit._checks import check_flag, check_int, check_real  # noqa: F401
 
 __all__ = [
     "create_temp",

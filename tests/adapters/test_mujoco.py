@@ -325,7 +325,7 @@ def test_bad_actions_are_rejected_and_leave_the_state(
         ({"healthy_z_range": (1.0, 0.2)}, ValueError, "healthy_z_range must have low < high"),
         ({"healthy_z_range": 0.5}, TypeError, r"healthy_z_range must be a pair \(low, high\)"),
         ({"terminate_when_unhealthy": 1}, TypeError, "terminate_when_unhealthy must be a bool"),
-        ({"render_effects": "yes"}, TypeError, "render_effects must be a bool, got 'yes'"),
+        ({"render_effects": "yes"}, TypeError, "render_effects must be a bool, got str: 'yes'"),
         ({"num_envs": 2.0}, TypeError, "num_envs must be an int >= 1, got float: 2.0"),
         ({"render_size": 8}, ValueError, "render_size must be at least 16 pixels, got 8"),
         ({"render_size": (32, "wide")}, TypeError, r"render_size must be an int or \(height"),

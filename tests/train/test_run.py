@@ -385,7 +385,9 @@ def test_video_envs_films_the_first_envs_and_the_metrics_cover_all(tmp_path):
     )
     for batch in run.batches(collector):
         run.end_iteration(batch, {}, policy=None, state=dict, frames=collector.frames)
-    assert run._evaluated is not None and run._evaluated[1].returns["agents"].shape == (6,)
+    assert run._evaluated is not None and run._evaluated[1]["deterministic"].returns[
+        "agents"
+    ].shape == (6,)
     assert read_video(tmp_path / "run" / "videos" / "eval-0001.mp4")[0].shape[1:] == two
     summary = run.finish(None)
     assert read_video(summary["video"])[0].shape[1:] == two

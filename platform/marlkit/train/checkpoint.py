@@ -28,8 +28,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from marlkit._checks import check_int
 from marlkit._files import MANIFEST, verify_manifest, write_bytes, write_manifest
-from marlkit._utils import check_int, fsync_dir, fsync_tree, write_text_atomic
+from marlkit._utils import fsync_dir, fsync_tree, write_text_atomic
 
 __all__ = ["Checkpointer", "rng_state", "set_rng_state"]
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.data.exploration import Exploration, set_exploration
 from marlkit.envs import EnvBase, TransformedEnv
 from marlkit.record.recorder import VideoRecorder
@@ -117,8 +117,7 @@ def evaluate(
     torch's global RNG is the same afterwards as before: evaluating does not change what a
     training run draws next.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    steps = check_int("steps", steps, low=1)
     seed = check_int("seed", seed, low=0, allow_none=True)
     recorder = None
     run: EnvBase = env

@@ -37,8 +37,9 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from marlkit._checks import check_int
 from marlkit._files import FolderInUse, lock_folder
-from marlkit._utils import check_int, get_logger
+from marlkit._utils import get_logger
 from marlkit.envs import EnvBase
 from marlkit.record.loggers import Backend, MultiLogger, make_logger
 from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state

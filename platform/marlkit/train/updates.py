@@ -10,7 +10,7 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int, check_real
+from marlkit._checks import check_int, check_real
 from marlkit.objectives import SoftUpdate
 from marlkit.replay import GroupReplayBuffers
 

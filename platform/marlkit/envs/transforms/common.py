@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._utils import check_int
+from marlkit._checks import check_int
 from marlkit.data.composite import Composite
 from marlkit.data.keys import (
     ACTION_MASK,
