@@ -256,6 +256,12 @@ def _refusal(name: str, override: str) -> str:
         # a choice (a string among a few), refused by its range check
         ("qmix_vdn", "loss.mixer=qmx", ["loss.mixer must be one of ['qmix', 'vdn'], got 'qmx'"]),
         ("qmix_vdn", "loss.mixer=1", ["loss.mixer must be one of ['qmix', 'vdn'], got '1'"]),
+        # a section replaced by a value
+        (
+            "qmix_vdn",
+            "loss=vdn",
+            ["Invalid type assigned: str is not a subclass of QmixVdnLossConfig", "full_key: loss"],
+        ),
         (
             "mappo_ippo",
             "eval.exploration=greedy",
