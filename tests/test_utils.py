@@ -12,11 +12,9 @@ import marlkit._utils
 from marlkit._utils import get_logger, has_module, import_optional
 
 
-def test_the_checks_are_re_exported_until_their_importers_move() -> None:
-    for name in ("check_int", "check_real", "check_flag"):
-        assert getattr(marlkit._utils, name) is getattr(marlkit._checks, name)
-    assert "check_int" not in marlkit._utils.__all__  # not part of _utils' own API
-    assert not hasattr(marlkit._utils, "close_matches")  # only what importers still need
+def test_the_checks_live_in_checks_only() -> None:
+    for name in ("check_int", "check_real", "check_flag", "close_matches", "check_kwargs"):
+        assert hasattr(marlkit._checks, name) and not hasattr(marlkit._utils, name)
 
 
 def test_logger_and_optional_modules() -> None:

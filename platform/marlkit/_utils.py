@@ -13,9 +13,6 @@ import pathlib
 import secrets
 from types import ModuleType
 
-# Re-exported while train/config.py and the training scripts move to marlkit._checks.
-from marlkit._checks import check_flag, check_int, check_real  # noqa: F401
-
 __all__ = [
     "create_temp",
     "fsync_dir",

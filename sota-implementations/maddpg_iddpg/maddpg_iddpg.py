@@ -33,7 +33,6 @@ from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
-from marlkit._utils import check_real
 from marlkit.envs import EnvBase
 from marlkit.modules import AdditiveGaussian, MultiAgentMLP, TanhBounds, annealing_steps
 from marlkit.objectives import DDPGLoss
@@ -43,7 +42,7 @@ from marlkit.train.builders import action_bounds, q_critic
 from marlkit.train.config import (
     OffPolicyRunConfig,
     TargetLossConfig,
-    config_checks,
+    check_real,
     register_schema,
 )
 from marlkit.train.scripts import (
@@ -70,10 +69,9 @@ class GaussianNoiseConfig:
     """sigma reaches ``sigma_end`` after this fraction of ``collector.total_frames``."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_real("sigma_init", self.sigma_init, low=0.0, strict=False)
-            check_real("sigma_end", self.sigma_end, low=0.0, strict=False)
-            check_real("annealing_fraction", self.annealing_fraction, low=0.0, strict=False)
+        check_real("sigma_init", self.sigma_init, low=0.0, strict=False)
+        check_real("sigma_end", self.sigma_end, low=0.0, strict=False)
+        check_real("annealing_fraction", self.annealing_fraction, low=0.0, strict=False)
 
 
 @dataclass

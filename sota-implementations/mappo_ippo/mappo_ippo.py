@@ -25,7 +25,6 @@ import torch
 from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 
-from marlkit._utils import check_real
 from marlkit.data.specs import Categorical
 from marlkit.envs import EnvBase
 from marlkit.modules import Categorical as CategoricalDist
@@ -46,7 +45,7 @@ from marlkit.train.config import (
     check_choice,
     check_fraction,
     check_not_above,
-    config_checks,
+    check_real,
     register_schema,
 )
 from marlkit.train.scripts import (
@@ -82,10 +81,9 @@ class PPOLossConfig:
     def __post_init__(self) -> None:
         check_fraction("gamma", self.gamma)
         check_fraction("lmbda", self.lmbda)
-        with config_checks():
-            check_real("clip_epsilon", self.clip_epsilon)
-            check_real("entropy_coef", self.entropy_coef, low=0.0, strict=False)
-            check_real("critic_coef", self.critic_coef, low=0.0, strict=False)
+        check_real("clip_epsilon", self.clip_epsilon)
+        check_real("entropy_coef", self.entropy_coef, low=0.0, strict=False)
+        check_real("critic_coef", self.critic_coef, low=0.0, strict=False)
         check_choice("loss_critic_type", self.loss_critic_type, ("l2", "smooth_l1", "l1"))
 
 

@@ -33,7 +33,6 @@ from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 from torch import nn
 
-from marlkit._utils import check_int, check_real
 from marlkit.envs import EnvBase
 from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticActor, TanhNormal
 from marlkit.objectives import SACLoss
@@ -43,7 +42,8 @@ from marlkit.train.builders import action_bounds, q_critic
 from marlkit.train.config import (
     OffPolicyRunConfig,
     TargetLossConfig,
-    config_checks,
+    check_int,
+    check_real,
     register_schema,
 )
 from marlkit.train.scripts import (
@@ -72,11 +72,10 @@ class SACLossConfig(TargetLossConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        with config_checks():
-            check_int("num_qvalue_nets", self.num_qvalue_nets, low=1)
-            check_real("alpha_init", self.alpha_init)
-            if self.target_entropy != "auto":
-                check_real("target_entropy", self.target_entropy, low=-math.inf)
+        check_int("num_qvalue_nets", self.num_qvalue_nets, low=1)
+        check_real("alpha_init", self.alpha_init)
+        if self.target_entropy != "auto":
+            check_real("target_entropy", self.target_entropy, low=-math.inf)
 
 
 @dataclass

@@ -29,7 +29,6 @@ import torch
 from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 
-from marlkit._utils import check_int
 from marlkit.envs import EnvBase
 from marlkit.modules import Mixer, QMixer, VDNMixer
 from marlkit.objectives import QMixerLoss
@@ -37,7 +36,7 @@ from marlkit.train.config import (
     QLearningRunConfig,
     QLossConfig,
     check_choice,
-    config_checks,
+    check_int,
     register_schema,
 )
 from marlkit.train.q_learning import egreedy_q_policy, train_q_learning
@@ -63,8 +62,7 @@ class QmixVdnLossConfig(QLossConfig):
         super().__post_init__()
         check_choice("mixer", self.mixer, ("qmix", "vdn"))
         check_choice("mixer_state", self.mixer_state, ("observation", "state"))
-        with config_checks():
-            check_int("mixing_embed_dim", self.mixing_embed_dim, low=1)
+        check_int("mixing_embed_dim", self.mixing_embed_dim, low=1)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from marlkit._utils import check_int, check_real
 from marlkit.train.config import (
     ActorCriticRunConfig,
     ConfigError,
@@ -21,7 +20,8 @@ from marlkit.train.config import (
     check_choice,
     check_config,
     check_fraction,
-    config_checks,
+    check_int,
+    check_real,
     env_config,
     register_schema,
 )
@@ -121,8 +121,10 @@ def _without(key: str) -> dict:
 
 def test_the_helpers_raise_config_errors():
     message = r"^epochs must be an int >= 1, got float: 1.5$"  # check_int's TypeError
-    with pytest.raises(ConfigError, match=message), config_checks():
+    with pytest.raises(ConfigError, match=message):
         check_int("epochs", 1.5, low=1)
+    with pytest.raises(ConfigError, match=r"^lr must be a finite number > 0, got -1"):
+        check_real("lr", -1.0)
     assert check_choice("mixer", "vdn", ("qmix", "vdn")) == "vdn"
     with pytest.raises(ConfigError, match=r"^gamma must be a finite number in \[0, 1\], got 2.0"):
         check_fraction("gamma", 2)
@@ -140,8 +142,7 @@ class _Loss(TargetLossConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        with config_checks():
-            check_real("coef", self.coef, low=0.0, strict=False)
+        check_real("coef", self.coef, low=0.0, strict=False)
 
 
 @dataclasses.dataclass

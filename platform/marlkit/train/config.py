@@ -28,13 +28,13 @@ its exploration) in a small dataclass next to it.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, get_args
 
-from marlkit._utils import check_int, check_real, import_optional
+from marlkit import _checks
+from marlkit._utils import import_optional
 from marlkit.collectors import CollectorKind
 from marlkit.record.loggers import Backend
 from marlkit.train.evaluation import EVAL_EXPLORATIONS
@@ -64,8 +64,9 @@ __all__ = [
     "check_choice",
     "check_config",
     "check_fraction",
+    "check_int",
     "check_not_above",
-    "config_checks",
+    "check_real",
     "env_config",
     "register_resolvers",
     "register_schema",
@@ -80,22 +81,36 @@ class ConfigError(ValueError):
     """A config value of the wrong type or range; the message names its key."""
 
 
-@contextlib.contextmanager
-def config_checks() -> Iterator[None]:
-    """Run a section's checks (``__post_init__``): their ``TypeError`` or ``ValueError`` (from
-    ``check_int``, ``check_real``, ...) becomes a :class:`ConfigError`, with the same message.
+def check_int(key: str, value: Any, *, low: int, allow_none: bool = False) -> Any:
+    """:func:`marlkit._checks.check_int` for a config key: an ``int >= low`` (or ``None`` with
+    ``allow_none``), never a bool or a float.
+
+    Raises:
+        ConfigError: e.g. ``"epochs must be an int >= 1, got 0"``.
 
     Examples:
-        >>> with config_checks():
-        ...     check_int("epochs", 0, low=1)
+        >>> check_int("epochs", 0, low=1)
         Traceback (most recent call last):
         ...
         marlkit.train.config.ConfigError: epochs must be an int >= 1, got 0
     """
     try:
-        yield
-    except ConfigError:
-        raise
+        return _checks.check_int(key, value, low=low, allow_none=allow_none)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_real(
+    key: str, value: Any, *, low: float = 0.0, strict: bool = True, below: float | None = None
+) -> float:
+    """:func:`marlkit._checks.check_real` for a config key: a finite number ``> low``
+    (``>= low`` when not ``strict``; ``< below`` when given).
+
+    Raises:
+        ConfigError: e.g. ``"lr must be a finite number > 0, got -1.0"``.
+    """
+    try:
+        return _checks.check_real(key, value, low=low, strict=strict, below=below)
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None
 
@@ -120,7 +135,7 @@ def check_fraction(key: str, value: Any, *, strict: bool = False) -> float:
     """
     interval = f"{'(' if strict else '['}0, 1]"
     try:
-        number = check_real(key, value, low=0.0, strict=strict)
+        number = _checks.check_real(key, value, low=0.0, strict=strict)
     except TypeError as err:
         raise ConfigError(str(err)) from None
     except ValueError:  # below 0, or not finite
@@ -164,9 +179,8 @@ class EnvConfig:
     set in the script's file, checked on the env before anything trains."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_int("num_envs", self.num_envs, low=1)
-            check_int("max_steps", self.max_steps, low=1)
+        check_int("num_envs", self.num_envs, low=1)
+        check_int("max_steps", self.max_steps, low=1)
         check_choice("actions", self.actions, ("discrete", "continuous", None))
 
 
@@ -187,10 +201,9 @@ class CollectorConfig:
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, get_args(CollectorKind))
-        with config_checks():
-            check_int("frames_per_batch", self.frames_per_batch, low=1)
-            check_int("total_frames", self.total_frames, low=1)
-            check_int("num_workers", self.num_workers, low=1)
+        check_int("frames_per_batch", self.frames_per_batch, low=1)
+        check_int("total_frames", self.total_frames, low=1)
+        check_int("num_workers", self.num_workers, low=1)
 
 
 @dataclass
@@ -205,9 +218,8 @@ class PolicyConfig:
     """Units of each hidden layer."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_int("depth", self.depth, low=0)
-            check_int("num_cells", self.num_cells, low=1)
+        check_int("depth", self.depth, low=0)
+        check_int("num_cells", self.num_cells, low=1)
 
 
 @dataclass
@@ -231,10 +243,9 @@ class TrainConfig:
     """Gradients are clipped to this norm (a negative one would flip every update)."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_int("minibatch_size", self.minibatch_size, low=1)
-            check_real("lr", self.lr)
-            check_real("max_grad_norm", self.max_grad_norm)
+        check_int("minibatch_size", self.minibatch_size, low=1)
+        check_real("lr", self.lr)
+        check_real("max_grad_norm", self.max_grad_norm)
 
 
 @dataclass
@@ -246,8 +257,7 @@ class EpochsTrainConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        with config_checks():
-            check_int("epochs", self.epochs, low=1)
+        check_int("epochs", self.epochs, low=1)
 
 
 @dataclass
@@ -269,11 +279,10 @@ class EvalConfig:
     collecting) or ``both`` (the deterministic one reported first)."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_int("every", self.every, low=0)
-            check_int("num_envs", self.num_envs, low=1)
-            check_int("video_envs", self.video_envs, low=1)
-            check_real("fps", self.fps)
+        check_int("every", self.every, low=0)
+        check_int("num_envs", self.num_envs, low=1)
+        check_int("video_envs", self.video_envs, low=1)
+        check_real("fps", self.fps)
         check_choice("exploration", self.exploration, EVAL_EXPLORATIONS)
 
 
@@ -287,9 +296,8 @@ class CheckpointConfig:
     """Checkpoints kept (the oldest are deleted)."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_int("every", self.every, low=1)
-            check_int("keep", self.keep, low=1)
+        check_int("every", self.every, low=1)
+        check_int("keep", self.keep, low=1)
 
 
 @dataclass
@@ -350,9 +358,8 @@ class RunConfig:
     """The loggers."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_int("seed", self.seed, low=0)
-            check_int("threads", self.threads, low=1, allow_none=True)
+        check_int("seed", self.seed, low=0)
+        check_int("threads", self.threads, low=1, allow_none=True)
         env_config(self.env)
 
 
@@ -393,8 +400,7 @@ class OffPolicyCollectorConfig(CollectorConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        with config_checks():
-            check_int("init_random_frames", self.init_random_frames, low=0)
+        check_int("init_random_frames", self.init_random_frames, low=0)
 
 
 @dataclass
@@ -405,8 +411,7 @@ class ReplayConfig:
     """Transitions each group's buffer holds (the oldest are overwritten)."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_int("size", self.size, low=1)
+        check_int("size", self.size, low=1)
 
 
 @dataclass
@@ -418,8 +423,7 @@ class OffPolicyTrainConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        with config_checks():
-            check_int("num_updates", self.num_updates, low=1)
+        check_int("num_updates", self.num_updates, low=1)
 
 
 @dataclass
@@ -460,8 +464,7 @@ class EpsilonGreedyConfig:
     def __post_init__(self) -> None:
         check_fraction("eps_init", self.eps_init)
         check_fraction("eps_end", self.eps_end)
-        with config_checks():
-            check_real("annealing_fraction", self.annealing_fraction, low=0.0, strict=False)
+        check_real("annealing_fraction", self.annealing_fraction, low=0.0, strict=False)
 
 
 @dataclass
@@ -482,8 +485,7 @@ class BufferConfig:
     """Transitions each group's buffer holds (one batch: overwritten by the next)."""
 
     def __post_init__(self) -> None:
-        with config_checks():
-            check_int("capacity", self.capacity, low=1)
+        check_int("capacity", self.capacity, low=1)
 
 
 @dataclass

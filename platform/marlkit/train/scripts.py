@@ -163,8 +163,10 @@ def finish(
     summary = run.finish(policy, info={**info, "frames": collector.frames})
     collector.shutdown()
     run.eval_env.close()
+    sampled = summary.get("trained_random")  # eval.exploration=both
     return [
         f"{json.dumps(summary['trained'])} random: {json.dumps(summary['random'])}",
+        *([f"sampling its actions: {json.dumps(sampled)}"] if sampled is not None else []),
         f"outputs in {run.run_dir}/ ({', '.join(summary['files'])})",
     ]
 
