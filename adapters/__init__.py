@@ -48,6 +48,18 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         ("mujoco", "gymnasium"),
         "mujoco",
     ),
+    (
+        "magent2",
+        "MAgent2 grid battles grouped by team, e.g. magent2/battle_v4 (map_size sizes them)",
+        ("magent2", "pettingzoo"),
+        "magent2",
+    ),
+    (
+        "openspiel",
+        "OpenSpiel games through shimmy, turn by turn with masks, e.g. openspiel/leduc_poker",
+        ("shimmy", "pyspiel", "pettingzoo"),
+        "openspiel",
+    ),
 )
 
 for _name, _description, _requires, _extra in _BUILTIN:
