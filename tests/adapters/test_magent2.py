@@ -94,7 +94,7 @@ def test_minimap_and_extra_features_stay_within_their_specs():
         assert ((out[key] >= low) & (out[key] <= high)).all()
 
 
-@pytest.mark.parametrize("task", ["battle_v4", "adversarial_pursuit_v4", "tiger_deer_v4"])
+@pytest.mark.parametrize("task", sorted(TASKS))
 def test_the_conformance_kit_passes(task):
     env = marlkit.make(f"magent2/{task}", map_size=TASKS[task][0], num_envs=2, seed=0)
     check_adapter(env, steps=6)
