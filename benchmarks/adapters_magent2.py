@@ -74,7 +74,18 @@ def bench_battle(args: argparse.Namespace) -> dict:
 
     import marlkit
 
-    out: dict[str, Any] = {"task": "battle_v4", "max_cycles": MAX_CYCLES}
+    out: dict[str, Any] = {
+        "task": "battle_v4",
+        "max_cycles": MAX_CYCLES,
+        "work": {
+            "raw": "one random action per live agent (torch.randint), battle_v4.parallel_env"
+            ".step on a dict of them, its dicts of NumPy arrays kept; reset at max_cycles; "
+            "with_state: state() too",
+            "adapter": "the same actions written into the TensorDict, step_and_maybe_reset "
+            "(validation off): every agent's observation, reward, done flags and mask as "
+            "tensors [1, n, ...]; with_state: the global state as well",
+        },
+    }
     for map_size in args.map_size:
         entry: dict[str, Any] = {}
         for name, with_state in (("adapter", False), ("adapter_with_state", True)):

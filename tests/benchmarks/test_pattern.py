@@ -15,12 +15,13 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: benchmarks/results/<benchmark>[-<section>]-<date>.json
-RESULT_NAME = r"(?P<benchmark>[a-z_]+)(-[\w-]+)?-(?P<date>\d{4}-\d\d-\d\d)"
+RESULT_NAME = r"(?P<benchmark>[a-z][a-z0-9_]*)(-[\w-]+)?-(?P<date>\d{4}-\d\d-\d\d)"
 SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
 #: The common flags each script has (the others do not apply to it).
 COMMON = ("--only", "--rounds", "--round-seconds", "--threads")
 FLAGS = {
     "adapters.py": COMMON,
+    "adapters_magent2.py": COMMON,
     "collectors.py": COMMON,
     "env_step.py": ("--rounds", "--round-seconds", "--threads"),
     "losses.py": COMMON,
@@ -67,7 +68,7 @@ def test_results_are_json_files_named_by_benchmark_and_date() -> None:
     names = {script.removesuffix(".py") for script in SCRIPTS}
     for path in files:
         match = re.fullmatch(
-            r"(?P<benchmark>[a-z_]+)(-[\w-]+)?-(?P<date>\d{4}-\d\d-\d\d)", path.stem
+            r"(?P<benchmark>[a-z][a-z0-9_]*)(-[\w-]+)?-(?P<date>\d{4}-\d\d-\d\d)", path.stem
         )
         assert path.suffix == ".json" and match, path.name
         data = json.loads(path.read_text())
