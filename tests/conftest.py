@@ -54,12 +54,13 @@ def _same_random_state() -> None:
 
 
 def _starts_ray(nodeid: str) -> bool:
-    """Whether a test starts a local Ray: test_ray.py, a training script's ``collector=ray`` run,
-    and the Ray section of docs/collectors.md."""
+    """Whether a test may start a local Ray: test_ray.py, a training script's ``collector=ray``
+    run (``[ray]``, ``[<script>-ray]``), and docs/collectors.md, run as a page
+    (``[docs/collectors.md]``) or block by block as scripts (``[docs/collectors.md:<line>]``)."""
     return (
         "/collectors/test_ray.py::" in nodeid
-        or nodeid.endswith("[ray]")
-        or nodeid.endswith("[docs/collectors.md]")
+        or nodeid.endswith(("[ray]", "-ray]"))
+        or "[docs/collectors.md" in nodeid
     )
 
 
