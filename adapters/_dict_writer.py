@@ -22,7 +22,13 @@ from marlkit.adapters._dict_layout import Arrays, Frame, GroupLayout, Leaf
 from marlkit.adapters._spaces import SimulatorOutputError, changes_on_cast, describe, space_repr
 from marlkit.data.keys import ACTION_MASK, REWARD
 
-__all__ = ["FrameWriter", "StepView"]
+__all__ = ["BATCHED_FROM", "FrameWriter", "StepView"]
+
+#: Groups of this many agents or more are written in one go (rewards, flags and observations as
+#: arrays); in smaller ones, agent by agent costs less than the arrays' fixed costs (measured
+#: on MPE and MAgent2 battle: 3 agents 8 us a step against 18, 12 agents even, 144 agents
+#: 175 us against 325).
+BATCHED_FROM = 16
 
 
 @dataclass
@@ -91,6 +97,8 @@ class FrameWriter:
             if layout.n_actions is not None and not layout.masked
             for agent in layout.agents
         ]
+        #: Each group's agents as a set: ``{group: frozenset}``.
+        self._agent_sets = {group: frozenset(layout.agents) for group, layout in layouts.items()}
         self.terminated = {
             group: np.zeros((num_envs, len(layout.agents)), bool)
             for group, layout in layouts.items()
@@ -136,57 +144,147 @@ class FrameWriter:
         self, env_index: int, view: StepView, frame: Frame, rewards: dict[str, np.ndarray]
     ) -> None:
         """Write instance ``env_index``'s step into ``frame`` and ``rewards`` (per group
-        ``[E, n, 1]``), and its agents' done flags."""
+        ``[E, n, 1]``), and its agents' done flags.
+
+        A group of ``BATCHED_FROM`` agents or more goes in one go where it can (its rewards
+        and flags read into arrays, its observations stacked into the group's array); a
+        smaller group, or one that cannot (values to convert, or something wrong), is written
+        agent by agent, into the same entries, and that path raises the error, naming the
+        agent and key as it always has. Both write the same values, bit for bit.
+        """
         before = self.present[env_index]
         present = self._check_agents(env_index, view.agents, "step()", view.observations)
+        over = True  # the episode is over when every agent in the game is done
         for group, layout in self.layouts.items():
-            terminated, truncated = self.terminated[group], self.truncated[group]
-            arrays, group_rewards = frame.groups[group], rewards[group]
-            for agent_index, agent in enumerate(layout.agents):
-                if agent in before:
-                    reward = _read_number(view.rewards, "rewards", agent, env_index)
-                    if not math.isfinite(reward):
-                        raise SimulatorOutputError(
-                            f"step() of env {env_index}: the reward of agent {agent!r} at key "
-                            f"{(group, REWARD)!r} is not finite: {reward}"
-                        )
-                    group_rewards[env_index, agent_index, 0] = reward
-                    ended = bool(_read_number(view.terminations, "terminations", agent, env_index))
-                    cut = bool(_read_number(view.truncations, "truncations", agent, env_index))
-                    if agent not in present:
-                        ended = ended or not cut  # left the game without a flag: over for it
-                    terminated[env_index, agent_index] = ended
-                    truncated[env_index, agent_index] = cut
-                elif agent in present:  # joined the game during the episode
-                    terminated[env_index, agent_index] = truncated[env_index, agent_index] = False
-                if agent in present:
-                    arrays.mask[env_index, agent_index] = True
-                    if not (
-                        layout.simple
-                        and _store_as_is(arrays, layout, env_index, agent_index, agent, view)
-                    ):
-                        self._write_observation(
-                            arrays, layout, env_index, agent_index, agent, view, "step()", True
-                        )
-                elif agent in before:  # its last transition: the final observation when given
-                    self._write_observation(
-                        arrays, layout, env_index, agent_index, agent, view, "step()", False
+            done = None
+            if len(layout.agents) >= BATCHED_FROM:
+                try:
+                    done = self._write_group(
+                        env_index, group, layout, view, frame, rewards, before, present
                     )
-                    if arrays.action_mask is not None:
-                        arrays.action_mask[env_index, agent_index] = True
+                except Exception:  # the agent-by-agent path says what is wrong
+                    done = None
+            if done is None:
+                done = self._write_group_by_agent(
+                    env_index, group, layout, view, frame, rewards, before, present
+                )
+            over = over and done
         if self.unmasked and view.infos:
             self._refuse_undeclared_masks(env_index, view.infos)
         self._write_turn(frame, env_index, view)
         self._write_state(frame, env_index)
-        over = True
-        for agent in present:
-            group, agent_index = self.slots[agent]
-            over = over and bool(
-                self.terminated[group][env_index, agent_index]
-                or self.truncated[group][env_index, agent_index]
-            )
         self.present[env_index] = present
         self.over[env_index] = over
+
+    def _write_group(
+        self,
+        env_index: int,
+        group: str,
+        layout: GroupLayout,
+        view: StepView,
+        frame: Frame,
+        rewards: dict[str, np.ndarray],
+        before: frozenset[str],
+        present: frozenset[str],
+    ) -> bool | None:
+        """A group's step in one go: whether all its agents in the game are done, or ``None``
+        when the group must go agent by agent (which writes every entry this wrote again, and
+        raises any error)."""
+        agents, everyone = layout.agents, self._agent_sets[group]
+        was = _positions(agents, everyone, before)
+        now = _positions(agents, everyone, present)
+        names = agents if isinstance(was, slice) else [agents[i] for i in was]
+        reward = _numbers(view.rewards, names)
+        if not np.isfinite(reward).all():
+            return None
+        ended = _numbers(view.terminations, names) != 0
+        cut = _numbers(view.truncations, names) != 0
+        left: list[int] = []
+        if not isinstance(now, slice):  # left the game without a flag: over for it
+            ended |= ~cut & np.fromiter((name not in present for name in names), bool, len(names))
+            left = [i for i, agent in enumerate(agents) if agent in before and agent not in present]
+        terminated, truncated = self.terminated[group], self.truncated[group]
+        rewards[group][env_index, was, 0] = reward
+        terminated[env_index, was] = ended
+        truncated[env_index, was] = cut
+        if not isinstance(was, slice):  # joined the game during the episode
+            joined = np.array(
+                [i for i, agent in enumerate(agents) if agent in present and agent not in before],
+                np.intp,
+            )
+            terminated[env_index, joined] = truncated[env_index, joined] = False
+        arrays = frame.groups[group]
+        arrays.mask[env_index, now] = True
+        if not _stack_as_is(arrays, layout, env_index, now, view):
+            for agent_index in range(len(agents)) if isinstance(now, slice) else now.tolist():
+                agent = agents[agent_index]
+                if not (
+                    layout.simple
+                    and _store_as_is(arrays, layout, env_index, agent_index, agent, view)
+                ):
+                    self._write_observation(
+                        arrays, layout, env_index, agent_index, agent, view, "step()", True
+                    )
+        for agent_index in left:  # its last transition: the final observation when given
+            self._write_observation(
+                arrays, layout, env_index, agent_index, agents[agent_index], view, "step()", False
+            )
+            if arrays.action_mask is not None:
+                arrays.action_mask[env_index, agent_index] = True
+        return bool((terminated[env_index, now] | truncated[env_index, now]).all())
+
+    def _write_group_by_agent(
+        self,
+        env_index: int,
+        group: str,
+        layout: GroupLayout,
+        view: StepView,
+        frame: Frame,
+        rewards: dict[str, np.ndarray],
+        before: frozenset[str],
+        present: frozenset[str],
+    ) -> bool:
+        """A group's step agent by agent, each value checked as it is written: whether all its
+        agents in the game are done."""
+        terminated, truncated = self.terminated[group], self.truncated[group]
+        arrays, group_rewards = frame.groups[group], rewards[group]
+        done = True
+        for agent_index, agent in enumerate(layout.agents):
+            if agent in before:
+                reward = _read_number(view.rewards, "rewards", agent, env_index)
+                if not math.isfinite(reward):
+                    raise SimulatorOutputError(
+                        f"step() of env {env_index}: the reward of agent {agent!r} at key "
+                        f"{(group, REWARD)!r} is not finite: {reward}"
+                    )
+                group_rewards[env_index, agent_index, 0] = reward
+                ended = bool(_read_number(view.terminations, "terminations", agent, env_index))
+                cut = bool(_read_number(view.truncations, "truncations", agent, env_index))
+                if agent not in present:
+                    ended = ended or not cut  # left the game without a flag: over for it
+                terminated[env_index, agent_index] = ended
+                truncated[env_index, agent_index] = cut
+                if agent in present:
+                    done = done and (ended or cut)
+            elif agent in present:  # joined the game during the episode
+                terminated[env_index, agent_index] = truncated[env_index, agent_index] = False
+                done = False
+            if agent in present:
+                arrays.mask[env_index, agent_index] = True
+                if not (
+                    layout.simple
+                    and _store_as_is(arrays, layout, env_index, agent_index, agent, view)
+                ):
+                    self._write_observation(
+                        arrays, layout, env_index, agent_index, agent, view, "step()", True
+                    )
+            elif agent in before:  # its last transition: the final observation when given
+                self._write_observation(
+                    arrays, layout, env_index, agent_index, agent, view, "step()", False
+                )
+                if arrays.action_mask is not None:
+                    arrays.action_mask[env_index, agent_index] = True
+        return done
 
     # ------------------------------------------------------------------ checks
     def _check_agents(
@@ -214,6 +312,12 @@ class FrameWriter:
         return present
 
     def _refuse_undeclared_masks(self, env_index: int, infos: Mapping[str, Any]) -> None:
+        if not any(
+            ACTION_MASK in info
+            for info in infos.values()
+            if type(info) is dict or isinstance(info, Mapping)
+        ):
+            return  # no mask anywhere (the usual case), in one pass over the infos
         for agent in self.unmasked:
             info = infos.get(agent)
             if isinstance(info, Mapping) and ACTION_MASK in info:
@@ -371,6 +475,56 @@ def _store_as_is(
         target[env_index, agent_index] = value
     except (TypeError, ValueError):
         return False
+    return True
+
+
+def _positions(agents: list[str], everyone: frozenset[str], members: frozenset[str]) -> Any:
+    """The positions in ``agents`` (a group, ``everyone`` as a set) of those in ``members``: a
+    slice of all when they all are (the usual case, cheaper to index with), else an array."""
+    if everyone and members.issuperset(everyone):
+        return slice(None)
+    return np.array([i for i, agent in enumerate(agents) if agent in members], np.intp)
+
+
+def _numbers(values: Any, agents: list[str]) -> np.ndarray:
+    """``[float(values[agent]) for agent in agents]`` as a float64 array (rewards or flags);
+    errors (``values`` not a mapping, a missing agent, not a number) are left to
+    :func:`_read_number` to name."""
+    return np.fromiter(map(float, map(values.__getitem__, agents)), np.float64, len(agents))
+
+
+def _stack_as_is(
+    arrays: Arrays, layout: GroupLayout, env_index: int, now: Any, view: StepView
+) -> bool:
+    """The fast path for a whole group: the observations of its agents in the game (positions
+    ``now``), all NumPy arrays of the leaf's shape and of one dtype a plain cast stores as
+    :func:`_store_as_is` would, stacked into the group's array in one go; ``False`` (nothing
+    written) for anything else."""
+    if not layout.simple or layout.masked:
+        return False
+    agents = layout.agents
+    names = agents if isinstance(now, slice) else [agents[i] for i in now.tolist()]
+    if not names:
+        return True
+    values: list[Any] = list(map(view.observations.get, names))
+    first = values[0]
+    if type(first) is not np.ndarray:
+        return False
+    dtype, shape = first.dtype, layout.leaves[0].value_shape
+    target = arrays.observations[0]
+    if dtype.kind not in "biuf" or (target.dtype.kind in "biu" and dtype != target.dtype):
+        return False  # the general path checks that the values fit the integer dtype
+    if not all(
+        type(value) is np.ndarray and value.dtype is dtype and value.shape == shape
+        for value in values
+    ):
+        return False
+    if not shape or not target.flags.c_contiguous:
+        target[env_index, now] = np.stack(values)
+    elif isinstance(now, slice):  # straight into the group's rows (a view: target is contiguous)
+        np.concatenate(values, out=target[env_index].reshape(-1, *shape[1:]), casting="unsafe")
+    else:  # concatenate is stack's work without its per-array views
+        target[env_index, now] = np.concatenate(values).reshape(-1, *shape)
     return True
 
 
