@@ -388,15 +388,17 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     pointer = root / _LATEST
     if not pointer.exists():
         raise FileNotFoundError(f"{root} holds no replay buffer checkpoint ({_LATEST} missing)")
-    name = pointer.read_text(errors="replace").strip()
-    if not _named(name):
-        raise ValueError(
-            f"replay buffer checkpoint folder {root}: {_LATEST} names {name[:80]!r}, not a "
-            f"{_PREFIX}<n> folder of its own; nothing was loaded"
-        )
-    folder = root / name
     what = "replay buffer checkpoint"
-    with flock(root / _READERS, shared=True):  # dumps removes no checkpoint while it is read
+    # Shared before `latest` is read: dumps removes no checkpoint while a reader holds it, so
+    # the one `latest` names now is there until the read ends.
+    with flock(root / _READERS, shared=True):
+        name = pointer.read_text(errors="replace").strip()
+        if not _named(name):
+            raise ValueError(
+                f"replay buffer checkpoint folder {root}: {_LATEST} names {name[:80]!r}, not a "
+                f"{_PREFIX}<n> folder of its own; nothing was loaded"
+            )
+        folder = root / name
         if not folder.is_dir():
             raise ValueError(
                 f"{what} {folder}: named by {pointer}, but missing; nothing was loaded"
