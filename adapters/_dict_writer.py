@@ -162,7 +162,9 @@ class FrameWriter:
                     done = self._write_group(
                         env_index, group, layout, view, frame, rewards, before, present
                     )
-                except Exception:  # the agent-by-agent path says what is wrong
+                # a value the fast path cannot read (not a number, a missing agent, a shape
+                # that does not fit): the agent-by-agent path says what is wrong
+                except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError):
                     done = None
             if done is None:
                 done = self._write_group_by_agent(
