@@ -37,14 +37,30 @@ def check_agent_input(
     """Check that ``x`` is ``[*B, n_agents, features]`` and return ``B``.
 
     Raises:
-        ValueError: another shape (the message names the expected and the received shape).
+        ValueError: another shape (the message names the expected and the received shape, and,
+            for an input with more dims after the agents' dim, an image or a grid, the
+            transform that flattens it or the convolutional model).
     """
     if x.dim() < 2 or x.shape[-2] != n_agents or x.shape[-1] != features:
         raise ValueError(
             f"{what}: expected a tensor of shape [*B, n_agents={n_agents}, {features}], "
-            f"got {list(x.shape)}"
+            f"got {list(x.shape)}{_more_dims_hint(x, n_agents)}"
         )
     return tuple(x.shape[:-2])
+
+
+def _more_dims_hint(x: torch.Tensor, n_agents: int) -> str:
+    """For ``x`` ``[*B, n_agents, d1, d2, ...]`` (an image or grid per agent): what fixes it."""
+    agent_dims = [i for i in range(x.dim() - 2) if x.shape[i] == n_agents]
+    if not agent_dims:
+        return ""
+    trailing = list(x.shape[agent_dims[-1] + 1 :])
+    return (
+        f": more dims than [*B, n_agents, features] after the agents' dim (an image or grid "
+        f"observation?); flatten them with env.transforms: [flatten_observation] "
+        f"(FlattenObservation), or use the convolutional model (model=cnn); flattened, "
+        f"{trailing} is {math.prod(trailing)} features per agent"
+    )
 
 
 class StackedLinear(nn.Module):

@@ -12,17 +12,29 @@ from marlkit.envs.transforms.common import (
     RewardSum,
     StepCounter,
 )
+from marlkit.envs.transforms.named import TRANSFORMS, make_transform, make_transforms
+from marlkit.envs.transforms.observation import (
+    ConcatObservation,
+    FlattenObservation,
+    ToTensorImage,
+)
 
 __all__ = [
+    "TRANSFORMS",
     "Compose",
+    "ConcatObservation",
     "DoubleToFloat",
     "EnvSpecs",
     "ExcludeKeys",
+    "FlattenObservation",
     "InitTracker",
     "MissingCarriedError",
     "RenameKeys",
     "RewardSum",
     "StepCounter",
+    "ToTensorImage",
     "Transform",
     "TransformedEnv",
+    "make_transform",
+    "make_transforms",
 ]

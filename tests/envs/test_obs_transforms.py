@@ -1,0 +1,322 @@
+"""Observation transforms (flatten, concatenate, pixels) on real envs: MAgent2's grid images, a
+simulator of dict observations with ``uint8`` pixels (the custom adapter), batched envs, and the
+transforms by name as a config lists them."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+import marlkit
+from marlkit.adapters.custom import from_parallel
+from marlkit.data.composite import Composite
+from marlkit.data.specs import Bounded, Categorical
+from marlkit.envs import SerialEnv, check_env_specs
+from marlkit.envs.transforms import (
+    TRANSFORMS,
+    Compose,
+    ConcatObservation,
+    FlattenObservation,
+    RewardSum,
+    StepCounter,
+    ToTensorImage,
+    TransformedEnv,
+    make_transforms,
+)
+from marlkit.modules import MultiAgentMLP
+from marlkit.testing import check_adapter
+
+
+# ------------------------------------------------------------------ a dict-and-pixels simulator
+class Scout:
+    """Two agents, each seeing a ``uint8`` camera image ``[6, 8, 3]``, its ammunition (a
+    ``Discrete(4)``) and its position (a ``Box``): MeltingPot's layout in small."""
+
+    possible_agents = ["scout_0", "scout_1"]
+
+    def __init__(self) -> None:
+        self.agents: list[str] = []
+        self.t = 0
+        self.rng = np.random.default_rng(0)
+
+    def observation_space(self, agent: str) -> Any:
+        return spaces.Dict(
+            {
+                "rgb": spaces.Box(0, 255, (6, 8, 3), np.uint8),
+                "ammo": spaces.Discrete(4),
+                "pos": spaces.Box(-1, 1, (2,), np.float32),
+            }
+        )
+
+    def action_space(self, agent: str) -> Any:
+        return spaces.Discrete(3)
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents, self.t = list(self.possible_agents), 0
+        return self._obs(), {}
+
+    def _obs(self) -> dict:
+        return {
+            a: {
+                "rgb": self.rng.integers(0, 256, (6, 8, 3), dtype=np.uint8),
+                "ammo": int(self.rng.integers(0, 4)),
+                "pos": self.rng.uniform(-1, 1, 2).astype(np.float32),
+            }
+            for a in self.agents
+        }
+
+    def step(self, actions: dict) -> tuple:
+        self.t += 1
+        flags = dict.fromkeys(self.agents, False)
+        return self._obs(), dict.fromkeys(self.agents, 1.0), flags, flags, {}
+
+
+def scouts(num_envs: int = 2) -> Any:
+    return from_parallel(Scout, num_envs=num_envs, seed=0)
+
+
+def test_pixels_then_concat_give_one_vector_per_agent():
+    env = TransformedEnv(scouts(), Compose(ToTensorImage(), ConcatObservation()))
+    rgb = env.observation_spec  # the nested image became CHW float in [0, 1], then joined
+    spec = rgb["agents", "observation"]
+    assert isinstance(spec, Bounded) and spec.shape == (2, 2, 3 * 6 * 8 + 1 + 2)
+    assert spec.dtype == torch.float32
+    concat = env.transform[1]  # the entries in the spec's order (Gymnasium sorts a Dict's keys)
+    assert [(k, tuple(f)) for k, f, _ in concat.layout[("agents", "observation")]] == [
+        ("ammo", ()),
+        ("pos", (2,)),
+        ("rgb", (3, 6, 8)),
+    ]
+    assert spec.high[0, 0, 0] == 3 and spec.low[0, 0, 1:3].tolist() == [-1.0, -1.0]
+    assert spec.low[0, 0, 3:].min() == 0.0 and spec.high[0, 0, 3:].max() == 1.0  # pixels
+    raw = scouts()
+    td, td_raw = env.rollout(3), raw.rollout(3)  # the same seeds and random actions
+    obs, nested = td["agents", "observation"], td_raw["agents", "observation"]
+    assert obs.shape == (2, 3, 2, 147)
+    assert torch.equal(obs[..., 0], nested["ammo"].float())
+    assert torch.equal(obs[..., 1:3], nested["pos"])
+    rgb_chw = nested["rgb"].permute(0, 1, 2, 5, 3, 4).float() / 255
+    assert torch.equal(obs[..., 3:], rgb_chw.flatten(-3))
+    check_env_specs(env)
+    check_adapter(env)  # partial resets map the observations back to the simulator's layout
+
+
+def test_pixels_alone_scale_uint8_and_keep_the_dict():
+    env = TransformedEnv(scouts(), ToTensorImage(layout="HWC"))
+    spec = env.observation_spec["agents", "observation"]
+    assert isinstance(spec, Composite)
+    assert spec["rgb"] == Bounded(0.0, 1.0, (2, 2, 6, 8, 3))
+    assert spec["ammo"] == Categorical(4, (2, 2))  # left alone: not an image
+    td = env.reset()
+    assert td["agents", "observation", "rgb"].dtype == torch.float32
+    assert (
+        0
+        <= td["agents", "observation", "rgb"].min()
+        <= td["agents", "observation", "rgb"].max()
+        <= 1
+    )
+
+
+def test_a_partial_reset_round_trips_the_pixels_exactly():
+    env = TransformedEnv(scouts(), Compose(ToTensorImage(), ConcatObservation()))
+    td = env.step(env.rand_action(env.reset()))["next"]
+    td["_reset"] = torch.tensor([[True], [False]])
+    out = env.reset(td)
+    # env 1 was not reset: it reports exactly what it reported, through uint8 and back
+    assert torch.equal(out["agents", "observation"][1], td["agents", "observation"][1])
+    assert not torch.equal(out["agents", "observation"][0], td["agents", "observation"][0])
+
+
+def test_batched_envs_the_transform_outside_and_inside():
+    make = functools.partial(from_parallel, Scout, num_envs=2, seed=0)
+    outside = TransformedEnv(SerialEnv(2, make), ConcatObservation())
+    assert outside.observation_spec["agents", "observation"].shape == (2, 2, 2, 3 * 6 * 8 + 3)
+    assert outside.rollout(2)["agents", "observation"].shape == (2, 2, 2, 2, 147)
+    check_env_specs(outside)
+    inside = SerialEnv(2, lambda: TransformedEnv(make(), ConcatObservation()))
+    assert inside.rollout(2)["agents", "observation"].shape == (2, 2, 2, 2, 147)
+
+
+# ------------------------------------------------------------------------------------ MAgent2
+magent2_reason = "magent2 not installed"
+
+
+@pytest.fixture
+def battle():
+    pytest.importorskip("magent2")
+    env = marlkit.make("magent2/battle_v4", map_size=12, num_envs=2, seed=0, max_cycles=20)
+    yield env
+    env.close()
+
+
+def test_flatten_every_group_and_the_state_of_magent2(battle):
+    env = TransformedEnv(battle, FlattenObservation())
+    for group in ("red", "blue"):
+        spec = env.observation_spec[group, "observation"]
+        assert spec == Bounded(0.0, 2.0, (2, 2, 845))
+    assert env.state_spec["state"].shape == (2, 720)
+    assert env.transform[0].in_keys == [("red", "observation"), ("blue", "observation"), "state"]
+    raw = marlkit.make("magent2/battle_v4", map_size=12, num_envs=2, seed=0, max_cycles=20)
+    td, td_raw = (
+        env.rollout(25, break_when_any_done=False),
+        raw.rollout(25, break_when_any_done=False),
+    )
+    raw.close()
+    assert torch.equal(td["red", "observation"], td_raw["red", "observation"].flatten(-3))
+    assert torch.equal(td["next", "state"], td_raw["next", "state"].flatten(-3))
+    check_adapter(env, steps=4)
+
+
+def test_pixels_on_magent2_grids_are_channels_first_not_scaled(battle):
+    env = TransformedEnv(battle, ToTensorImage(in_keys=[("red", "observation")]))
+    assert env.observation_spec["red", "observation"] == Bounded(0.0, 2.0, (2, 2, 5, 13, 13))
+    assert env.observation_spec["blue", "observation"].shape == (2, 2, 13, 13, 5)
+    td = env.reset()
+    raw = marlkit.make("magent2/battle_v4", map_size=12, num_envs=2, seed=0, max_cycles=20)
+    assert torch.equal(td["red", "observation"], raw.reset()["red", "observation"].movedim(-1, -3))
+    raw.close()
+
+
+def test_an_mlp_runs_on_flattened_magent2_through_the_episodic_stack(battle):
+    env = TransformedEnv(battle, [StepCounter(5), RewardSum()])
+    env.append_transform(FlattenObservation())
+    td = env.rollout(6, break_when_any_done=False)
+    assert td["blue", "observation"].shape == (2, 6, 2, 845)
+    mlp = MultiAgentMLP(845, 21, 2, share_params=True, depth=1, num_cells=8)
+    assert mlp(td["blue", "observation"]).shape == (2, 6, 2, 21)
+
+
+def test_an_mlp_given_magent2_images_names_the_transform_that_fixes_it(battle):
+    obs = battle.reset()["red", "observation"]  # [2, 2, 13, 13, 5]
+    # What a script did before: the MLP sized by the spec's last dim.
+    mlp = MultiAgentMLP(obs.shape[-1], 21, 2, share_params=True, depth=1, num_cells=8)
+    match = (
+        r"MultiAgentMLP input: expected a tensor of shape \[\*B, n_agents=2, 5\], got "
+        r"\[2, 2, 13, 13, 5\]: more dims than \[\*B, n_agents, features\] after the agents' "
+        r"dim \(an image or grid observation\?\); flatten them with env\.transforms: "
+        r"\[flatten_observation\] \(FlattenObservation\), or use the convolutional model "
+        r"\(model=cnn\)"
+    )
+    with pytest.raises(ValueError, match=match):
+        mlp(obs)
+
+
+# ------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("transform", "error", "match"),
+    [
+        (
+            lambda: FlattenObservation(in_keys=[("agents", "obsrvation")]),
+            KeyError,
+            r"FlattenObservation: \('agents', 'obsrvation'\) is neither an observation nor a "
+            r"state key.*Did you mean",
+        ),
+        (
+            lambda: FlattenObservation(in_keys=[("agents", "observation", "pos")]),
+            ValueError,
+            r"'pos'\) \[2, 2, 2\] has 1 feature dim after its batch dims \[2, 2\]: there is "
+            "nothing to flatten",
+        ),
+        (
+            lambda: FlattenObservation(in_keys=[("agents", "observation")]),
+            ValueError,
+            r"is a nested observation .*ConcatObservation",
+        ),
+        (
+            lambda: ConcatObservation(in_keys=[("agents", "observation", "rgb")]),
+            ValueError,
+            r"'rgb'\) is a single entry \[2, 2, 6, 8, 3\], not a nested observation",
+        ),
+        (
+            lambda: ToTensorImage(in_keys=[("agents", "observation", "pos")]),
+            ValueError,
+            r"ToTensorImage: \('agents', 'observation', 'pos'\) is not an image \[\.\.\., H, W, "
+            r"C\] \(it is \[2, 2, 2\]: 1 feature dims",
+        ),
+    ],
+)
+def test_keys_a_transform_cannot_take_are_named(transform, error, match):
+    with pytest.raises(error, match=match):
+        TransformedEnv(scouts(), transform())
+
+
+def test_nothing_to_transform_by_default_is_refused():
+    flat = marlkit.make("navigation", num_envs=2, n_agents=2)
+    with pytest.raises(
+        ValueError,
+        match=r"FlattenObservation: the env has no observation or "
+        r"state with more than one feature dim to transform .*'agents', "
+        r"'observation'\) \[2, 2, \d+\]",
+    ):
+        TransformedEnv(flat, FlattenObservation())
+    with pytest.raises(ValueError, match="ConcatObservation: the env has no nested observation"):
+        TransformedEnv(flat, ConcatObservation())
+    with pytest.raises(ValueError, match=r"ToTensorImage: the env has no image entry"):
+        TransformedEnv(flat, ToTensorImage())
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (lambda: FlattenObservation(in_keys=[]), ValueError, "in_keys is empty"),
+        (lambda: FlattenObservation(in_keys="observation"), TypeError, "single key"),
+        (lambda: ConcatObservation(in_keys=[("agents", "mask")]), ValueError, "cannot touch"),
+        (lambda: ToTensorImage(layout="CWH"), ValueError, r"layout must be one of \['CHW'"),
+        (lambda: ToTensorImage(dtype="int64"), TypeError, "dtype must be a float dtype"),
+        (lambda: ToTensorImage(dtype="floaty"), TypeError, "got None"),
+    ],
+)
+def test_bad_arguments_are_refused(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+# -------------------------------------------------------------------------- by name (configs)
+def test_transforms_by_name_as_a_config_lists_them():
+    built = make_transforms(
+        [
+            "flatten_observation",
+            {"name": "pixels", "layout": "HWC", "dtype": "float64"},
+            {"name": "concat_observation", "in_keys": [["agents", "observation"]]},
+        ]
+    )
+    assert [type(t) for t in built] == [FlattenObservation, ToTensorImage, ConcatObservation]
+    assert built[1].layout == "HWC" and built[1].dtype == torch.float64
+    env = TransformedEnv(scouts(), built[1:])  # a YAML list key became a nested key
+    assert env.observation_spec["agents", "observation"].dtype == torch.float64
+    assert set(TRANSFORMS) >= {"flatten_observation", "concat_observation", "pixels"}
+    assert make_transforms(["pixels"])[0] is not make_transforms(["pixels"])[0]  # new each time
+
+
+@pytest.mark.parametrize(
+    ("entries", "error", "match"),
+    [
+        (
+            ["flaten_observation"],
+            ValueError,
+            r"transforms\[0\]: unknown transform 'flaten_observation'; known: "
+            r"concat_observation, double_to_float, flatten_observation, pixels\. Did you mean: "
+            "flatten_observation",
+        ),
+        (
+            ["pixels", {"name": "pixels", "layot": "HWC"}],
+            TypeError,
+            r"transforms\[1\]: transform 'pixels' got an unexpected keyword argument 'layot' "
+            r"\(did you mean 'layout'\?\)",
+        ),
+        ([{"layout": "HWC"}], ValueError, r"transforms\[0\]: a transform entry needs a 'name'"),
+        ([3], TypeError, r"transforms\[0\]: a transform entry is a name or a mapping"),
+        ("pixels", TypeError, "transforms takes a list of entries"),
+        ([{"name": "pixels", "layout": "CWH"}], ValueError, r"transforms\[0\]: .*layout"),
+    ],
+)
+def test_bad_entries_name_the_entry(entries, error, match):
+    with pytest.raises(error, match=match):
+        make_transforms(entries)
