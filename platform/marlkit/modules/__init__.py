@@ -14,20 +14,29 @@ from __future__ import annotations
 
 from marlkit.modules.activations import Tanh, fast_tanh, get_tanh_method, set_tanh_method
 from marlkit.modules.actors import NormalParamExtractor, ProbabilisticActor, distribution_keys
+from marlkit.modules.cnn import MultiAgentCNN
 from marlkit.modules.continuous import AdditiveGaussian, StateActionValueCritic, TanhBounds
 from marlkit.modules.critics import StateValueCritic, ValueNorm
 from marlkit.modules.distributions import Categorical, MaskedCategorical, Normal, TanhNormal
+from marlkit.modules.entities import DeepSets, EntityAttention
+from marlkit.modules.graph import MultiAgentGNN, full_graph, radius_graph
 from marlkit.modules.mixers import Mixer, QMixer, VDNMixer
 from marlkit.modules.mlp import MultiAgentMLP, StackedLinear
+from marlkit.modules.models import ModelConfig, build_model
 from marlkit.modules.qvalue import EGreedy, QValueActor, annealing_steps
 from marlkit.modules.rnn import MultiAgentGRU, MultiAgentLSTM, recurrent_mode, set_recurrent_mode
 
 __all__ = [
     "AdditiveGaussian",
     "Categorical",
+    "DeepSets",
     "EGreedy",
+    "EntityAttention",
     "MaskedCategorical",
     "Mixer",
+    "ModelConfig",
+    "MultiAgentCNN",
+    "MultiAgentGNN",
     "MultiAgentGRU",
     "MultiAgentLSTM",
     "MultiAgentMLP",
@@ -45,9 +54,12 @@ __all__ = [
     "VDNMixer",
     "ValueNorm",
     "annealing_steps",
+    "build_model",
     "distribution_keys",
     "fast_tanh",
+    "full_graph",
     "get_tanh_method",
+    "radius_graph",
     "recurrent_mode",
     "set_recurrent_mode",
     "set_tanh_method",
