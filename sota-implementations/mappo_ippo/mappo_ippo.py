@@ -5,6 +5,7 @@
     python sota-implementations/mappo_ippo/mappo_ippo.py critic.centralised=false   # IPPO
     python sota-implementations/mappo_ippo/mappo_ippo.py collector=multisync
     python sota-implementations/mappo_ippo/mappo_ippo.py resume=runs/mappo_ippo/<stamp>
+    python sota-implementations/mappo_ippo/mappo_ippo.py model.memory=gru     # recurrent
 
 The recipe (``configs/mappo_ippo.yaml``) is TorchRL's multi-agent PPO tutorial: per batch, GAE
 over the whole batch, then ``epochs`` passes over it in shuffled minibatches (each group's
@@ -12,12 +13,15 @@ replay buffer, sampled without replacement). MAPPO's critic reads every agent's 
 (``critic.centralised=true``); IPPO's reads the agent's own. Everything here is a marlkit part:
 the env from the registry, the collector, the per-group buffers, modules, estimator and loss;
 the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'s.
+With ``model.memory=gru|lstm`` the actor (and the critic) carry a recurrent state
+(``(group, "rnn_state")``, collected with the rollout) and learn on windows of ``model.seq_len``
+steps (:func:`marlkit.train.sequences.split_sequences`), replayed in recurrent mode.
 """
 
 # No `from __future__ import annotations`: the config dataclasses below need real annotations
 # to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import hydra
@@ -36,6 +40,8 @@ from marlkit.modules import (
     StateValueCritic,
     TanhNormal,
 )
+from marlkit.modules.actors import distribution_keys
+from marlkit.modules.rnn import MEMORIES, recurrent_network, set_recurrent_mode
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
@@ -44,6 +50,7 @@ from marlkit.train.config import (
     EpochsTrainConfig,
     check_choice,
     check_fraction,
+    check_int,
     check_not_above,
     check_real,
     register_schema,
@@ -57,6 +64,7 @@ from marlkit.train.scripts import (
     open_run,
     start,
 )
+from marlkit.train.sequences import split_sequences
 
 
 @dataclass
@@ -96,6 +104,31 @@ class PPOTrainConfig(EpochsTrainConfig):
 
 
 @dataclass
+class MemoryConfig:
+    """``model``: memory in the policy and critic (none by default: the MLPs of ``policy`` and
+    ``critic``)."""
+
+    memory: str = "none"
+    """``none``, ``gru`` or ``lstm``: ``policy.depth`` hidden layers, then the cell, then a
+    linear head (EPyMARL's agent with ``policy.depth=0``)."""
+    memory_hidden: int = 128
+    """The cell's state features per agent (EPyMARL: 128)."""
+    critic_memory: bool = True
+    """The critic has memory too (false: EPyMARL's feed-forward critic)."""
+    seq_len: int = 20
+    """Steps of each training sequence; ``train.minibatch_size`` counts steps, so a minibatch
+    holds ``minibatch_size // seq_len`` sequences."""
+    burn_in: int = 0
+    """Steps before each sequence that only warm the state up (outside the loss)."""
+
+    def __post_init__(self) -> None:
+        check_choice("memory", self.memory, ("none", *MEMORIES))
+        check_int("memory_hidden", self.memory_hidden, low=1)
+        check_int("seq_len", self.seq_len, low=1)
+        check_int("burn_in", self.burn_in, low=0)
+
+
+@dataclass
 class MappoIppoConfig(ActorCriticRunConfig):
     """The keys of ``configs/mappo_ippo.yaml`` (its types and ranges, checked before anything
     runs)."""
@@ -104,6 +137,8 @@ class MappoIppoConfig(ActorCriticRunConfig):
     """PPO's loss and GAE."""
     train: PPOTrainConfig = MISSING
     """The optimiser and the epochs per batch."""
+    model: MemoryConfig = field(default_factory=MemoryConfig)
+    """Memory in the networks."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -119,26 +154,48 @@ class MappoIppoConfig(ActorCriticRunConfig):
 register_schema("mappo_ippo_schema", MappoIppoConfig)  # configs/mappo_ippo.yaml's defaults
 
 
-def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> ProbabilisticActor:
-    """A TanhNormal policy for a continuous action spec, a categorical one for a discrete."""
+def memory(cfg: DictConfig) -> str:
+    """``model.memory`` (``none`` for a checkpoint's config written before it existed)."""
+    return str(cfg.get("model", {}).get("memory", "none"))
+
+
+def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> ProbabilisticActor:
+    """A TanhNormal policy for a continuous action spec, a categorical one for a discrete; an
+    MLP, or with ``model.memory`` a recurrent network writing the distribution's keys."""
     n_agents = len(env.group_map[group])
     n_obs = env.observation_spec[group, "observation"].shape[-1]
     spec = env.action_spec[group, "action"]
-    mlp = functools.partial(
-        MultiAgentMLP,
-        n_obs,
-        n_agents=n_agents,
-        share_params=cfg.share_params,
-        depth=cfg.depth,
-        num_cells=cfg.num_cells,
-    )
+
+    def net(n_out: int, dist: type, head: Any = None) -> Any:
+        if model is None or model.memory == "none":
+            mlp = MultiAgentMLP(
+                n_obs,
+                n_out,
+                n_agents,
+                share_params=cfg.share_params,
+                depth=cfg.depth,
+                num_cells=cfg.num_cells,
+            )
+            return mlp if head is None else torch.nn.Sequential(mlp, head)
+        keys = [k for name, k in distribution_keys(dist, group).items() if name != "mask"]
+        return recurrent_network(
+            n_obs,
+            n_out,
+            n_agents,
+            memory=model.memory,
+            hidden_size=model.memory_hidden,
+            group=group,
+            out_keys=keys,
+            head=head,
+            share_params=cfg.share_params,
+            depth=cfg.depth,
+            num_cells=cfg.num_cells,
+        )
+
     if isinstance(spec, Categorical):
         masked = (group, "action_mask") in env.observation_spec.keys(True, True)
-        return ProbabilisticActor(
-            mlp(spec.n),
-            group=group,
-            distribution_class=MaskedCategorical if masked else CategoricalDist,
-        )
+        dist = MaskedCategorical if masked else CategoricalDist
+        return ProbabilisticActor(net(spec.n, dist), group=group, distribution_class=dist)
     batch = (0,) * len(env.batch_size)  # the bounds of one env: [n_agents, act_dim]
     low, high = spec.low[batch], spec.high[batch]
     bounds: dict[str, Any] = {"low": low, "high": high}
@@ -148,14 +205,31 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> ProbabilisticActor:
         # (the same values, fewer ops at every update)
         bounds = {"low": float(low.flatten()[0]), "high": float(high.flatten()[0])}
     return ProbabilisticActor(
-        torch.nn.Sequential(mlp(2 * spec.shape[-1]), NormalParamExtractor()),
+        net(2 * spec.shape[-1], TanhNormal, NormalParamExtractor()),
         group=group,
         distribution_class=TanhNormal,
         distribution_kwargs=bounds,
     )
 
 
-def make_critic(env: EnvBase, group: str, cfg: DictConfig) -> StateValueCritic:
+def make_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
+    """The value of each agent, from every agent's observation (MAPPO) or its own (IPPO);
+    recurrent with ``model.memory`` and ``model.critic_memory``."""
+    if model.memory != "none" and model.critic_memory:
+        return recurrent_network(
+            env.observation_spec[group, "observation"].shape[-1],
+            1,
+            len(env.group_map[group]),
+            memory=model.memory,
+            hidden_size=model.memory_hidden,
+            group=group,
+            name="critic_rnn",  # (group, "critic_rnn_state"): the actor has "rnn_state"
+            out_keys=[(group, "state_value")],
+            centralised=cfg.centralised,
+            share_params=cfg.share_params,
+            depth=cfg.depth,
+            num_cells=cfg.num_cells,
+        )
     return StateValueCritic(
         len(env.group_map[group]),
         env.observation_spec[group, "observation"].shape[-1],
@@ -169,7 +243,8 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig) -> StateValueCritic:
 
 def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:
     """Every group's actor, in one call."""
-    return TensorDictSequential(*(make_actor(env, g, cfg.policy) for g in env.groups))
+    model = cfg.get("model") if memory(cfg) != "none" else None
+    return TensorDictSequential(*(make_actor(env, g, cfg.policy, model) for g in env.groups))
 
 
 def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic") -> Any:
@@ -195,7 +270,7 @@ def main(cfg: DictConfig) -> None:
     # --- the algorithm, per group: actor, critic, GAE, PPO loss, optimiser, buffer
     policy = make_policy(env, cfg)  # every group's actions in one call
     actors = dict(zip(groups, policy.module))
-    critics = {g: make_critic(env, g, cfg.critic) for g in groups}
+    critics = {g: make_critic(env, g, cfg.critic, cfg.model) for g in groups}
     gaes = {
         g: GAE(cfg.loss.gamma, cfg.loss.lmbda, value_network=critics[g], group=g) for g in groups
     }
@@ -218,10 +293,18 @@ def main(cfg: DictConfig) -> None:
     # train.compile: the loss's forward and backward through torch.compile (inductor), the
     # same parameters; compiled on the first minibatch
     loss_fns = {g: torch.compile(losses[g]) if cfg.train.compile else losses[g] for g in groups}
+    # model.memory: the buffers hold windows of seq_len steps, the losses replay them in
+    # recurrent mode, and critics with memory step with the rollout (their state is collected)
+    recurrent, seq_len = cfg.model.memory != "none", cfg.model.seq_len
+    if recurrent:
+        loss_fns = {g: set_recurrent_mode(True)(fn) for g, fn in loss_fns.items()}
     frames = cfg.collector.frames_per_batch
     sampler = functools.partial(SamplerWithoutReplacement, seed=cfg.seed)
-    buffers = group_buffers(groups, frames, sampler, cfg.train.minibatch_size)
-    collector = make_config_collector(cfg, env, env_fn, policy)
+    per_item = seq_len if recurrent else 1  # minibatch_size counts steps
+    buffers = group_buffers(groups, frames, sampler, max(1, cfg.train.minibatch_size // per_item))
+    stepping = [c for c in critics.values() if recurrent and not isinstance(c, StateValueCritic)]
+    acting = TensorDictSequential(policy, *stepping) if stepping else policy
+    collector = make_config_collector(cfg, env, env_fn, acting)
 
     # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
     run = open_run(cfg)
@@ -236,7 +319,11 @@ def main(cfg: DictConfig) -> None:
             for g in groups:
                 gaes[g](batch)
         buffers.empty()
-        buffers.extend(batch.select(*keys, strict=False).reshape(-1))
+        data = batch.select(*keys, strict=False)
+        if recurrent:  # [*B, T] -> windows [N, burn_in + seq_len], counted steps masked
+            buffers.extend(split_sequences(data, seq_len, cfg.model.burn_in))
+        else:
+            buffers.extend(data.reshape(-1))
         metrics = update_groups(
             loss_fns,
             optims,

@@ -21,12 +21,13 @@ the same outputs for the same data.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar, cast
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
+from torch import nn
 
 from marlkit._checks import check_int
 from marlkit.data.keys import (
@@ -34,14 +35,32 @@ from marlkit.data.keys import (
     IS_INIT,
     OBSERVATION,
     RNN_STATE,
-    RNN_STATE_IN,
     NestedKey,
     join_key,
 )
 from marlkit.data.trajectories import check_time_order
-from marlkit.modules.mlp import StackedLinear, check_agent_input, from_stacks, to_stacks
+from marlkit.modules.activations import Tanh
+from marlkit.modules.mlp import (
+    MultiAgentMLP,
+    StackedLinear,
+    check_agent_input,
+    from_stacks,
+    to_stacks,
+)
 
-__all__ = ["MultiAgentGRU", "MultiAgentLSTM", "recurrent_mode", "set_recurrent_mode"]
+__all__ = [
+    "MEMORIES",
+    "MultiAgentGRU",
+    "MultiAgentLSTM",
+    "carry_states",
+    "recurrent_mode",
+    "recurrent_modules",
+    "recurrent_network",
+    "set_recurrent_mode",
+]
+
+#: The recurrent cells :func:`recurrent_network` builds (``model.memory`` of the scripts).
+MEMORIES = ("gru", "lstm")
 
 _RECURRENT: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "marlkit_recurrent_mode", default=False
@@ -103,6 +122,7 @@ class _MultiAgentRNN(TensorDictModuleBase):
         in_key: NestedKey | None = None,
         out_key: NestedKey | None = None,
         init_key: str = IS_INIT,
+        state_key: NestedKey | None = None,
         device: torch.device | str | None = None,
     ):
         super().__init__()
@@ -113,9 +133,16 @@ class _MultiAgentRNN(TensorDictModuleBase):
         self.n_stacks = 1 if share_params else n_agents
         self.in_key = in_key if in_key is not None else (group, OBSERVATION)
         self.out_key = out_key if out_key is not None else (group, "rnn_output")
-        self.state_key = join_key(group, RNN_STATE)
-        self.state_in_key = join_key(group, RNN_STATE_IN)
-        self.in_keys = cast(Any, [self.in_key, self.state_key, join_key(group, init_key), init_key])
+        self.state_key = state_key if state_key is not None else join_key(group, RNN_STATE)
+        path = (self.state_key,) if isinstance(self.state_key, str) else tuple(self.state_key)
+        # (group, "rnn_state") -> (group, "rnn_state_in"): RNN_STATE_IN for the default key
+        self.state_in_key = join_key(path[:-1], f"{path[-1]}_in")
+        # rnn_state_in is read in recurrent mode (a sequence's first state): listed, so that
+        # a loss's in_keys (what a buffer stores) keep it
+        self.in_keys = cast(
+            Any,
+            [self.in_key, self.state_key, self.state_in_key, join_key(group, init_key), init_key],
+        )
         self.out_keys = cast(Any, [self.out_key, self.state_key, self.state_in_key])
         self.state_size = self._state_factor * hidden_size
         gates = self._gates * hidden_size
@@ -246,6 +273,7 @@ class _MultiAgentRNN(TensorDictModuleBase):
             outs.append(h_rows)
         out = torch.stack(outs, 1).reshape(*lead, steps, n, hid)
         tensordict.set(self.out_key, out[..., : self.hidden_size])
+        tensordict.set(self.state_key, out)  # the state after each step, as stepping writes it
         return tensordict
 
 
@@ -257,7 +285,8 @@ class MultiAgentGRU(_MultiAgentRNN):
     (zeros where absent) and the episode-start flag (``(group, "is_init")`` ``[*B, n, 1]``,
     else the root ``"is_init"`` ``[*B, 1]``, as :class:`marlkit.envs.InitTracker` writes them).
     Writes ``out_key`` ``[*B, n_agents, hidden_size]`` (the new hidden state, the input of the
-    layers after it) and, step by step, ``(group, "rnn_state")`` and ``(group, "rnn_state_in")``.
+    layers after it) and ``(group, "rnn_state")`` (the state after each step); step by step,
+    ``(group, "rnn_state_in")`` too.
 
     Args:
         input_size: input features per agent.
@@ -268,6 +297,10 @@ class MultiAgentGRU(_MultiAgentRNN):
         in_key: the input (default ``(group, "observation")``).
         out_key: the output (default ``(group, "rnn_output")``).
         init_key: the name of the episode-start flag at each level.
+        state_key: where the state after the step goes (default ``(group, "rnn_state")``;
+            the state the step started from goes next to it, its name with ``_in`` added).
+            Two recurrent modules of one group (a recurrent actor and a recurrent critic)
+            need two keys.
         device: where the parameters live.
 
     Raises:
@@ -305,3 +338,143 @@ class MultiAgentLSTM(_MultiAgentRNN):
         i, f, g, o = (gx + self.hidden_gates(h)).chunk(4, -1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], -1)
+
+
+# ---------------------------------------------------------------------- networks with memory
+def recurrent_network(
+    input_size: int,
+    output_size: int,
+    n_agents: int,
+    *,
+    memory: Literal["gru", "lstm"] = "gru",
+    hidden_size: int = 128,
+    group: str = DEFAULT_GROUP,
+    in_key: NestedKey | None = None,
+    out_keys: Sequence[NestedKey] = (),
+    name: str = "rnn",
+    centralised: bool = False,
+    share_params: bool = False,
+    depth: int = 0,
+    num_cells: int | Sequence[int] = 64,
+    activation: type[nn.Module] = Tanh,
+    head: nn.Module | None = None,
+    device: torch.device | str | None = None,
+) -> TensorDictSequential:
+    """A per-agent network with memory, EPyMARL's ``RNNAgent`` in marlkit's keys: an encoder
+    (a :class:`MultiAgentMLP` of ``depth`` hidden layers to ``hidden_size`` features, then
+    ``activation``), a :class:`MultiAgentGRU` or :class:`MultiAgentLSTM` cell, and a linear
+    head to ``output_size`` features (then ``head``, a :class:`NormalParamExtractor` say).
+    ``depth=0`` is EPyMARL's agent (``fc1``, the cell, ``fc2``).
+
+    Keys under ``group``: the encoder writes ``(group, f"{name}_input")``, the cell
+    ``(group, f"{name}_output")`` and its state ``(group, f"{name}_state")`` (and ``_in``):
+    ``name="rnn"`` gives the layout's ``(group, "rnn_state")``; a second network of the group
+    (a recurrent critic next to a recurrent actor) takes another name.
+
+    Args:
+        input_size: input features per agent (``in_key`` ``[*B, n_agents, input_size]``).
+        output_size: the head's features per agent.
+        n_agents: agents in the group.
+        memory: ``"gru"`` or ``"lstm"``.
+        hidden_size: the encoder's output and the cell's state (128: EPyMARL's default).
+        group: the group whose keys are read and written.
+        in_key: the input (default ``(group, "observation")``).
+        out_keys: where the head's outputs go (one key per tensor it returns).
+        name: the prefix of the network's own keys.
+        centralised: the encoder reads every agent's input (a MAPPO critic).
+        share_params: one network for every agent.
+        depth, num_cells, activation: the encoder (see :class:`MultiAgentMLP`).
+        head: a module after the linear head (``None``: the linear output).
+        device: where the parameters live.
+
+    Raises:
+        ValueError: an unknown ``memory``, no ``out_keys``, or a size below 1.
+
+    Examples:
+        >>> net = recurrent_network(4, 3, 2, hidden_size=8, out_keys=[("agents", "logits")])
+        >>> [k for k in net.out_keys if k[1] == "logits" or k[1].endswith("state")]
+        [('agents', 'rnn_state'), ('agents', 'logits')]
+    """
+    if memory not in MEMORIES:
+        raise ValueError(f"recurrent_network: memory must be one of {MEMORIES}, got {memory!r}")
+    if not out_keys:
+        raise ValueError("recurrent_network: out_keys must name where the head's outputs go")
+    hidden_size = check_int("hidden_size", hidden_size, low=1)
+    encoder = MultiAgentMLP(
+        input_size,
+        hidden_size,
+        n_agents,
+        centralised=centralised,
+        share_params=share_params,
+        depth=depth,
+        num_cells=num_cells,
+        activation=activation,
+        device=device,
+    )
+    enc_key, out_key = (group, f"{name}_input"), (group, f"{name}_output")
+    cell_cls = MultiAgentGRU if memory == "gru" else MultiAgentLSTM
+    cell = cell_cls(
+        hidden_size,
+        hidden_size,
+        n_agents,
+        group=group,
+        share_params=share_params,
+        in_key=enc_key,
+        out_key=out_key,
+        state_key=(group, f"{name}_state"),
+        device=device,
+    )
+    linear: nn.Module = MultiAgentMLP(
+        hidden_size, output_size, n_agents, share_params=share_params, depth=0, device=device
+    )
+    if head is not None:
+        linear = nn.Sequential(linear, head)
+    return TensorDictSequential(
+        TensorDictModule(
+            nn.Sequential(encoder, activation()),
+            in_keys=[in_key if in_key is not None else (group, OBSERVATION)],
+            out_keys=[enc_key],
+        ),
+        cell,
+        TensorDictModule(linear, in_keys=[out_key], out_keys=list(out_keys)),
+    )
+
+
+def recurrent_modules(module: nn.Module) -> list[_MultiAgentRNN]:
+    """The :class:`MultiAgentGRU` and :class:`MultiAgentLSTM` cells inside ``module`` (an
+    actor, a critic, a policy), in order; empty for a network without memory."""
+    return [m for m in module.modules() if isinstance(m, _MultiAgentRNN)]
+
+
+def carry_states(
+    module: nn.Module, sequence: TensorDictBase, following: TensorDictBase
+) -> TensorDictBase:
+    """Hand the states ``module``'s cells reached at each step of ``sequence`` (a batch run
+    through ``module`` in recurrent mode) to ``following``, the batch of the observations
+    that come next (``sequence["next"]``), with the episode-start flags False: ``module``
+    called on ``following`` step by step then gives, for every step at once, its output on
+    the next observation, in the same episode (a recurrent critic's value of the next
+    observation, the one the value estimator bootstraps from, also at a time limit and at the
+    batch's last step). Returns ``following``, changed in place.
+
+    Raises:
+        KeyError: ``sequence`` lacks a cell's state (run ``module`` on it in recurrent mode
+            first).
+    """
+    for cell in recurrent_modules(module):
+        state = sequence.get(cell.state_key, None)
+        if state is None:
+            raise KeyError(
+                f"carry_states: the sequence has no {cell.state_key!r}: run the module over it "
+                "inside set_recurrent_mode(True) first"
+            )
+        following.set(cell.state_key, state)
+        group_flag = join_key(cell.group, cell.init_key)
+        for key in (group_flag, cell.init_key):
+            flag = following.get(key, None)
+            if flag is not None:
+                following.set(key, torch.zeros_like(flag))
+        if following.get(cell.init_key, None) is None:
+            shape = (*following.batch_size, 1)
+            following.set(cell.init_key, torch.zeros(shape, dtype=torch.bool, device=state.device))
+    return following

@@ -9,6 +9,13 @@ critic computes from ``"next"``). Rewards and flags may live per group (``[*B, T
 at the root (a team reward or root flags ``[*B, T, 1]``): the modules broadcast them to the
 agents. Steps of absent agents (``(group, "mask")`` False) get a zero advantage, a target equal
 to their value, and do not feed the steps before them.
+
+A critic with memory (a :class:`~marlkit.modules.MultiAgentGRU` or ``MultiAgentLSTM`` inside)
+runs over the batch's sequences in recurrent mode (the last batch dim is time, its state
+zeroed at each episode start, a row's first state read from ``rnn_state_in``), and the next
+values come from one step on ``"next"`` from the state each step reached
+(:func:`~marlkit.modules.rnn.carry_states`): the values a critic stepping with the rollout
+would give.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from marlkit.data.keys import (
 )
 from marlkit.data.trajectories import check_time_order
 from marlkit.modules.critics import ValueNorm
+from marlkit.modules.rnn import carry_states, recurrent_modules, set_recurrent_mode
 from marlkit.objectives._keys import replace_keys
 
 __all__ = [
@@ -342,7 +350,9 @@ class ValueEstimator(TensorDictModuleBase):
 
     def _values(self, td: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         key = self.tensor_keys.value
-        if self.value_network is not None:
+        if self.value_network is not None and recurrent_modules(self.value_network):
+            self._sequence_values(td)
+        elif self.value_network is not None:
             with torch.no_grad():
                 td.set(key, self.value_network(td.select(*self._critic_keys(td))).get(key))
                 nxt = td.get(NEXT)
@@ -353,6 +363,24 @@ class ValueEstimator(TensorDictModuleBase):
             value = self.value_norm.denormalize(value)
             next_value = self.value_norm.denormalize(next_value)
         return value, next_value
+
+    @torch.no_grad()
+    def _sequence_values(self, td: TensorDictBase) -> None:
+        """A critic with memory: its values over the batch's sequences (the time dim last),
+        then the next values from the states reached, one step on ``"next"``."""
+        net, key = cast(nn.Module, self.value_network), self.tensor_keys.value
+        if self.time_dim is not None and self.time_dim % td.batch_dims != td.batch_dims - 1:
+            raise ValueError(
+                f"{type(self).__name__}: a critic with memory reads its sequences along the "
+                f"last batch dim; time_dim={self.time_dim} is another one"
+            )
+        with set_recurrent_mode(True):
+            out = net(td.select(*self._critic_keys(td)))
+        td.set(key, out.get(key))
+        nxt = td.get(NEXT)
+        following = carry_states(net, out, nxt.select(*self._critic_keys(nxt)))
+        with set_recurrent_mode(False):
+            nxt.set(key, net(following).get(key))
 
     def _critic_keys(self, td: TensorDictBase) -> list[NestedKey]:
         keys = getattr(self.value_network, "in_keys", None)
