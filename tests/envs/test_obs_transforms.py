@@ -320,3 +320,33 @@ def test_transforms_by_name_as_a_config_lists_them():
 def test_bad_entries_name_the_entry(entries, error, match):
     with pytest.raises(error, match=match):
         make_transforms(entries)
+
+
+def test_the_env_config_checks_its_transforms_and_make_env_applies_them():
+    pytest.importorskip("omegaconf")
+    from marlkit.train.builders import make_env
+    from marlkit.train.config import ConfigError, env_config
+
+    section = {"name": "navigation", "num_envs": 2, "max_steps": 5}
+    assert env_config(section).transforms == []
+    checked = env_config({**section, "transforms": ["double_to_float"]})
+    env = make_env(checked.name, transforms=checked.transforms, num_envs=2, max_steps=5)
+    assert [type(t).__name__ for t in env.transform] == [
+        "StepCounter",
+        "RewardSum",
+        "DoubleToFloat",
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"env\.transforms\[1\]: unknown transform 'pixel'.*"
+        "Did you mean: pixels",
+    ):
+        env_config({**section, "transforms": ["double_to_float", "pixel"]})
+    with pytest.raises(
+        ConfigError,
+        match=r"env\.transforms\[0\]: transform 'pixels' got an "
+        r"unexpected keyword argument 'layot'",
+    ):
+        env_config({**section, "transforms": [{"name": "pixels", "layot": "HWC"}]})
+    with pytest.raises(ConfigError, match=r"env\.transforms: .*not a ListConfig, list or tuple"):
+        env_config({**section, "transforms": "flatten_observation"})

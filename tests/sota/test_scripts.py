@@ -144,3 +144,45 @@ def test_the_wrong_kind_of_actions_is_refused(tmp_path, name):
 def test_an_unknown_env_is_named(tmp_path, name):
     with pytest.raises(AssertionError, match=r"no env registered as .no_such_env."):
         run(name, tmp_path / "run", (*ALGORITHMS[name].budget, "env.name=no_such_env"))
+
+
+@pytest.mark.slow
+def test_mappo_trains_on_magent2_images_by_config_alone(tmp_path):
+    """``env=magent2/battle_v4``: its config's ``transforms: [flatten_observation]`` makes the
+    grid images ``[13, 13, 5]`` vectors for the MLPs, in the training and evaluation envs; with
+    no transform the MLP's error names the one that fixes it (issue 36)."""
+    pytest.importorskip("magent2")
+    budget = (
+        "env=magent2/battle_v4",
+        "env.num_envs=2",
+        "env.max_steps=25",
+        "env.kwargs.map_size=12",  # 2 agents a team
+        "collector.frames_per_batch=50",
+        "collector.total_frames=100",
+        "train.epochs=1",
+        "train.minibatch_size=50",
+        "policy.num_cells=16",
+        "critic.num_cells=16",
+        "eval.num_envs=1",
+        "eval.video=false",
+    )
+    run("mappo_ippo", tmp_path / "run", budget)
+    info = summary(tmp_path / "run")
+    assert info["env"] == "magent2/battle_v4" and info["frames"] == 100
+    assert {"red/episode_reward", "blue/episode_reward"} <= set(info["trained"])
+    match = r"got \[2, 2, 13, 13, 5\].*env\.transforms: \[flatten_observation\]"
+    with pytest.raises(AssertionError, match=match):
+        run("mappo_ippo", tmp_path / "bare", (*budget, "env.transforms=[]"))
+
+
+def test_an_unknown_transform_is_named_before_anything_runs(tmp_path):
+    with pytest.raises(
+        AssertionError,
+        match=r"env\.transforms\[0\]: unknown transform "
+        r"'flaten_observation'.*Did you mean: flatten_observation",
+    ):
+        run(
+            "mappo_ippo",
+            tmp_path / "run",
+            (*ALGORITHMS["mappo_ippo"].budget, "+env.transforms=[flaten_observation]"),
+        )

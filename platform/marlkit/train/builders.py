@@ -1,17 +1,51 @@
-"""Networks that several training scripts build the same way from an env's specs: a group's
-Q-network over discrete actions, and the bounds of its continuous actions."""
+"""What several training scripts build the same way: the configured env (with the observation
+transforms of ``env.transforms``), and from an env's specs a group's Q-network over discrete
+actions and the bounds of its continuous actions."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from marlkit.data.specs import Bounded, Categorical, OneHot
-from marlkit.envs import EnvBase
+from marlkit.envs import EnvBase, TransformedEnv, make_episodic
+from marlkit.envs.transforms import make_transforms
 from marlkit.modules import MultiAgentMLP, QValueActor, StateActionValueCritic
 
-__all__ = ["action_bounds", "q_actor", "q_critic"]
+__all__ = ["action_bounds", "make_env", "q_actor", "q_critic"]
+
+
+def make_env(
+    name: str,
+    *,
+    transforms: Sequence[str | Mapping[str, Any]] = (),
+    **kwargs: Any,
+) -> TransformedEnv:
+    """The env of a training config: :func:`~marlkit.envs.make_episodic` (``kwargs``: its
+    ``num_envs``, ``max_steps``, ``seed``, ``imports``, ``actions`` and the env's own keyword
+    arguments) followed by the observation transforms ``transforms`` names
+    (:func:`~marlkit.envs.transforms.make_transforms`: ``["flatten_observation"]``,
+    ``[{"name": "pixels", "layout": "CHW"}]``), new ones each call. A ``functools.partial`` of
+    it pickles by reference: the factory multiprocess collectors take.
+
+    Raises:
+        ValueError, TypeError: an unknown transform or argument (naming the entry), or a
+            transform that does not fit the env (naming the key); and what ``make_episodic``
+            raises.
+
+    Examples:
+        >>> from marlkit.train.builders import make_env
+        >>> env = make_env("navigation", num_envs=2, max_steps=10, transforms=["double_to_float"])
+        >>> type(env.transform[-1]).__name__
+        'DoubleToFloat'
+    """
+    built = make_transforms(transforms)  # a bad entry fails before the env is made
+    env = make_episodic(name, **kwargs)
+    for transform in built:
+        env.append_transform(transform)
+    return env
 
 
 def q_actor(env: EnvBase, group: str, policy: Any, algorithm: str) -> QValueActor:

@@ -36,6 +36,7 @@ from typing import Any, get_args
 from marlkit import _checks
 from marlkit._utils import import_optional
 from marlkit.collectors import CollectorKind
+from marlkit.envs.transforms import make_transforms
 from marlkit.record.loggers import Backend
 from marlkit.train.evaluation import EVAL_EXPLORATIONS
 
@@ -177,11 +178,21 @@ class EnvConfig:
     actions: str | None = None
     """The kind of actions the algorithm needs: ``discrete``, ``continuous`` or null (either);
     set in the script's file, checked on the env before anything trains."""
+    transforms: list[Any] = field(default_factory=list)
+    """Observation transforms applied to the env, in order, by name or as ``{name: ...,
+    **arguments}``: ``[flatten_observation]`` (image or grid observations for an MLP),
+    ``[concat_observation]`` (a dict observation into one vector), ``[{name: pixels, layout:
+    CHW}]`` (``uint8`` ``HWC`` to ``float`` ``CHW``); see
+    :mod:`marlkit.envs.transforms.named`."""
 
     def __post_init__(self) -> None:
         check_int("num_envs", self.num_envs, low=1)
         check_int("max_steps", self.max_steps, low=1)
         check_choice("actions", self.actions, ("discrete", "continuous", None))
+        try:  # names and arguments checked now, not in the first worker that builds the env
+            make_transforms(self.transforms)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(str(err)) from None
 
 
 @dataclass

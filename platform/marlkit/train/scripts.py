@@ -22,9 +22,10 @@ import torch
 from marlkit._utils import import_optional
 from marlkit.collectors import CollectorBase, make_collector
 from marlkit.data.exploration import Exploration, set_exploration
-from marlkit.envs import EnvBase, make_episodic
+from marlkit.envs import EnvBase
 from marlkit.native import set_threads
 from marlkit.replay import GroupReplayBuffers, ReplayBuffer, Sampler, TensorStorage
+from marlkit.train.builders import make_env
 from marlkit.train.checkpoint import Checkpointer
 from marlkit.train.config import check_config, env_config
 from marlkit.train.run import TrainingRun
@@ -73,18 +74,20 @@ def env_factory(
     cfg: Any, num_envs: int, seed: int, *, evaluation: bool = False
 ) -> Callable[[], EnvBase]:
     """A picklable factory of the configured env (``make_episodic``: episodes cut at
-    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked);
+    ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked;
+    then the observation transforms of ``env.transforms``: :func:`.builders.make_env`);
     the evaluation env adds ``env.eval_kwargs``."""
     env = env_config(_plain(cfg.env))
     kwargs = {**env.kwargs, **(env.eval_kwargs if evaluation else {})}
     return functools.partial(
-        make_episodic,
+        make_env,  # make_episodic, then env.transforms
         env.name,
+        transforms=list(env.transforms),
         num_envs=num_envs,
         max_steps=env.max_steps,
         seed=seed,
         imports=list(env.imports),
-        actions=env.actions,  # type: ignore[arg-type]  # checked by EnvConfig
+        actions=env.actions,  # checked by EnvConfig
         **kwargs,
     )
 
