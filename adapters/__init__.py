@@ -60,6 +60,25 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         ("shimmy", "pyspiel", "pettingzoo"),
         "openspiel",
     ),
+    (
+        "gymma",
+        "Gymnasium envs in EPyMARL's format (Tuple spaces, one entry per agent), e.g. "
+        "gymma/lbforaging:Foraging-8x8-2p-2f-coop-v3",
+        ("gymnasium",),
+        "gymnasium",
+    ),
+    (
+        "lbforaging",
+        "Level-Based Foraging (EPyMARL's format), e.g. lbforaging/Foraging-8x8-2p-2f-coop-v3",
+        ("lbforaging", "gymnasium"),
+        "lbforaging",
+    ),
+    (
+        "rware",
+        "Multi-Robot Warehouse (EPyMARL's format), e.g. rware/rware-tiny-2ag-v2",
+        ("rware", "gymnasium"),
+        "rware",
+    ),
 )
 
 for _name, _description, _requires, _extra in _BUILTIN:

@@ -47,6 +47,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from marlkit._checks import check_int, check_kwargs, did_you_mean, keyword_names
 from marlkit._utils import has_module, import_optional
+from marlkit.adapters import gymma
 from marlkit.adapters._spaces import (
     SimulatorOutputError,
     check_seed,
@@ -391,6 +392,12 @@ class GymnasiumEnv(EnvBase):
             TRUNCATED: self._tensor(truncated, 1),
         }
         reward = np.array(reward, dtype=np.float32)
+        if reward.size != self._num:
+            raise SimulatorOutputError(
+                f"the env returned a reward of shape {list(reward.shape)} for {self._num} env(s), "
+                "expected one per env; a list of rewards, one per agent, is EPyMARL's "
+                "multi-agent format: make the env with marlkit.make('gymma/<id>')"
+            )
         if self.group is None:
             return self._td(out, {REWARD: self._tensor(reward, 1), **root}, {})
         return self._td(out, {REWARD: self._tensor(reward, 2)}, root)
@@ -547,6 +554,7 @@ def make_env(
     if not isinstance(scenario, str) or not scenario:
         raise ValueError(f"a gymnasium env id must be a non-empty str, got {scenario!r}")
     _check_id(gym, scenario)
+    _refuse_epymarl_format(None, scenario)
     check_int("num_envs", num_envs, low=1, allow_none=True)
     names = _constructor_kwargs(gym, scenario)
     if names is not None:  # None: the constructor checks them itself
@@ -588,6 +596,7 @@ def make_env(
             **gym_kwargs,
         )
     try:
+        _refuse_epymarl_format(env, scenario)
         return GymnasiumEnv(
             env,
             group=group,
@@ -599,6 +608,29 @@ def make_env(
     except BaseException:
         env.close()
         raise
+
+
+def _refuse_epymarl_format(env: Any, scenario: str) -> None:
+    """Refuse an env in EPyMARL's multi-agent format (Tuple observation and action spaces with
+    one entry per agent, a list of rewards): as one agent it would fail at its first step. LBF
+    and RWARE ids are refused before anything is built (``env=None``), others once built.
+
+    Raises:
+        ValueError: naming the family that makes it multi-agent.
+    """
+    family = gymma.family_of(scenario)
+    if env is not None:
+        one = getattr(env, "envs", [env])[0] if isinstance(env, _gym().vector.VectorEnv) else env
+        if one is None or not gymma.is_multi_agent(one):
+            return
+    elif family == "gymma":
+        return
+    name = scenario.rpartition(":")[2] if family != "gymma" else scenario
+    raise ValueError(
+        f"gymnasium/{scenario} is a multi-agent env in EPyMARL's format (Tuple spaces with one "
+        f"entry per agent, a reward per agent), which the one-agent gymnasium adapter cannot "
+        f"step; make it with marlkit.make('{family}/{name}') (see marlkit.adapters.gymma)"
+    )
 
 
 # Entry points that refuse the installed version of what they need (they raise when built):
