@@ -22,7 +22,7 @@ import torch
 from marlkit._utils import import_optional
 from marlkit.collectors import CollectorBase, make_collector
 from marlkit.data.exploration import Exploration, set_exploration
-from marlkit.envs import EnvBase
+from marlkit.envs import EnvBase, InitTracker, TransformedEnv
 from marlkit.native import set_threads
 from marlkit.replay import GroupReplayBuffers, ReplayBuffer, Sampler, TensorStorage
 from marlkit.train.builders import make_env
@@ -76,11 +76,15 @@ def env_factory(
     """A picklable factory of the configured env (``make_episodic``: episodes cut at
     ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked;
     then the observation transforms of ``env.transforms``: :func:`.builders.make_env`);
-    the evaluation env adds ``env.eval_kwargs``."""
+    the evaluation env adds ``env.eval_kwargs``. With ``model.memory`` other than ``none`` (a
+    network with memory), an :class:`~marlkit.envs.InitTracker` flags episode starts."""
     env = env_config(_plain(cfg.env))
     kwargs = {**env.kwargs, **(env.eval_kwargs if evaluation else {})}
+    make: Callable[..., TransformedEnv] = make_env  # make_episodic, then env.transforms
+    if str(_plain(cfg).get("model", {}).get("memory", "none")) != "none":
+        make = functools.partial(_flag_episode_starts, make_env)
     return functools.partial(
-        make_env,  # make_episodic, then env.transforms
+        make,
         env.name,
         transforms=list(env.transforms),
         num_envs=num_envs,
@@ -90,6 +94,15 @@ def env_factory(
         actions=env.actions,  # checked by EnvConfig
         **kwargs,
     )
+
+
+def _flag_episode_starts(
+    make: Callable[..., TransformedEnv], *args: Any, **kwargs: Any
+) -> TransformedEnv:
+    """``make(*args, **kwargs)`` with an ``InitTracker`` appended (``"is_init"``, which
+    recurrent modules read to zero their state)."""
+    env = make(*args, **kwargs)
+    return env.append_transform(InitTracker())
 
 
 def make_config_collector(
