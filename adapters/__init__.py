@@ -55,6 +55,12 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "magent2",
     ),
     (
+        "meltingpot",
+        "MeltingPot substrates (dmlab2d), WORLD.RGB as state, e.g. meltingpot/commons_harvest__open",
+        ("meltingpot", "dmlab2d", "gymnasium"),
+        "meltingpot",
+    ),
+    (
         "openspiel",
         "OpenSpiel games through shimmy, turn by turn with masks, e.g. openspiel/leduc_poker",
         ("shimmy", "pyspiel", "pettingzoo"),
@@ -78,6 +84,13 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "Multi-Robot Warehouse (EPyMARL's format), e.g. rware/rware-tiny-2ag-v2",
         ("rware", "gymnasium"),
         "rware",
+    ),
+    (
+        "jaxmarl",
+        "JaxMARL envs (SMAX, MPE, Overcooked, Hanabi, STORM, coin game) as one jitted, vmapped "
+        "batch, e.g. jaxmarl/MPE_simple_spread_v3",
+        ("jaxmarl", "jax"),
+        "jaxmarl",
     ),
 )
 
