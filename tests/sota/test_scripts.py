@@ -242,3 +242,15 @@ def test_an_epymarl_task_trains_from_its_env_config(tmp_path):
     assert summary(run_dir)["env"] == "lbforaging/Foraging-8x8-2p-2f-coop-v3"
     frames, _ = read_video(run_dir / "videos" / "eval-0001.mp4")
     assert frames.shape[-1] == 3 and frames.shape[1] >= 409 and frames.std() > 0
+
+
+@pytest.mark.slow  # a training run on a Python simulator: about 20 s on 2 loaded cores
+def test_an_epymarl_task_trains_from_its_env_config(tmp_path):
+    """Level-Based Foraging through ``env=lbforaging/...`` (issue 36): the config's env, its
+    common reward, and evaluation videos of LBF's frames, drawn headless."""
+    run_dir = tmp_path / "run"
+    overrides = (*ALGORITHMS["mappo_ippo"].budget, "env=lbforaging/foraging_8x8_2p_2f_coop")
+    assert "iteration 2: frames 800" in run("mappo_ippo", run_dir, overrides).stdout
+    assert summary(run_dir)["env"] == "lbforaging/Foraging-8x8-2p-2f-coop-v3"
+    frames, _ = read_video(run_dir / "videos" / "eval-0001.mp4")
+    assert frames.shape[-1] == 3 and frames.shape[1] >= 409 and frames.std() > 0
