@@ -14,8 +14,10 @@ nodes ``torch_geometric`` would be the right tool; that is not a multi-agent gro
 The layer is PyG's ``GraphConv`` (``h_i' = W_1 h_i + W_2 agg_{j in N(i)} h_j``), with, when
 positions are given, the neighbours' relative positions aggregated alongside
 (``agg_j (p_j - p_i)``, BenchMARL's ``position_key`` edge features). Independent agents own
-their receiving weights (``W_1``, ``W_2`` of agent ``i``): an agent's output depends on its
-neighbours' inputs, never on their parameters.
+their receiving weights (``W_1``, ``W_2`` of agent ``i`` act on what agent ``i`` receives): with
+one layer an agent's output depends on its neighbours' inputs and never on their parameters;
+with more, a neighbour's hidden state (computed with its own weights) is the next layer's
+message.
 """
 
 from __future__ import annotations
