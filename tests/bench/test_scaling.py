@@ -28,6 +28,15 @@ from marlkit.bench import (
     run_scaling,
 )
 from marlkit.bench._worker import main as worker_main
+from marlkit.bench.env_scaling import (
+    EnvCellSpec,
+    EnvScalingConfig,
+    EnvSweep,
+    measure_env_cell,
+    run_env_cell,
+    run_env_scaling,
+)
+from marlkit.bench.plot import plot_env_scaling
 from marlkit.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -316,3 +325,163 @@ def test_bad_arguments_exit_2_from_the_real_command() -> None:
     out = marlkit_cmd("bench", "scaling", "--agents", "0", "--backends", "native")
     assert out.returncode == 2
     assert "agents per env must be >= 1, got 0" in out.stderr
+
+
+# ------------------------------------------------------------------ any env (--env, --param)
+ENV_CELL_KEYS = {
+    "env",
+    "param",
+    "value",
+    "envs",
+    "agents",
+    "groups",
+    "status",
+    "reason",
+    "setup_s",
+    "first_step_s",
+    "steps",
+    "seconds",
+    "steps_per_s",
+    "env_steps_per_s",
+    "agent_steps_per_s",
+    "estimated_agent_steps_per_s",
+    "rss_before_mb",
+    "peak_rss_mb",
+}
+
+
+def test_an_env_cell_counts_the_agents_of_the_built_env() -> None:
+    pytest.importorskip("magent2")
+    spec = EnvCellSpec("magent2/battle_v4", "map_size", 12, envs=2, kwargs={"state": False})
+    result = measure_env_cell(spec, TimingSettings(min_seconds=0.0, min_steps=2))
+    assert (result.status, result.agents, result.groups) == ("ok", 4, {"red": 2, "blue": 2})
+    assert result.steps == 2
+    rate = result.steps / result.seconds * 2 * 4  # steps/s x envs x agents
+    assert math.isclose(result.agent_steps_per_s, rate, rel_tol=1e-9)
+
+
+def test_a_sweep_of_swarm_in_subprocesses(tmp_path: pathlib.Path) -> None:
+    sweep = EnvSweep.parse("swarm", "n_agents=16,4", {"k_nearest": 3})
+    assert sweep.values == (4, 16)
+    report = run_env_scaling(EnvScalingConfig((sweep,), envs=2, **TINY), progress=False)
+    assert [(c.value, c.agents, c.envs, c.status) for c in report.cells] == [
+        (4, 4, 2, "ok"),
+        (16, 16, 2, "ok"),
+    ]
+    for cell in report.cells:  # each cell's own process: its memory before and after the env
+        assert 0 < cell.rss_before_mb <= cell.peak_rss_mb
+    data = report.to_dict()
+    assert (data["benchmark"], data["mode"], data["envs"]) == ("scaling", "env", 2)
+    assert all(set(c) == ENV_CELL_KEYS for c in data["cells"])
+    (swept,) = data["sweeps"]
+    assert swept["kwargs"] == {"k_nearest": 3}
+    kept = swept["retained"]
+    assert [r["agents"] for r in kept] == [4, 16] and kept[0]["retained"] == 1.0
+    fast, big = report.cells
+    assert math.isclose(kept[1]["retained"], big.agent_steps_per_s / fast.agent_steps_per_s)
+    table = report.table()
+    assert "agent-steps/s  retained  peak RSS MiB" in table and "n_agents=16" in table
+    paths = report.write(tmp_path)
+    assert json.loads(paths["json"].read_text()) == json.loads(json.dumps(data))
+    check_png(paths["png"])
+
+
+def test_an_env_cell_over_budget_skips_its_larger_values() -> None:
+    sweep = EnvSweep("swarm", "n_agents", (4, 8, 16))
+    config = EnvScalingConfig((sweep,), cell_budget_s=1e-3, startup_allowance_s=60, **TINY)
+    report = run_env_scaling(config, progress=False)
+    first, *rest = report.cells
+    assert first.status == "skipped" and "over the 0.001 s budget" in first.reason
+    assert first.agents == 4 and first.setup_s is not None
+    assert [c.status for c in rest] == ["skipped", "skipped"]
+    assert all("not run: the n_agents=4 cell was already over" in c.reason for c in rest)
+
+
+def test_an_env_cell_that_fails_names_the_error() -> None:
+    spec = EnvCellSpec("swarm", "n_agents", 4, kwargs={"obs_mode": "sonar"})
+    result = run_env_cell(spec, TimingSettings(min_seconds=0.0, min_steps=1))
+    assert result.status == "failed" and "obs_mode" in result.reason and "sonar" in result.reason
+
+
+def test_plot_of_two_sweeps_from_their_json(tmp_path: pathlib.Path) -> None:
+    def cell(env: str, param: str, value: int, agents: int, rate: float | None) -> dict:
+        return {
+            "env": env,
+            "param": param,
+            "value": value,
+            "agents": agents,
+            "status": "ok" if rate else "skipped",
+            "agent_steps_per_s": rate,
+            "peak_rss_mb": 400.0 + agents / 10 if rate else None,
+        }
+
+    data = {
+        "envs": 1,
+        "environment": {},
+        "sweeps": [
+            {"env": "magent2/battle_v4", "param": "map_size", "retained": []},
+            {"env": "swarm", "param": "n_agents", "retained": [{"agents": 64, "retained": 1.0}]},
+        ],
+        "cells": [
+            cell("magent2/battle_v4", "map_size", 16, 12, 2e4),
+            cell("magent2/battle_v4", "map_size", 128, 1300, None),
+            cell("swarm", "n_agents", 64, 64, 1e5),
+            cell("swarm", "n_agents", 4096, 4096, 4e6),
+        ],
+    }
+    check_png(plot_env_scaling(data, tmp_path / "two.png"))
+
+
+def test_bench_scaling_of_any_env_command(tmp_path: pathlib.Path) -> None:
+    argv = ["--env", "swarm", "--param", "n_agents=3", "--env-arg", "swarm:k_nearest=2"]
+    out = marlkit_cmd(
+        "bench", "scaling", *argv, "--min-seconds", "0", "--min-steps", "1", "--json",
+        "--no-plot", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["sweeps"][0]["kwargs"] == {"k_nearest": 2}
+    assert [(c["agents"], c["status"]) for c in data["cells"]] == [(3, "ok")]
+    assert "swarm  n_agents=3" in out.stderr  # the table
+    assert not (tmp_path / "scaling.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (
+            ["--env", "magent2/batle_v4", "--param", "map_size=16"],
+            "no MAgent2 task 'batle_v4'. Did you mean: battle_v4?",
+        ),
+        (["--env", "swam", "--param", "n_agents=16"], "no env registered as 'swam'."),
+        (
+            ["--env", "swarm", "--param", "n_agent=16"],
+            "swarm takes no keyword 'n_agent'. Did you mean: n_agents?",
+        ),
+        (
+            ["--env", "swarm", "--param", "n_agents=16,big"],
+            "--param n_agents: values must be integers >= 1 (e.g. n_agents=16,32,64), got 'big'",
+        ),
+        (["--env", "swarm", "--param", "n_agents=1.5"], "got '1.5' in 'n_agents=1.5'"),
+        (["--env", "swarm", "--param", "n_agents=0"], "--param n_agents must be an int >= 1"),
+        (["--env", "swarm", "--param", "16,32"], "--param takes NAME=V1,V2,..."),
+        (["--env", "swarm", "--param", "num_envs=4"], "the benchmark sets num_envs itself"),
+        (["--env", "swarm"], "each --env needs its --param NAME=V1,V2,..."),
+        (["--param", "n_agents=4"], "--param and --env-arg go with --env NAME"),
+        (
+            ["--env", "swarm", "--param", "n_agents=4", "--backends", "native"],
+            "--backends: options of navigation's backend sweep",
+        ),
+        (
+            ["--env", "swarm", "--param", "n_agents=4", "--env-arg", "vmas/x:n=1"],
+            "--env-arg 'vmas/x:n=1' names 'vmas/x', which is not an --env",
+        ),
+    ],
+)
+def test_bad_env_sweeps_exit_2_naming_what_is_wrong(
+    argv: list[str], match: str, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    assert main(["bench", "scaling", *argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert match in err, err
+    assert not (tmp_path / "scaling.json").exists()

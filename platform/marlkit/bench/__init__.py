@@ -10,6 +10,8 @@
   default; ``"knn"``: native navigation's defaults) and the JSON ``"work"`` object saying so.
 - :mod:`marlkit.bench.scaling`: the scaling sweep (agent-steps/s as agents per env grow), its
   JSON, table and plot (:mod:`marlkit.bench.plot`, matplotlib from the ``bench`` extra).
+- :mod:`marlkit.bench.env_scaling`: the same on any registered env, swept over the keyword
+  that sizes it (``map_size``, ``n_agents``), with each cell's memory.
 - :mod:`marlkit.bench.environment`: where a benchmark ran (the JSON header's ``environment``).
 """
 
@@ -24,8 +26,16 @@ from marlkit.bench.cells import (
     make_stepper,
     measure_cell,
 )
+from marlkit.bench.env_scaling import (
+    EnvCellResult,
+    EnvCellSpec,
+    EnvScalingConfig,
+    EnvScalingReport,
+    EnvSweep,
+    run_env_scaling,
+)
 from marlkit.bench.environment import describe_environment
-from marlkit.bench.plot import plot_scaling
+from marlkit.bench.plot import plot_env_scaling, plot_scaling
 from marlkit.bench.rounds import (
     Stopwatch,
     alternate,
@@ -63,6 +73,11 @@ __all__ = [
     "WORK_LABELS",
     "CellResult",
     "CellSpec",
+    "EnvCellResult",
+    "EnvCellSpec",
+    "EnvScalingConfig",
+    "EnvScalingReport",
+    "EnvSweep",
     "ScalingConfig",
     "ScalingReport",
     "Stopwatch",
@@ -76,9 +91,11 @@ __all__ = [
     "measure_cell",
     "native_kwargs",
     "paired",
+    "plot_env_scaling",
     "plot_scaling",
     "ratio",
     "run_cell",
+    "run_env_scaling",
     "run_scaling",
     "run_sections",
     "seconds_per_call",

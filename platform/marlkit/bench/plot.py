@@ -1,7 +1,10 @@
-"""The scaling plot: agent-steps/s against agents per env (log-log), and native's ratios.
+"""The scaling plots: agent-steps/s against agents per env (log-log), and native's ratios
+(:func:`plot_scaling`); for the sweep of any env, throughput, retained throughput and memory of
+each sweep (:func:`plot_env_scaling`).
 
-Drawn from the JSON of :meth:`marlkit.bench.ScalingReport.to_dict`, so a saved ``scaling.json``
-can be plotted again. Needs matplotlib (``pip install 'marlkit[bench]'``), imported on first use
+Drawn from the JSON of :meth:`marlkit.bench.ScalingReport.to_dict` (and
+:meth:`~marlkit.bench.env_scaling.EnvScalingReport.to_dict`), so a saved ``scaling.json`` can be
+plotted again. Needs matplotlib (``pip install 'marlkit[bench]'``), imported on first use
 and driven without pyplot (no display, no global state).
 """
 
@@ -12,7 +15,7 @@ from typing import Any
 
 from marlkit._utils import import_optional
 
-__all__ = ["BACKEND_STYLE", "plot_scaling"]
+__all__ = ["BACKEND_STYLE", "plot_env_scaling", "plot_scaling"]
 
 #: Colour and marker of each backend's line.
 BACKEND_STYLE: dict[str, tuple[str, str]] = {
@@ -154,6 +157,84 @@ def plot_scaling(data: dict[str, Any], path: str | pathlib.Path) -> pathlib.Path
     _throughput_panel(left, data)
     _ratio_panel(right, data)
     fig.suptitle(_subtitle(data), fontsize=10)
+    path = pathlib.Path(path)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+#: Colours of the sweeps of :func:`plot_env_scaling`, in order.
+_SWEEP_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+
+
+def _sweep_points(data: dict[str, Any], sweep: dict[str, Any], key: str) -> list[tuple[Any, ...]]:
+    """``(agents, figure, value)`` of the sweep's measured cells with a figure under ``key``."""
+    return [
+        (c["agents"], c[key], c["value"])
+        for c in data["cells"]
+        if (c["env"], c["param"]) == (sweep["env"], sweep["param"])
+        and c["status"] == "ok"
+        and c.get(key)
+    ]
+
+
+def plot_env_scaling(data: dict[str, Any], path: str | pathlib.Path) -> pathlib.Path:
+    """Draw the JSON of a sweep of any env (``mode: env``) as a three-panel PNG at ``path``:
+    agent-steps/s, throughput retained from each sweep's smallest cell, and peak memory, all
+    against agents per env (log axes), one line per sweep, each point labelled with its value
+    of the swept parameter. Returns the path."""
+    import_optional("matplotlib", extra="bench", purpose="the scaling plot")
+    figure_mod = import_optional("matplotlib.figure", extra="bench")
+    fig = figure_mod.Figure(figsize=(15, 4.8), layout="constrained")
+    rate_ax, kept_ax, mem_ax = fig.subplots(1, 3)
+    for i, sweep in enumerate(data["sweeps"]):
+        colour = _SWEEP_COLOURS[i % len(_SWEEP_COLOURS)]
+        label = f"{sweep['env']} ({sweep['param']})"
+        skipped = [
+            f"{c['param']}={c['value']}"
+            for c in data["cells"]
+            if (c["env"], c["param"]) == (sweep["env"], sweep["param"]) and c["status"] != "ok"
+        ]
+        if skipped:
+            label += f"; not measured: {', '.join(skipped)}"
+        rates = _sweep_points(data, sweep, "agent_steps_per_s")
+        if rates:
+            xs, ys, _ = zip(*rates)
+            rate_ax.plot(xs, ys, color=colour, marker="o", label=label)
+            for x, y, v in rates:
+                rate_ax.annotate(
+                    str(v), (x, y), fontsize=7, textcoords="offset points", xytext=(3, 4)
+                )
+        kept = [(r["agents"], r["retained"]) for r in sweep.get("retained", [])]
+        if kept:
+            kept_ax.plot(*zip(*kept), color=colour, marker="o", label=sweep["env"])
+            for x, y in kept:
+                kept_ax.annotate(
+                    f"{y:.0%}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 4)
+                )
+        memory = _sweep_points(data, sweep, "peak_rss_mb")
+        if memory:
+            xs, ys, _ = zip(*memory)
+            mem_ax.plot(xs, ys, color=colour, marker="o", label=sweep["env"])
+    for ax in (rate_ax, kept_ax, mem_ax):
+        ax.set_xscale("log")
+        ax.set_xlabel("agents per env (counted from the built env)")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+            ax.set_yscale("log")
+    rate_ax.set_ylabel("agent-steps/s")
+    rate_ax.set_title("throughput (points: the swept value)", fontsize=10)
+    kept_ax.axhline(1.0, color="gray", linewidth=0.8)
+    kept_ax.set_ylabel("agent-steps/s / the sweep's smallest cell's")
+    kept_ax.set_title("retained throughput", fontsize=10)
+    mem_ax.set_ylabel("peak resident memory of the cell's process (MiB)")
+    mem_ax.set_title("memory", fontsize=10)
+    env = data.get("environment", {})
+    fig.suptitle(
+        f"scaling of any env: {data.get('envs')} env(s) per cell; {str(env.get('date', ''))[:10]}, "
+        f"{env.get('cpus')} cpus, torch {env.get('torch')} ({env.get('torch_threads')} threads)",
+        fontsize=10,
+    )
     path = pathlib.Path(path)
     fig.savefig(path, dpi=110)
     return path
