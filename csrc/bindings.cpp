@@ -940,6 +940,242 @@ released while the pages fault in.)doc");
 }
 // --- end section: gather -----------------------------------------------------------------------
 
+// --- section: smax (bind_smax) -----------------------------------------------------------------
+#include "marlkit/smax.h"
+
+namespace smax_bind {
+
+using particles_bind::checked;
+
+// The world arrays of E battles of N units, checked (shapes from health [E, N]).
+struct WorldArrays {
+  py::array pos, health, cooldown, alive, types, prev_move, prev_attack;
+  py::ssize_t E, N;
+};
+
+WorldArrays world_arrays(const char* fn, const py::object& pos, const py::object& health,
+                         const py::object& cooldown, const py::object& alive,
+                         const py::object& types, const py::object& prev_move,
+                         const py::object& prev_attack, bool writable) {
+  if (!py::isinstance<py::array>(health) || py::reinterpret_borrow<py::array>(health).ndim() != 2) {
+    throw std::invalid_argument(std::string(fn) + ": health must be a float32 array [E, N]");
+  }
+  const auto h = py::reinterpret_borrow<py::array>(health);
+  const py::ssize_t E = h.shape(0), N = h.shape(1);
+  WorldArrays w;
+  w.E = E;
+  w.N = N;
+  w.pos = checked<float>(pos, fn, "pos", "float32", "[E, N, 2]", {E, N, 2}, writable);
+  w.health = checked<float>(health, fn, "health", "float32", "[E, N]", {E, N}, writable);
+  w.cooldown = checked<float>(cooldown, fn, "cooldown", "float32", "[E, N]", {E, N}, writable);
+  w.alive = checked<bool>(alive, fn, "alive", "bool", "[E, N]", {E, N}, writable);
+  w.types = checked<std::int64_t>(types, fn, "types", "int64", "[E, N]", {E, N}, false);
+  w.prev_move =
+      checked<float>(prev_move, fn, "prev_move", "float32", "[E, N, 2]", {E, N, 2}, writable);
+  w.prev_attack = checked<std::int64_t>(prev_attack, fn, "prev_attack", "int64", "[E, N]", {E, N},
+                                        writable);
+  const auto* t = static_cast<const std::int64_t*>(w.types.data());
+  for (py::ssize_t i = 0; i < E * N; ++i) {
+    if (t[i] < 0 || t[i] >= marlkit::smax::kTypes) {
+      throw std::invalid_argument(std::string(fn) + ": types must be unit type ids in [0, 5], got " +
+                                  std::to_string(t[i]));
+    }
+  }
+  return w;
+}
+
+marlkit::smax::World world(WorldArrays& a, std::int64_t n_allies, const char* fn) {
+  if (n_allies < 1 || n_allies >= a.N) {
+    throw std::invalid_argument(std::string(fn) + ": n_allies must be in [1, N - 1] = [1, " +
+                                std::to_string(a.N - 1) + "], got " + std::to_string(n_allies));
+  }
+  return marlkit::smax::World{static_cast<float*>(a.pos.mutable_data()),
+                              static_cast<float*>(a.health.mutable_data()),
+                              static_cast<float*>(a.cooldown.mutable_data()),
+                              static_cast<bool*>(a.alive.mutable_data()),
+                              static_cast<const std::int64_t*>(a.types.data()),
+                              static_cast<float*>(a.prev_move.mutable_data()),
+                              static_cast<std::int64_t*>(a.prev_attack.mutable_data()),
+                              a.E,
+                              a.N,
+                              n_allies};
+}
+
+const float* table_ptr(const py::object& table, const char* fn, py::array& keep) {
+  keep = checked<float>(table, fn, "table", "float32", "[6, 7]",
+                        {marlkit::smax::kTypes, marlkit::smax::kStats}, false);
+  return static_cast<const float*>(keep.data());
+}
+
+marlkit::smax::Map map_of(double width, double height, const char* fn) {
+  if (!(width > 0.0) || !(height > 0.0) || !std::isfinite(width) || !std::isfinite(height)) {
+    throw std::invalid_argument(std::string(fn) + ": map_width and map_height must be finite "
+                                                  "and > 0");
+  }
+  return {static_cast<float>(width), static_cast<float>(height)};
+}
+
+void ticks(const py::object& pos, const py::object& health, const py::object& cooldown,
+           const py::object& alive, const py::object& types, const py::object& prev_move,
+           const py::object& prev_attack, const py::object& actions_obj,
+           const py::object& jitter_obj, const py::object& table, std::int64_t n_allies,
+           double map_width, double map_height, double dt, bool walls_cause_death) {
+  const char* fn = "smax_ticks";
+  WorldArrays a = world_arrays(fn, pos, health, cooldown, alive, types, prev_move, prev_attack,
+                               true);
+  const marlkit::smax::World w = world(a, n_allies, fn);
+  py::array actions = checked<std::int64_t>(actions_obj, fn, "actions", "int64", "[E, N]",
+                                            {a.E, a.N}, false);
+  if (!py::isinstance<py::array>(jitter_obj) ||
+      py::reinterpret_borrow<py::array>(jitter_obj).ndim() != 3) {
+    throw std::invalid_argument("smax_ticks: jitter must be a float32 array [E, T, N]");
+  }
+  const py::ssize_t T = py::reinterpret_borrow<py::array>(jitter_obj).shape(1);
+  py::array jitter =
+      checked<float>(jitter_obj, fn, "jitter", "float32", "[E, T, N]", {a.E, T, a.N}, false);
+  py::array keep;
+  const float* tab = table_ptr(table, fn, keep);
+  const marlkit::smax::Map map = map_of(map_width, map_height, fn);
+  if (!(dt > 0.0) || !std::isfinite(dt)) {
+    throw std::invalid_argument("smax_ticks: dt must be finite and > 0");
+  }
+  const auto* act = static_cast<const std::int64_t*>(actions.data());
+  const std::int64_t M = a.N - n_allies;
+  for (py::ssize_t e = 0; e < a.E; ++e) {
+    for (py::ssize_t i = 0; i < a.N; ++i) {
+      const std::int64_t v = act[e * a.N + i];
+      const std::int64_t n = marlkit::smax::kMoves + (i < n_allies ? M : n_allies);
+      if (v < 0 || v >= n) {
+        throw std::invalid_argument("smax_ticks: actions[" + std::to_string(e) + ", " +
+                                    std::to_string(i) + "] must be in [0, " +
+                                    std::to_string(n - 1) + "], got " + std::to_string(v));
+      }
+    }
+  }
+  const auto* jit = static_cast<const float*>(jitter.data());
+  py::gil_scoped_release release;
+  marlkit::smax::ticks(w, act, jit, T, tab, map, static_cast<float>(dt), walls_cause_death);
+}
+
+void observe(const py::object& pos, const py::object& health, const py::object& cooldown,
+             const py::object& alive, const py::object& types, const py::object& prev_move,
+             const py::object& prev_attack, const py::object& table, const py::object& obs_obj,
+             const py::object& visible_obj, const py::object& ally_mask_obj,
+             const py::object& enemy_mask_obj, const py::object& state_obj, std::int64_t n_allies,
+             double map_width, double map_height, bool see_enemy_actions) {
+  const char* fn = "smax_observe";
+  WorldArrays a = world_arrays(fn, pos, health, cooldown, alive, types, prev_move, prev_attack,
+                               false);
+  const marlkit::smax::World w = world(a, n_allies, fn);
+  const py::ssize_t E = a.E, N = a.N, A = n_allies, M = N - A;
+  const py::ssize_t n_obs = enemy_mask_obj.is_none() ? A : N;
+  const py::ssize_t D = marlkit::smax::kUnitFeatures * (N - 1) + marlkit::smax::kOwnFeatures;
+  py::array obs = checked<float>(obs_obj, fn, "obs_out", "float32", "[E, n_obs, 13 (N - 1) + 10]",
+                                 {E, n_obs, D}, true);
+  py::array visible = checked<bool>(visible_obj, fn, "visible_out", "bool", "[E, n_obs, N - 1]",
+                                    {E, n_obs, N - 1}, true);
+  py::array ally_mask = checked<bool>(ally_mask_obj, fn, "ally_mask_out", "bool", "[E, A, 5 + M]",
+                                      {E, A, marlkit::smax::kMoves + M}, true);
+  py::array enemy_mask;
+  bool* enemy_ptr = nullptr;
+  if (!enemy_mask_obj.is_none()) {
+    enemy_mask = checked<bool>(enemy_mask_obj, fn, "enemy_mask_out", "bool", "[E, M, 5 + A]",
+                               {E, M, marlkit::smax::kMoves + A}, true);
+    enemy_ptr = static_cast<bool*>(enemy_mask.mutable_data());
+  }
+  py::array state = checked<float>(state_obj, fn, "state_out", "float32", "[E, 12 N]",
+                                   {E, (marlkit::smax::kOwnFeatures + 2) * N}, true);
+  py::array keep;
+  const float* tab = table_ptr(table, fn, keep);
+  const marlkit::smax::Map map = map_of(map_width, map_height, fn);
+  auto* obs_ptr = static_cast<float*>(obs.mutable_data());
+  auto* vis_ptr = static_cast<bool*>(visible.mutable_data());
+  auto* ally_ptr = static_cast<bool*>(ally_mask.mutable_data());
+  auto* state_ptr = static_cast<float*>(state.mutable_data());
+  py::gil_scoped_release release;
+  marlkit::smax::observe(w, tab, map, see_enemy_actions, n_obs, obs_ptr, vis_ptr, ally_ptr,
+                         enemy_ptr, state_ptr);
+}
+
+void heuristic(const py::object& pos, const py::object& health, const py::object& cooldown,
+               const py::object& alive, const py::object& types, const py::object& prev_move,
+               const py::object& prev_attack, const py::object& target_obj,
+               const py::object& last_obj, const py::object& u_obj, const py::object& table,
+               const py::object& out_obj, std::int64_t n_allies, double map_width,
+               double map_height) {
+  const char* fn = "smax_heuristic";
+  WorldArrays a = world_arrays(fn, pos, health, cooldown, alive, types, prev_move, prev_attack,
+                               false);
+  const marlkit::smax::World w = world(a, n_allies, fn);
+  const py::ssize_t E = a.E, M = a.N - n_allies;
+  py::array target =
+      checked<float>(target_obj, fn, "target", "float32", "[E, M, 2]", {E, M, 2}, true);
+  py::array last = checked<std::int64_t>(last_obj, fn, "last", "int64", "[E, M]", {E, M}, true);
+  py::array u = checked<float>(u_obj, fn, "u", "float32", "[E, M]", {E, M}, false);
+  py::array out = checked<std::int64_t>(out_obj, fn, "out", "int64", "[E, M]", {E, M}, true);
+  const auto* last_ptr = static_cast<std::int64_t*>(last.mutable_data());
+  for (py::ssize_t i = 0; i < E * M; ++i) {
+    if (last_ptr[i] < -1 || last_ptr[i] >= n_allies) {
+      throw std::invalid_argument("smax_heuristic: last must be -1 or an ally slot in [0, " +
+                                  std::to_string(n_allies - 1) + "], got " +
+                                  std::to_string(last_ptr[i]));
+    }
+  }
+  py::array keep;
+  const float* tab = table_ptr(table, fn, keep);
+  const marlkit::smax::Map map = map_of(map_width, map_height, fn);
+  auto* target_ptr = static_cast<float*>(target.mutable_data());
+  auto* lp = static_cast<std::int64_t*>(last.mutable_data());
+  const auto* u_ptr = static_cast<const float*>(u.data());
+  auto* out_ptr = static_cast<std::int64_t*>(out.mutable_data());
+  py::gil_scoped_release release;
+  marlkit::smax::heuristic(w, target_ptr, lp, u_ptr, tab, map, out_ptr);
+}
+
+}  // namespace smax_bind
+
+void bind_smax(py::module_& m) {
+  m.def("smax_ticks", &smax_bind::ticks, py::arg("pos"), py::arg("health"), py::arg("cooldown"),
+        py::arg("alive"), py::arg("types"), py::arg("prev_move"), py::arg("prev_attack"),
+        py::arg("actions"), py::arg("jitter"), py::arg("table"), py::kw_only(),
+        py::arg("n_allies"), py::arg("map_width"), py::arg("map_height"), py::arg("dt"),
+        py::arg("walls_cause_death"),
+        R"doc(Advance E SMAX battles by T world ticks, in place (JaxMARL's SMAX rules).
+
+World arrays (C-contiguous, updated in place): pos float32 [E, N, 2], health float32 [E, N],
+cooldown float32 [E, N], alive bool [E, N], types int64 [E, N] (read only, in [0, 5]),
+prev_move float32 [E, N, 2], prev_attack int64 [E, N]. actions int64 [E, N] (moves 0..3, stop 4,
+5 + k attacks the other team's k-th unit; allies first), jitter float32 [E, T, N] (the cooldown
+jitter of each tick), table float32 [6, 7] (per type: speed, damage, attack range, sight range,
+radius, health, cooldown). Per tick: moves clipped to the map, attacks on live targets in range
+once the cooldown is spent (damage summed per target, health floored at 0, reload to cooldown +
+jitter, else cooldown -= dt), deaths at the walls, pushing apart of overlapping live units.
+Raises ValueError for a bad array, type id, action or parameter. Releases the GIL; threads over
+environments.)doc");
+  m.def("smax_observe", &smax_bind::observe, py::arg("pos"), py::arg("health"),
+        py::arg("cooldown"), py::arg("alive"), py::arg("types"), py::arg("prev_move"),
+        py::arg("prev_attack"), py::arg("table"), py::arg("obs_out"), py::arg("visible_out"),
+        py::arg("ally_mask_out"), py::arg("enemy_mask_out"), py::arg("state_out"), py::kw_only(),
+        py::arg("n_allies"), py::arg("map_width"), py::arg("map_height"),
+        py::arg("see_enemy_actions"),
+        R"doc(SMAX's unit-list observations of the first n_obs units (A, or N when enemy_mask_out is
+given), their action masks and the world state, written into the *_out arrays: obs_out float32
+[E, n_obs, 13 (N - 1) + 10], visible_out bool [E, n_obs, N - 1], ally_mask_out bool [E, A, 5 + M],
+enemy_mask_out None or bool [E, M, 5 + A], state_out float32 [E, 12 N]. World arrays as in
+smax_ticks (read only). Releases the GIL; threads over environments.)doc");
+  m.def("smax_heuristic", &smax_bind::heuristic, py::arg("pos"), py::arg("health"),
+        py::arg("cooldown"), py::arg("alive"), py::arg("types"), py::arg("prev_move"),
+        py::arg("prev_attack"), py::arg("target"), py::arg("last"), py::arg("u"),
+        py::arg("table"), py::arg("out"), py::kw_only(), py::arg("n_allies"),
+        py::arg("map_width"), py::arg("map_height"),
+        R"doc(SMAX's heuristic enemy (attack_mode "closest"): writes the M enemies' actions into out
+int64 [E, M]; target float32 [E, M, 2] (where each heads when it sees nobody) and last int64
+[E, M] (the ally slot it keeps attacking, or -1) are updated in place; u float32 [E, M] uniform
+draws choose which seen ally to chase. World arrays as in smax_ticks (read only). Releases the
+GIL; threads over environments.)doc");
+}
+// --- end section: smax -------------------------------------------------------------------------
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "marlkit native kernels (C++17, no libtorch).";
   m.attr("ABI_VERSION") = kAbiVersion;
@@ -957,4 +1193,5 @@ PYBIND11_MODULE(_C, m) {
   bind_particles(m);
   bind_render(m);
   bind_gather(m);
+  bind_smax(m);
 }

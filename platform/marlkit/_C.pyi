@@ -146,3 +146,62 @@ def gather_rows(
 ) -> None: ...  # outputs[k][i] = sources[k][index[i]], rows as bytes
 def advise_huge_pages(array: np.ndarray) -> int: ...  # bytes advised (MADV_HUGEPAGE)
 def huge_zeros(nbytes: int) -> NDArray[np.uint8]: ...  # its own 2 MiB-aligned mapping (Linux)
+
+# SMAX battles (csrc/include/marlkit/smax.h; world arrays: pos f32 [E, N, 2], health, cooldown
+# f32 [E, N], alive bool [E, N], types i64 [E, N], prev_move f32 [E, N, 2], prev_attack i64 [E, N])
+def smax_ticks(
+    pos: NDArray[np.float32],
+    health: NDArray[np.float32],
+    cooldown: NDArray[np.float32],
+    alive: NDArray[np.bool_],
+    types: NDArray[np.int64],
+    prev_move: NDArray[np.float32],
+    prev_attack: NDArray[np.int64],
+    actions: NDArray[np.int64],  # [E, N]
+    jitter: NDArray[np.float32],  # [E, T, N]
+    table: NDArray[np.float32],  # [6, 7]
+    *,
+    n_allies: int,
+    map_width: float,
+    map_height: float,
+    dt: float,
+    walls_cause_death: bool,
+) -> None: ...  # the world arrays updated in place
+def smax_observe(
+    pos: NDArray[np.float32],
+    health: NDArray[np.float32],
+    cooldown: NDArray[np.float32],
+    alive: NDArray[np.bool_],
+    types: NDArray[np.int64],
+    prev_move: NDArray[np.float32],
+    prev_attack: NDArray[np.int64],
+    table: NDArray[np.float32],
+    obs_out: NDArray[np.float32],  # [E, n_obs, 13 (N - 1) + 10]
+    visible_out: NDArray[np.bool_],  # [E, n_obs, N - 1]
+    ally_mask_out: NDArray[np.bool_],  # [E, A, 5 + M]
+    enemy_mask_out: NDArray[np.bool_] | None,  # [E, M, 5 + A]; given: n_obs = N, else A
+    state_out: NDArray[np.float32],  # [E, 12 N]
+    *,
+    n_allies: int,
+    map_width: float,
+    map_height: float,
+    see_enemy_actions: bool,
+) -> None: ...
+def smax_heuristic(
+    pos: NDArray[np.float32],
+    health: NDArray[np.float32],
+    cooldown: NDArray[np.float32],
+    alive: NDArray[np.bool_],
+    types: NDArray[np.int64],
+    prev_move: NDArray[np.float32],
+    prev_attack: NDArray[np.int64],
+    target: NDArray[np.float32],  # [E, M, 2], updated
+    last: NDArray[np.int64],  # [E, M], updated
+    u: NDArray[np.float32],  # [E, M]
+    table: NDArray[np.float32],
+    out: NDArray[np.int64],  # [E, M], written
+    *,
+    n_allies: int,
+    map_width: float,
+    map_height: float,
+) -> None: ...
