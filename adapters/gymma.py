@@ -327,7 +327,8 @@ class GymmaEnv(EnvBase):
         else:
             self._obs_shape = tuple(obs.spaces[0].shape)
             self._obs_dtype = box_dtype(obs.spaces[0])
-        self._discrete = isinstance(first, spaces.Discrete)
+        # Discrete actions go to the simulator as ints: the tensor's values plus the start.
+        self._discrete_start = int(first.start) if isinstance(first, spaces.Discrete) else None
 
     def _build_specs(self) -> None:
         b, dev, g, n = (self._num,), self.device, self.group, self.n_agents
@@ -400,9 +401,11 @@ class GymmaEnv(EnvBase):
         """The batch's actions as each instance's ``step`` takes them: a list per instance, one
         entry per agent (ints for Discrete spaces, arrays for the others)."""
         action = get_entry(tensordict, (self.group, ACTION))
+        start = self._discrete_start
+        if start is not None:  # [N, n] int64
+            values = action.detach().cpu().numpy()
+            return (values + start if start else values).tolist()
         actions = to_space(self._act_space, action)  # [N, n, ...], the space's start added
-        if self._discrete:
-            return actions.tolist()
         return [list(a) for a in actions]
 
     # ------------------------------------------------------------------ hooks

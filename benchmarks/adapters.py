@@ -7,6 +7,8 @@ two physics loops over ``--rounds`` rounds of ``--round-seconds`` each.
 
     python benchmarks/adapters.py                  # every section
     python benchmarks/adapters.py --only vmas      # one section
+
+LBF and RWARE (EPyMARL's Gymnasium format) time pairs of batch steps as PettingZoo does.
 """
 
 from __future__ import annotations
@@ -283,10 +285,122 @@ def bench_mujoco(args: argparse.Namespace) -> dict:
 
 # --- end section: mujoco ---------------------------------------------------------------------
 
+# --- section: lbforaging, rware (EPyMARL's Gymnasium format) ----------------------------------
+#: The EPyMARL tasks timed, and the batch sizes of each.
+GYMMA_TASKS = {
+    "lbforaging": ("Foraging-8x8-2p-2f-coop-v3", (1, 16)),
+    "rware": ("rware-tiny-2ag-v2", (1, 16)),
+}
+
+
+def _bench_gymma(family: str, args: argparse.Namespace) -> dict:
+    """``<family>/<id>`` (validation off) against a raw loop over the same Gymnasium envs.
+
+    Raw: ``num_envs`` envs of ``gymnasium.make(id, disable_env_checker=True)`` (instance ``i``
+    reset with seed ``i``), each stepped with a list of per-agent ints drawn by one
+    ``torch.randint`` call for the batch and reset when ``done``. Adapter: the same ``torch``
+    call writes ``("agents", "action")``, then ``step_and_maybe_reset`` (the simulator steps,
+    observations and rewards stacked into ``[num_envs, n_agents, ...]`` tensors, the done rule,
+    ``step_mdp``, partial resets). Both sides step the same simulators the same number of times.
+    Each timed call runs one raw step and one adapter step of the whole batch back to back
+    (alternating which goes first); figures are medians over the pairs and ``ratio`` is raw time
+    / adapter time (target >= 0.85). ``cpu_ratio`` is the same quotient of the CPU time each
+    side took over all its calls (``time.process_time``): on a loaded machine, where a batch
+    step of a few milliseconds is often descheduled, the wall-clock ratio drifts and this one
+    does not. ``time_in_simulator_fraction`` is the share of each side's wall time spent inside
+    the simulators' ``step`` (timed around those calls).
+    """
+    import gymnasium as gym
+
+    import marlkit
+
+    gym_id, sizes = GYMMA_TASKS[family]
+    out: dict[str, Any] = {"task": f"{family}/{gym_id}", "target": 0.85}
+    for num_envs in sizes:
+        out[f"num_envs={num_envs}"] = _gymma_pairs(
+            gym, marlkit.make, f"{family}/{gym_id}", gym_id, num_envs, args
+        )
+    out["load_average_1min"] = load_average()
+    return out
+
+
+def _gymma_pairs(
+    gym: Any, make: Any, name: str, gym_id: str, num_envs: int, args: argparse.Namespace
+) -> dict:
+    """One batch size of :func:`_bench_gymma`."""
+    env = make(name, num_envs=num_envs, seed=0, validate_actions=False)
+    raws = [gym.make(gym_id, disable_env_checker=True) for _ in range(num_envs)]
+    for i, raw in enumerate(raws):
+        raw.reset(seed=i)
+    spec = env.action_spec["agents", "action"]
+    in_raw, in_adapter = Stopwatch(), Stopwatch()
+    raw_steps = [in_raw.wrap(raw.step) for raw in raws]
+    for sim in env.simulators:
+        sim.step = in_adapter.wrap(sim.step)  # an instance attribute shadows the method
+    gen_raw, gen_adapter = (torch.Generator().manual_seed(0) for _ in range(2))
+    cpu = {"raw": 0.0, "adapter": 0.0}
+
+    def raw_step() -> None:
+        start = time.process_time()
+        actions = torch.randint(0, spec.n, spec.shape, generator=gen_raw).tolist()
+        for raw, step, action in zip(raws, raw_steps, actions):
+            _, _, done, truncated, _ = step(action)
+            if done or truncated:
+                raw.reset()
+        cpu["raw"] += time.process_time() - start
+
+    state = {"td": env.reset()}
+
+    def adapter_step() -> None:
+        start = time.process_time()
+        td = state["td"]
+        td.set(("agents", "action"), torch.randint(0, spec.n, spec.shape, generator=gen_adapter))
+        _, state["td"] = env.step_and_maybe_reset(td)
+        cpu["adapter"] += time.process_time() - start
+
+    pairs = paired(
+        raw_step,
+        adapter_step,
+        min_pairs=args.warmup + args.min_steps,
+        min_seconds=2 * args.round_seconds,  # each side about --round-seconds
+    )
+    raw_total, adapter_total = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    timed = pairs[args.warmup :]
+    result = {
+        "n_agents": env.n_agents,
+        "pairs": len(timed),
+        "raw_env_steps_per_s": num_envs / statistics.median(p[0] for p in timed),
+        "adapter_env_steps_per_s": num_envs / statistics.median(p[1] for p in timed),
+        "ratio": statistics.median(r / a for r, a in timed),
+        "cpu_ratio": cpu["raw"] / cpu["adapter"] if cpu["adapter"] > 0 else None,
+        "raw_time_in_simulator_fraction": in_raw.seconds / raw_total,
+        "adapter_time_in_simulator_fraction": in_adapter.seconds / adapter_total,
+    }
+    env.close()
+    for raw in raws:
+        raw.close()
+    return result
+
+
+def bench_lbforaging(args: argparse.Namespace) -> dict:
+    """Level-Based Foraging ``Foraging-8x8-2p-2f-coop-v3``, 1 and 16 envs (see
+    :func:`_bench_gymma`)."""
+    return _bench_gymma("lbforaging", args)
+
+
+def bench_rware(args: argparse.Namespace) -> dict:
+    """RWARE ``rware-tiny-2ag-v2``, 1 and 16 envs (see :func:`_bench_gymma`)."""
+    return _bench_gymma("rware", args)
+
+
+# --- end section: lbforaging, rware ----------------------------------------------------------
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "vmas": bench_vmas,
     "pettingzoo": bench_pettingzoo,
     "mujoco": bench_mujoco,
+    "lbforaging": bench_lbforaging,
+    "rware": bench_rware,
 }
 
 

@@ -21,3 +21,9 @@ def test_adapters_benchmark_prints_every_section(
     mujoco = data["mujoco"]
     assert len(mujoco["speedup_rounds"]) == 2 and mujoco["speedup"] > 0
     assert mujoco["num_envs"] == 64 and mujoco["target_speedup"] == 1.5
+    for family in ("lbforaging", "rware"):  # EPyMARL's format, against raw Gymnasium loops
+        for num_envs in (1, 16):
+            entry = data[family][f"num_envs={num_envs}"]
+            assert entry["pairs"] == 2 and entry["ratio"] > 0 and entry["cpu_ratio"] > 0
+            assert 0 < entry["adapter_time_in_simulator_fraction"] <= 1
+        assert data[family]["target"] == 0.85
