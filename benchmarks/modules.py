@@ -27,15 +27,39 @@ on the recipes' rows (1,200 shared: ``[1200, 256]``; 3 stacks of 400), forward +
 layout before) against out-major (``nn.Linear``'s order, the layer's default below 16
 outputs): the same values, shapes and arithmetic, only the order of the weight in memory.
 
+``--only cnn`` times :class:`marlkit.modules.MultiAgentCNN` (independent agents, TorchRL's
+``MultiAgentConvNet`` defaults: 3 conv layers of 32 channels, kernel 5, stride 2, ``nn.ELU``,
+outputs flattened) forward + backward on ``[--cnn-batch, --cnn-agents, 3, 64, 64]``:
+
+* ``grouped``: one grouped convolution per layer, channels-last (the module's default);
+* ``grouped_nchw``: the same in the default NCHW layout (``channels_last=False``);
+* ``vmap``: ``independent_method="vmap"``, ``torch.func.vmap`` over the stacked weights;
+* ``loop``: ``n_agents`` plain ``nn.Sequential`` convnets (the same weights) called one after
+  the other on each agent's slice, outputs stacked;
+* ``torchrl`` (with ``--torchrl-python PY``, a Python with TorchRL 0.14.1): TorchRL's
+  ``MultiAgentConvNet`` with the same sizes, a subprocess per round
+  (``benchmarks/peers/torchrl_convnet.py``).
+
+Target: ``torchrl / grouped >= 1.0`` at batch 256 x 8 agents of 3 x 64 x 64.
+
+``--only attention`` times :class:`marlkit.modules.EntityAttention` (8 agents, independent,
+embedding 64, 4 heads, 8 features per entity, a quarter of the entities masked) forward +
+backward as the entities per agent grow (``--entities``, default 8 to 512), with one
+self-attention block (``depth=1``) and pooling only (``depth=0``), each in a fresh process: the
+time per call and the peak memory (growth of the process's peak RSS over its size before the
+first call).
+
 ``--cells`` changes the hidden width (the loop's per-agent overhead only dominates for narrow
 networks; at width 256 and batch 1024 both sides are bound by the same matmul FLOPs). Sides
 alternate round by round; times are medians, the ratio the median of the per-round ratios.
 
-    python benchmarks/modules.py                  # every section: mlp, activation, layout
+    python benchmarks/modules.py                  # mlp, activation, layout (not cnn, attention)
     python benchmarks/modules.py --only mlp --agents 32 --rounds 7 --threads 1
     python benchmarks/modules.py --retain-freed-memory   # glibc keeps large freed blocks
     python benchmarks/modules.py --only activation
     python benchmarks/modules.py --only layout
+    python benchmarks/modules.py --only cnn --threads 2 --rounds 3 --torchrl-python trl/bin/python
+    python benchmarks/modules.py --only attention --threads 2
 
 ``--retain-freed-memory`` raises glibc's mmap and trim thresholds (``mallopt``) before anything
 is allocated, for both sides alike. By default glibc serves every block above 32 MB (the batched
@@ -49,13 +73,37 @@ from __future__ import annotations
 import copy
 import ctypes
 import ctypes.util
+import json
+import multiprocessing
+import pathlib
+import resource
+import statistics
+import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from marlkit.bench import alternate_calls, make_parser, run_sections, summary
-from marlkit.modules import MultiAgentMLP, StackedLinear, Tanh, get_tanh_method, set_tanh_method
+from marlkit.bench import (
+    alternate,
+    alternate_calls,
+    make_parser,
+    run_sections,
+    seconds_per_call,
+    summary,
+)
+from marlkit.modules import (
+    EntityAttention,
+    MultiAgentCNN,
+    MultiAgentMLP,
+    StackedLinear,
+    Tanh,
+    get_tanh_method,
+    set_tanh_method,
+)
+
+PEERS = pathlib.Path(__file__).resolve().parent / "peers"
 
 BATCH, IN, OUT, CELLS = 1024, 16, 4, 256
 
@@ -200,6 +248,148 @@ def bench_layout(rounds: int, seconds: float) -> list[dict[str, object]]:
     return results
 
 
+def _torchrl_round(args: Any) -> Callable[[], float]:
+    """One round of TorchRL's ``MultiAgentConvNet`` (``peers/torchrl_convnet.py``, a
+    subprocess of ``--torchrl-python``): its seconds per call."""
+    cmd = [
+        args.torchrl_python,
+        str(PEERS / "torchrl_convnet.py"),
+        *("--batch", str(args.cnn_batch), "--agents", str(args.cnn_agents)),
+        *("--size", str(args.cnn_size), "--threads", str(torch.get_num_threads())),
+        *("--calls", str(args.cnn_calls), "--round-seconds", str(args.round_seconds)),
+    ]
+
+    def run() -> float:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if proc.returncode:
+            raise RuntimeError(
+                f"the TorchRL peer failed ({' '.join(cmd)}; --torchrl-python must be a Python "
+                f"with torchrl installed):\n{proc.stderr[-2000:]}"
+            )
+        return float(json.loads(proc.stdout.strip().splitlines()[-1])["seconds_per_call"][0])
+
+    return run
+
+
+def bench_cnn(args: Any) -> dict[str, object]:
+    """``MultiAgentCNN`` (grouped, channels-last) against its NCHW and vmap routes, a loop of
+    per-agent convnets and, with ``--torchrl-python``, TorchRL's ``MultiAgentConvNet``."""
+    torch.manual_seed(0)
+    n, batch, size = args.cnn_agents, args.cnn_batch, args.cnn_size
+    x = torch.randn(batch, n, 3, size, size)
+    modules = {
+        "grouped": MultiAgentCNN(3, n),
+        "grouped_nchw": MultiAgentCNN(3, n, channels_last=False),
+        "vmap": MultiAgentCNN(3, n, independent_method="vmap"),
+    }
+    for module in list(modules.values())[1:]:
+        module.load_state_dict(modules["grouped"].state_dict())
+    nets = [modules["grouped"].agent_network(i) for i in range(n)]  # the same weights
+    check = slice(0, 2)  # the agreement check on two rows: the full batch is the timed work
+    reference = torch.stack([net(x[check, i]).flatten(1) for i, net in enumerate(nets)], 1)
+    for module in modules.values():
+        torch.testing.assert_close(module(x[check]), reference, rtol=1e-4, atol=1e-4)
+
+    def module_call(module: MultiAgentCNN) -> Callable[[], None]:
+        def run() -> None:
+            module(x).sum().backward()
+            module.zero_grad(set_to_none=True)
+
+        return run
+
+    def loop() -> None:
+        torch.stack([net(x[:, i]).flatten(1) for i, net in enumerate(nets)], 1).sum().backward()
+        for net in nets:
+            net.zero_grad(set_to_none=True)
+
+    calls = {name: module_call(module) for name, module in modules.items()}
+    calls["loop"] = loop
+    sides: dict[str, Callable[[], float]] = {
+        name: (
+            lambda call=call: seconds_per_call(
+                call, args.round_seconds, min_calls=args.cnn_calls, warmup=1
+            )
+        )
+        for name, call in calls.items()
+    }
+    if args.torchrl_python:
+        sides["torchrl"] = _torchrl_round(args)
+    times = alternate(sides, args.rounds)
+    out: dict[str, object] = {
+        "batch": batch,
+        "n_agents": n,
+        "image": [3, size, size],
+        "output_features": modules["grouped"].out_features(size, size),
+        "threads": torch.get_num_threads(),
+        **{f"{name}_ms": 1e3 * statistics.median(ts) for name, ts in times.items()},
+        "rounds_s": {name: [round(t, 4) for t in ts] for name, ts in times.items()},
+    }
+    for other in ("grouped_nchw", "vmap", "loop", "torchrl"):
+        if other in times:
+            ratio = summary(times, other, "grouped")
+            out[f"ratio_{other}_over_grouped"] = ratio[f"ratio_{other}_over_grouped"]
+    return out
+
+
+def _attention_worker(
+    entities: int, depth: int, rows: int, seconds: float, threads: int, queue: Any
+) -> None:
+    """In a fresh process: ``EntityAttention`` forward + backward with ``entities`` per agent;
+    puts ``{ms, peak_mib}`` on ``queue``."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    n, features = 8, 8
+    enc = EntityAttention(features, 32, n, embed_dim=64, num_heads=4, depth=depth)
+    x = torch.randn(rows, n, entities, features)
+    mask = torch.rand(rows, n, entities) >= 0.25
+
+    def call() -> None:
+        enc(x, mask).sum().backward()
+        enc.zero_grad(set_to_none=True)
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    call()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    ms = 1e3 * seconds_per_call(call, seconds, min_calls=3, warmup=1)
+    queue.put({"ms": ms, "peak_mib": peak / 1024})  # ru_maxrss is in KiB on Linux
+
+
+def _attention_cell(entities: int, depth: int, rows: int, seconds: float) -> dict[str, float]:
+    ctx = multiprocessing.get_context("fork")  # a fresh peak RSS: a forked child's is its own
+    queue = ctx.Queue()
+    threads = torch.get_num_threads()
+    proc = ctx.Process(
+        target=_attention_worker, args=(entities, depth, rows, seconds, threads, queue)
+    )
+    proc.start()
+    result = queue.get(timeout=1800)
+    proc.join()
+    return dict(result)
+
+
+def bench_attention(args: Any) -> list[dict[str, object]]:
+    """``EntityAttention`` as the entities per agent grow: time per call and peak memory."""
+    results: list[dict[str, object]] = []
+    for entities in args.entities or [8, 32, 128, 512]:
+        for depth in (1, 0):
+            runs = [
+                _attention_cell(entities, depth, args.attention_rows, args.round_seconds)
+                for _ in range(args.rounds)
+            ]
+            results.append(
+                {
+                    "entities": entities,
+                    "depth": depth,
+                    "rows": args.attention_rows,
+                    "n_agents": 8,
+                    "ms": statistics.median(r["ms"] for r in runs),
+                    "peak_mib": statistics.median(r["peak_mib"] for r in runs),
+                    "rounds_ms": [round(r["ms"], 3) for r in runs],
+                }
+            )
+    return results
+
+
 def retain_freed_memory() -> dict[str, int]:
     """Make glibc keep freed blocks of up to 1 GiB in the heap (no ``mmap``/``munmap`` per large
     tensor); returns the settings. Raises OSError where the C library has no ``mallopt``."""
@@ -226,6 +416,17 @@ COMPUTES = {
     "marlkit.modules.Tanh's sigmoid route (2 sigmoid(2x) - 1) on the same [rows, cells] "
     "float32 input: forward under no_grad, and forward + backward (autograd.grad of "
     "the output against a fixed gradient)",
+    "cnn": "MultiAgentCNN(3, n_agents) (independent params, TorchRL's MultiAgentConvNet "
+    "defaults: 3 x conv 32 channels, kernel 5, stride 2, ELU, flattened) forward, sum, backward "
+    "and zero_grad on [batch, n_agents, 3, 64, 64]: grouped (channels-last, the default), "
+    "grouped_nchw, vmap (torch.func.vmap over stacked weights), loop (n_agents nn.Sequential "
+    "convnets with the same weights), torchrl (TorchRL 0.14.1 MultiAgentConvNet with the same "
+    "sizes, centralized=False, share_params=False, in its own venv, a process per round)",
+    "attention": "EntityAttention(8 features, 32 outputs, 8 agents, embed 64, 4 heads, "
+    "independent) forward + backward on [rows, 8, entities, 8] with 75 % of the entities "
+    "present; depth=1 (a self-attention block, then attention pooling) and depth=0 (pooling "
+    "only); each cell in a forked process: peak_mib is the growth of its peak RSS in the "
+    "first call",
     "layout": "one StackedLinear(stacks, 256, out) forward + backward (input, weight "
     "and bias gradients) with the same values, its weight in-major ([n, in, out] "
     "contiguous) vs out-major (nn.Linear's order in memory, the default below 16 "
@@ -240,6 +441,8 @@ SECTIONS = {
     ],
     "activation": lambda args: bench_activation(1200, CELLS, args.rounds, args.round_seconds),
     "layout": lambda args: bench_layout(args.rounds, args.round_seconds),
+    "cnn": bench_cnn,
+    "attention": bench_attention,
 }
 
 
@@ -255,15 +458,32 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="raise glibc's mmap and trim thresholds first (both sides)",
     )
+    parser.add_argument("--cnn-batch", type=int, default=256, help="cnn: rows (default 256)")
+    parser.add_argument("--cnn-agents", type=int, default=8, help="cnn: agents (default 8)")
+    parser.add_argument("--cnn-size", type=int, default=64, help="cnn: image side (default 64)")
+    parser.add_argument(
+        "--cnn-calls", type=int, default=1, help="cnn: least calls per side and round (1)"
+    )
+    parser.add_argument(
+        "--torchrl-python", default=None, help="cnn: a Python with TorchRL 0.14.1 (the peer)"
+    )
+    parser.add_argument(
+        "--entities", type=int, action="append", default=None, help="attention: entity counts"
+    )
+    parser.add_argument(
+        "--attention-rows", type=int, default=64, help="attention: batch rows (default 64)"
+    )
     args = parser.parse_args(argv)
     allocator = retain_freed_memory() if args.retain_freed_memory else "glibc defaults"
     extra = {
         "computes": COMPUTES,
-        "target": "loop / batched >= 3 at 32 agents",
+        "target": "mlp: loop / batched >= 3 at 32 agents; cnn: torchrl / grouped >= 1.0 at "
+        "batch 256 x 8 agents of 3 x 64 x 64",
         "allocator": allocator,
         "tanh_method": get_tanh_method(),
     }
-    return run_sections("modules", SECTIONS, args, extra=extra)
+    default = ["mlp", "activation", "layout"]  # cnn and attention take minutes: --only them
+    return run_sections("modules", SECTIONS, args, default, extra=extra)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import pathlib
+import shutil
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import _forked
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 Run = Callable[..., dict[str, Any]]
 
 
@@ -34,3 +40,39 @@ def test_mlp_section_prints_json(run_benchmark: Run) -> None:
     assert (row["n_agents"], row["num_cells"], row["batch"]) == (2, 8, 4)
     assert row["ratio_loop_over_batched"] > 0 and row["ratio_batched_one_call_over_batched"] > 0
     assert data["allocator"] == "glibc defaults" and "activation" not in data
+
+
+def test_cnn_section_prints_json(run_benchmark: Run) -> None:
+    args = ("--only", "cnn", "--cnn-batch", "2", "--cnn-agents", "2", "--cnn-size", "32")
+    data = run_benchmark("modules.py", *args, "--rounds", "1", "--round-seconds", "0")
+    cnn = data["cnn"]
+    assert (cnn["batch"], cnn["n_agents"], cnn["image"]) == (2, 2, [3, 32, 32])
+    assert cnn["output_features"] == 32  # 32 x 32 -> 14 -> 5 -> 1 x 1, 32 channels
+    for side in ("grouped", "grouped_nchw", "vmap", "loop"):
+        assert cnn[f"{side}_ms"] > 0
+    for side in ("grouped_nchw", "vmap", "loop"):
+        assert cnn[f"ratio_{side}_over_grouped"] > 0
+    assert "torchrl_ms" not in cnn  # no --torchrl-python
+    assert "MultiAgentConvNet" in data["computes"]["cnn"] and "mlp" not in data
+
+
+def test_cnn_peer_without_torchrl_fails_with_a_message() -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "modules.py"), "--only", "cnn"]
+    cmd += ["--cnn-batch", "1", "--cnn-agents", "1", "--cnn-size", "32", "--rounds", "1"]
+    # a "Python" that fails at once (a real one without torchrl fails the same way, slower)
+    false = shutil.which("false")
+    assert false is not None
+    cmd += ["--round-seconds", "0", "--torchrl-python", false]
+    out = _forked.run(cmd)
+    assert out.returncode != 0
+    assert "the TorchRL peer failed" in out.stderr
+    assert "must be a Python with torchrl installed" in out.stderr
+
+
+def test_attention_section_prints_json(run_benchmark: Run) -> None:
+    args = ("--only", "attention", "--entities", "4", "--entities", "8", "--attention-rows", "2")
+    data = run_benchmark("modules.py", *args, "--rounds", "1", "--round-seconds", "0")
+    rows = data["attention"]
+    assert [(r["entities"], r["depth"]) for r in rows] == [(4, 1), (4, 0), (8, 1), (8, 0)]
+    for row in rows:
+        assert row["ms"] > 0 and row["peak_mib"] >= 0 and row["rows"] == 2
