@@ -30,6 +30,7 @@ Examples:
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import pathlib
@@ -489,10 +490,25 @@ class EnvScalingReport:
         return paths
 
 
+def _packages(sweeps: Sequence[EnvSweep]) -> dict[str, str | None]:
+    """The installed version of each swept adapter family's package (``magent2/battle_v4`` ->
+    ``magent2``), where a distribution of that name is installed."""
+    out: dict[str, str | None] = {}
+    for sweep in sweeps:
+        family = sweep.env.partition("/")[0] if "/" in sweep.env else None
+        if family is not None and family not in out:
+            try:
+                out[family] = importlib.metadata.version(family)
+            except importlib.metadata.PackageNotFoundError:
+                out[family] = None
+    return out
+
+
 def run_env_scaling(config: EnvScalingConfig, *, progress: bool = True) -> EnvScalingReport:
     """Run every sweep of ``config``, cell by cell, each in its own subprocess; a progress bar
     over cells goes to stderr."""
     report = EnvScalingReport(config, describe_environment())
+    report.environment["packages"] = _packages(config.sweeps)
     if config.threads is not None:
         report.environment["torch_threads"] = config.threads
         if report.environment.get("native_threads") is not None:

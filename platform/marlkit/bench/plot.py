@@ -221,7 +221,8 @@ def plot_env_scaling(data: dict[str, Any], path: str | pathlib.Path) -> pathlib.
         ax.grid(True, which="both", alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
-            ax.set_yscale("log")
+            if ax is not mem_ax:  # memory starts at the interpreter's: a linear axis reads it
+                ax.set_yscale("log")
     rate_ax.set_ylabel("agent-steps/s")
     rate_ax.set_title("throughput (points: the swept value)", fontsize=10)
     kept_ax.axhline(1.0, color="gray", linewidth=0.8)
