@@ -10,6 +10,14 @@ a progress bar on stderr, and writes ``scaling.json`` and ``scaling.png`` under 
     python benchmarks/scaling.py > benchmarks/results/scaling-$(date +%F).json
     python benchmarks/scaling.py --envs 16 --out runs/scaling-16-envs
     python benchmarks/scaling.py --backends native,torch,vmas --agents 4,64 --cell-budget 30
+
+Any registered env, swept over the keyword that sizes it (agents counted from the built env,
+each cell's memory too; several ``--env``/``--param`` pairs on one plot):
+
+    python benchmarks/scaling.py --threads 1 --env magent2/battle_v4 \
+        --param map_size=16,32,64,128,200,256 --env-arg magent2/battle_v4:state=False \
+        --env swarm --param n_agents=16,64,256,1024,4096,16384 \
+        > benchmarks/results/scaling-env-$(date +%F).json
 """
 
 from __future__ import annotations
