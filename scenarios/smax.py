@@ -100,6 +100,8 @@ __all__ = [
 ]
 
 Backend = Literal["auto", "native", "torch"]
+#: What observe() returns: observations, visibility, action masks, state.
+Views = tuple[torch.Tensor, torch.Tensor, list[torch.Tensor], torch.Tensor]
 Enemy = Literal["heuristic", "self_play"]
 
 ENTITIES = "entities"
@@ -126,10 +128,18 @@ SCENARIOS: dict[str, tuple[tuple[int, ...], tuple[int, ...], bool]] = {
     "smacv2_20_units": ((_m,) * 20, (_m,) * 20, True),
 }
 CUSTOM = "custom"
-#: Colours by team (allies blue, enemies red); the type's initial is written in no colour, but
-#: the radius tells the types apart, and a unit's fill fades with its health.
+#: Colours by team (allies blue, enemies red); a unit's fill fades with its health.
 TEAM_COLORS = ((40, 100, 220), (210, 50, 40))
 ATTACK_COLOR = (250, 200, 40)
+#: The dot at a unit's centre, by type: marine, marauder, stalker, zealot, zergling, hydralisk.
+TYPE_COLORS = (
+    (255, 255, 255),
+    (30, 30, 30),
+    (0, 200, 200),
+    (230, 120, 0),
+    (150, 0, 200),
+    (90, 200, 40),
+)
 
 
 def scenario_names() -> list[str]:
@@ -247,6 +257,7 @@ class SmaxEnv(EnvBase):
         self.policy = HeuristicState.initial(num_envs, m, dev)
         self._steps = torch.zeros(num_envs, dtype=torch.int64, device=dev)
         self._last_actions = torch.zeros(num_envs, a + m, dtype=torch.int64, device=dev)
+        self._views: Views | None = None  # the last observe(): patched by partial resets
         self._gen = torch.Generator(device=dev)
         self._gen.seed()
         if seed is not None:
@@ -421,7 +432,19 @@ class SmaxEnv(EnvBase):
         self.policy.last[idx] = -1
         self._steps[idx] = 0
         self._last_actions[idx] = 0
-        return self._output(None)
+        views = None
+        if env_mask is not None and self._views is not None:
+            # Only the reset envs changed since the last output: observe those, keep the rest.
+            sub = SmaxWorld(*(t[idx] for t in world.tensors()))
+            obs, visible, masks, state = observe(sub, self.rules, self._n_obs, backend=self.backend)
+            last_obs, last_visible, last_masks, last_state = self._views
+            views = (
+                _patch(last_obs, obs, idx),
+                _patch(last_visible, visible, idx),
+                [_patch(old, new, idx) for old, new in zip(last_masks, masks)],
+                _patch(last_state, state, idx),
+            )
+        return self._output(None, views)
 
     def _step_draws(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The uniform ``[0, 1)`` draws one step uses: the cooldown jitter's ``[E, ticks, N]``
@@ -471,11 +494,15 @@ class SmaxEnv(EnvBase):
             r_m = lost[:, :a].sum(-1).abs() / a + bonus * won_m.float()
         return r_a, r_m, won_a
 
-    def _output(self, lost: torch.Tensor | None) -> TensorDictBase:
-        """What ``_reset`` (``lost=None``) or ``_step`` returns."""
+    def _output(self, lost: torch.Tensor | None, views: Views | None = None) -> TensorDictBase:
+        """What ``_reset`` (``lost=None``) or ``_step`` returns (``views``: what
+        :func:`~marlkit.native.smax.observe` gives now, when already known)."""
         rules, e = self.rules, self.num_envs
         a, n, k = rules.n_allies, rules.n_units, rules.n_units - 1
-        obs, visible, masks, state = observe(self.world, rules, self._n_obs, backend=self.backend)
+        if views is None:
+            views = observe(self.world, rules, self._n_obs, backend=self.backend)
+        self._views = views
+        obs, visible, masks, state = views
         alive = self.world.alive
         alive_a, alive_m = alive[:, :a].any(-1), alive[:, a:].any(-1)
         root: dict[str, object] = {STATE: state}
@@ -509,12 +536,14 @@ class SmaxEnv(EnvBase):
 
     # ------------------------------------------------------------------ rendering
     def _render(self, env_index: int) -> object:
-        """Allies blue, enemies red, each a disc of its type's radius whose colour fades with its
-        health; dead units are not drawn; a unit that attacked in the last step is ringed in
-        yellow."""
+        """The map (its middle 24 x 24 while every live unit is there): allies blue, enemies
+        red, each a disc of its type's radius whose colour fades with its health, a dot of its
+        type's colour (:data:`TYPE_COLORS`) at its centre; dead units are not drawn. A unit that
+        attacked in the last step is ringed in yellow, with yellow shots along the line to its
+        target."""
         rules = self.rules
         w = self.world
-        pos = w.pos[env_index].cpu().numpy()
+        pos = w.pos[env_index].cpu().numpy().astype(np.float64)
         alive = w.alive[env_index].cpu().numpy()
         types = w.types[env_index].cpu().numpy()
         hp = (w.health[env_index] / self._table[w.types[env_index], HEALTH]).cpu().numpy()
@@ -522,22 +551,30 @@ class SmaxEnv(EnvBase):
         team = np.arange(rules.n_units) >= rules.n_allies
         base = np.asarray(TEAM_COLORS)[team.astype(int)]
         colors = np.array([lighten(c, 0.75 * (1 - f)) for c, f in zip(base, hp)], dtype=np.int64)
-        half = rules.map_width / 2
-        centres = (pos - np.array([half, rules.map_height / 2])) / half
+        # The middle 24 x 24 of the map while every live unit is in it, else the whole map.
+        live = pos[alive]
+        middle = rules.map_width * 3 / 8
+        centre = np.array([rules.map_width / 2, rules.map_height / 2])
+        inside = live.size == 0 or bool((np.abs(live - centre) < middle - 0.7).all())
+        half = middle if inside else max(rules.map_width, rules.map_height) / 2
+        centres = (pos - centre) / half
         scale = 1.0 / half
         layers = []
-        attacked = self._last_actions[env_index].cpu().numpy() >= N_MOVES
-        shooters = alive & attacked
+        actions = self._last_actions[env_index].cpu().numpy()
+        shooters = alive & (actions >= N_MOVES)
         if shooters.any():
+            k = actions[shooters] - N_MOVES
+            own = np.flatnonzero(shooters)
+            target = np.where(own < rules.n_allies, rules.n_allies + k, rules.n_allies - 1 - k)
+            frac = np.array([0.3, 0.5, 0.7])[:, None, None]
+            shots = (1 - frac) * centres[own] + frac * centres[target]
             layers.append(
-                Circles(
-                    centres[shooters],
-                    radius[shooters] * scale * 1.35,
-                    ATTACK_COLOR,
-                    name="attackers",
-                )
+                Circles(centres[own], radius[own] * scale * 1.4, ATTACK_COLOR, name="attackers")
             )
+            layers.append(Circles(shots.reshape(-1, 2), 0.15 * scale, ATTACK_COLOR, name="shots"))
         layers.append(Circles(centres[alive], radius[alive] * scale, colors[alive], name="units"))
+        dots = np.asarray(TYPE_COLORS)[types[alive]]
+        layers.append(Circles(centres[alive], radius[alive] * scale * 0.4, dots, name="types"))
         return render_frame(layers, half_extent=1.0, size=self.render_size)
 
     # ------------------------------------------------------------------ introspection
@@ -550,6 +587,13 @@ class SmaxEnv(EnvBase):
     def steps(self) -> torch.Tensor:
         """``[E]`` steps taken in each env's episode, a copy."""
         return self._steps.clone()
+
+
+def _patch(old: torch.Tensor, new: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """A copy of ``old`` with rows ``idx`` from ``new``."""
+    out = old.clone()
+    out[idx] = new
+    return out
 
 
 def make_smax(scenario: str, **kwargs: object) -> SmaxEnv:

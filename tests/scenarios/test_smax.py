@@ -240,3 +240,41 @@ def test_native_kernels_name_bad_input() -> None:
     world.types[0, 0] = 6
     with pytest.raises(ValueError, match=r"types must be unit type ids in \[0, 5\], got 6"):
         world_ticks(world, torch.zeros(2, 6, dtype=torch.int64), jitter, rules, backend="native")
+
+
+def test_partial_resets_observe_like_a_full_observe() -> None:
+    """A reset of some envs re-observes only those; the result equals observing them all."""
+    env = SmaxEnv("3m", 16, seed=3)
+    td = env.reset()
+    resets = 0
+    for _ in range(120):
+        td = env.rand_action(td)
+        step, td = env.step_and_maybe_reset(td)
+        resets += int(step["next", "done"].sum())
+        obs, visible, masks, state = observe(env.world, env.rules, 3)
+        torch.testing.assert_close(td["ally", "observation"], obs, rtol=0, atol=0)
+        assert torch.equal(td["ally", "action_mask"], masks[0])
+        assert torch.equal(td["ally", "entity_mask"], visible)
+        torch.testing.assert_close(td["state"], state, rtol=0, atol=0)
+    assert 0 < resets < 16 * 120
+
+
+def test_render_shows_teams_types_and_shots() -> None:
+    from marlkit.scenarios.smax import ATTACK_COLOR, TEAM_COLORS, TYPE_COLORS
+
+    env = SmaxEnv("3s_vs_5z", 1, enemy="self_play", seed=0, render_size=128)
+    td = env.reset()
+    _battle(
+        env,
+        [(14, 16), (14, 17), (14, 15), (18, 16), (18, 17), (18, 15), (30, 30), (2, 2)],
+        [160.0] * 3 + [150.0] * 3 + [0.0, 0.0],
+    )
+    td = env._output(None)
+    td["ally", "action"] = torch.full((1, 3), N_MOVES)  # stalkers shoot the 1st zealot they see
+    td["enemy", "action"] = torch.full((1, 5), 4)
+    env.step(td)
+    frame = env.render(0)
+    assert frame.shape == (128, 128, 3) and frame.dtype == np.uint8
+    colors = {tuple(c) for c in frame.reshape(-1, 3).tolist()}
+    for color in (ATTACK_COLOR, TEAM_COLORS[0], TYPE_COLORS[2], TYPE_COLORS[3]):
+        assert tuple(color) in colors, color
