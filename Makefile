@@ -18,7 +18,7 @@ export PYOPENGL_PLATFORM ?= egl
 # EGL through glvnd, with Mesa's software rasteriser (llvmpipe) where there is no GPU.
 GL_DEBS ?= libegl1 libgl1 libopengl0 libegl-mesa0 libgl1-mesa-dri
 
-.PHONY: install system-deps demo test test-fast lint bench clean
+.PHONY: install system-deps meltingpot-substrates demo test test-fast lint bench clean
 
 # Idempotent and quiet: installs only the missing packages, with sudo unless root; a no-op
 # where dpkg/apt-get do not exist (not Debian); a failed install warns and goes on.
@@ -46,7 +46,29 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/include/marlkit/*.h
 	$(PIP) install -q -e ".[dev]"
 	@touch $(STAMP)
 
-install: system-deps $(STAMP)
+# MeltingPot substrates for the meltingpot adapter: NOT a full dm-meltingpot install. Its only
+# release is an sdist whose build downloads its assets (meltingpot-assets-*.tar.gz: the
+# scenarios' bots, TensorFlow saved models) from storage.googleapis.com, which these machines
+# cannot reach, and which requires tensorflow (1.6 GB), which substrates never import. So, only
+# when meltingpot is not importable: the substrates' dependencies come from the registry, and the
+# sdist is built with --no-deps against an empty assets tarball, placed where its setup.py looks
+# for a cached download (tempfile.gettempdir(), here a private TMPDIR). Substrates run; scenarios
+# (their bots) stay unavailable. Where the assets URL is reachable, use pip install dm-meltingpot.
+MELTINGPOT_SPEC ?= dm-meltingpot==2.4.1
+MELTINGPOT_ASSETS ?= meltingpot-assets-2.3.0.tar.gz
+MELTINGPOT_DEPS ?= dmlab2d dm-env dm-tree immutabledict ml-collections reactivex chex absl-py networkx
+
+meltingpot-substrates: $(STAMP)
+	@if ! $(PY) -c "import importlib.util as u, sys; sys.exit(u.find_spec('meltingpot') is None)"; then \
+	  echo "installing $(MELTINGPOT_SPEC) substrates only (no assets, no tensorflow: see Makefile)"; \
+	  tmp=$$(mktemp -d) && mkdir -p $$tmp/empty/assets && \
+	  tar -czf $$tmp/$(MELTINGPOT_ASSETS) -C $$tmp/empty assets && \
+	  $(PIP) install -q $(MELTINGPOT_DEPS) && \
+	  TMPDIR=$$tmp $(PIP) install -q --no-deps "$(MELTINGPOT_SPEC)"; \
+	  status=$$?; rm -rf $$tmp; exit $$status; \
+	fi
+
+install: system-deps $(STAMP) meltingpot-substrates
 
 # Trains MAPPO on native navigation (about three minutes on 2 cores) and writes runs/<timestamp>/:
 # metrics.csv, reward.png, rollout.mp4 (the trained policy), summary.json (trained vs random).

@@ -56,7 +56,7 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ),
     (
         "meltingpot",
-        "MeltingPot substrates (dmlab2d), WORLD.RGB as state, e.g. meltingpot/commons_harvest__open",
+        "MeltingPot substrates on dmlab2d, WORLD.RGB as state, e.g. meltingpot/clean_up",
         ("meltingpot", "dmlab2d", "gymnasium"),
         "meltingpot",
     ),
