@@ -315,7 +315,19 @@ def _bench_gymma(family: str, args: argparse.Namespace) -> dict:
     import marlkit
 
     gym_id, sizes = GYMMA_TASKS[family]
-    out: dict[str, Any] = {"task": f"{family}/{gym_id}", "target": 0.85}
+    out: dict[str, Any] = {
+        "task": f"{family}/{gym_id}",
+        "target": 0.85,
+        "work": {
+            "raw": "num_envs gymnasium.make(id, disable_env_checker=True) envs, each stepped with "
+            "a list of per-agent ints from one torch.randint call for the batch, reset when done; "
+            "their tuples and lists kept as they come",
+            "adapter": "the same torch.randint call written into ('agents', 'action'), "
+            "step_and_maybe_reset (validation off): the same simulator steps, observations and "
+            "rewards stacked into [num_envs, n_agents, ...] tensors, done flags by the task's "
+            "rule, the done rule, step_mdp, partial resets of the done envs",
+        },
+    }
     for num_envs in sizes:
         out[f"num_envs={num_envs}"] = _gymma_pairs(
             gym, marlkit.make, f"{family}/{gym_id}", gym_id, num_envs, args
