@@ -344,7 +344,6 @@ class GymmaEnv(EnvBase):
             obs = spec_from_space(spaces[0], lead, device=dev)
             if not same:  # agents with other bounds: one spec holds them all
                 obs = Unbounded(obs.shape, obs.dtype, dev)
-        self._obs_spec = obs
         act = spec_from_space(self._act_space, lead, device=dev)
         self.observation_spec = Composite(
             {g: Composite({OBSERVATION: obs}, shape=lead, device=dev)}, shape=b, device=dev
@@ -681,9 +680,13 @@ def is_multi_agent(env: Any) -> bool:
 
 
 def family_of(env_id: str) -> str:
-    """The family whose rule knows ``env_id``'s simulator (``"gymma"`` when none does)."""
+    """The family whose rule knows ``env_id``'s simulator (``"gymma"`` when none does); a
+    ``"module:"`` prefix is imported first (it registers the id)."""
+    module, _, name = env_id.rpartition(":")
     try:
-        entry = _entry_point(_gym(), env_id.rpartition(":")[2])
+        if module:
+            importlib.import_module(module)
+        entry = _entry_point(_gym(), name)
     except Exception:  # not registered: gymma, which imports a "module:" prefix
         return "gymma"
     return next((r.family for r in RULES.values() if r.entry_point == entry), "gymma")

@@ -347,3 +347,25 @@ def test_gymma_applies_the_lbf_rule_to_lbf_ids():
     assert out["next", "truncated"][0, 2].item()
     with pytest.raises(TypeError, match="not in EPyMARL's format"):
         marlkit.make("gymma/CartPole-v1")
+
+
+class _ListReward(_Relay):
+    """Declares one agent (``n_agents = 1``) but returns a reward per agent."""
+
+    def __init__(self):
+        super().__init__()
+        self.n_agents = 1
+
+    def step(self, actions):
+        obs, reward, done, truncated, info = super().step(actions)
+        return obs, [reward, reward], all(done), truncated, info
+
+
+gym.register("MarlkitListReward-v0", entry_point=_ListReward)
+
+
+def test_the_gymnasium_adapter_names_the_format_at_a_list_reward():
+    env = marlkit.make("gymnasium/MarlkitListReward-v0", disable_env_checker=True)
+    with pytest.raises(SimulatorOutputError, match=r"reward of shape \[2\].*marlkit.make\('gymma/"):
+        env.rollout(2)
+    assert marlkit.make("gymma/MarlkitListReward-v0").rollout(2).batch_size == (1, 2)
