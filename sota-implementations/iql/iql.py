@@ -18,7 +18,9 @@ reward (``DQNLoss``) with a Q-network shared by the agents of its group. Everyth
 marlkit part; the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'s.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the config dataclass below needs real annotations
+# to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
+from dataclasses import dataclass, field
 
 import hydra
 import torch
@@ -33,10 +35,19 @@ from marlkit.train.scripts import (
     load_policy,
     start,
 )
+from marlkit.train.sequences import MemoryConfig
 
-# the keys of configs/iql.yaml, their types and ranges (checked before anything runs): the
-# Q-learning procedure's, with no mixer
-register_schema("iql_schema", QLearningRunConfig)
+
+@dataclass
+class IqlConfig(QLearningRunConfig):
+    """The keys of ``configs/iql.yaml``, their types and ranges (checked before anything runs):
+    the Q-learning procedure's, with no mixer, and memory."""
+
+    model: MemoryConfig = field(default_factory=MemoryConfig)
+    """Memory in the agents' Q-network (``model.memory=gru``: PyMARL's recurrent agents)."""
+
+
+register_schema("iql_schema", IqlConfig)
 
 
 def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:

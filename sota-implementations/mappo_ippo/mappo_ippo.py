@@ -41,7 +41,7 @@ from marlkit.modules import (
     TanhNormal,
 )
 from marlkit.modules.actors import distribution_keys
-from marlkit.modules.rnn import MEMORIES, recurrent_network, set_recurrent_mode
+from marlkit.modules.rnn import recurrent_network, set_recurrent_mode
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
@@ -50,7 +50,6 @@ from marlkit.train.config import (
     EpochsTrainConfig,
     check_choice,
     check_fraction,
-    check_int,
     check_not_above,
     check_real,
     register_schema,
@@ -64,7 +63,7 @@ from marlkit.train.scripts import (
     open_run,
     start,
 )
-from marlkit.train.sequences import split_sequences
+from marlkit.train.sequences import MemoryConfig, split_sequences
 
 
 @dataclass
@@ -104,28 +103,11 @@ class PPOTrainConfig(EpochsTrainConfig):
 
 
 @dataclass
-class MemoryConfig:
-    """``model``: memory in the policy and critic (none by default: the MLPs of ``policy`` and
-    ``critic``)."""
+class PPOMemoryConfig(MemoryConfig):
+    """``model``: memory in the policy and the critic (see :class:`MemoryConfig`)."""
 
-    memory: str = "none"
-    """``none``, ``gru`` or ``lstm``: ``policy.depth`` hidden layers, then the cell, then a
-    linear head (EPyMARL's agent with ``policy.depth=0``)."""
-    memory_hidden: int = 128
-    """The cell's state features per agent (EPyMARL: 128)."""
     critic_memory: bool = True
     """The critic has memory too (false: EPyMARL's feed-forward critic)."""
-    seq_len: int = 20
-    """Steps of each training sequence; ``train.minibatch_size`` counts steps, so a minibatch
-    holds ``minibatch_size // seq_len`` sequences."""
-    burn_in: int = 0
-    """Steps before each sequence that only warm the state up (outside the loss)."""
-
-    def __post_init__(self) -> None:
-        check_choice("memory", self.memory, ("none", *MEMORIES))
-        check_int("memory_hidden", self.memory_hidden, low=1)
-        check_int("seq_len", self.seq_len, low=1)
-        check_int("burn_in", self.burn_in, low=0)
 
 
 @dataclass
@@ -137,7 +119,7 @@ class MappoIppoConfig(ActorCriticRunConfig):
     """PPO's loss and GAE."""
     train: PPOTrainConfig = MISSING
     """The optimiser and the epochs per batch."""
-    model: MemoryConfig = field(default_factory=MemoryConfig)
+    model: PPOMemoryConfig = field(default_factory=PPOMemoryConfig)
     """Memory in the networks."""
 
     def __post_init__(self) -> None:

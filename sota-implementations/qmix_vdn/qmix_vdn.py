@@ -9,6 +9,7 @@ and replay buffer per agent group.
     python sota-implementations/qmix_vdn/qmix_vdn.py loss.mixer_state=state   # the env's "state"
     python sota-implementations/qmix_vdn/qmix_vdn.py collector=multisync
     python sota-implementations/qmix_vdn/qmix_vdn.py resume=runs/qmix_vdn/<stamp>
+    python sota-implementations/qmix_vdn/qmix_vdn.py model.memory=gru model.memory_hidden=64
 
 The recipe (``configs/qmix_vdn.yaml``) is TorchRL's ``multiagent/qmix_vdn.py`` at a CPU budget:
 per batch of 60 envs x 100 steps, a replay buffer holding that one batch, ``epochs`` passes of
@@ -22,7 +23,7 @@ the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'
 
 # No `from __future__ import annotations`: the config dataclasses below need real annotations
 # to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import hydra
 import torch
@@ -44,6 +45,7 @@ from marlkit.train.scripts import (
     load_policy,
     start,
 )
+from marlkit.train.sequences import MemoryConfig
 
 
 @dataclass
@@ -72,6 +74,8 @@ class QmixVdnConfig(QLearningRunConfig):
 
     loss: QmixVdnLossConfig = MISSING
     """The mixer and the loss."""
+    model: MemoryConfig = field(default_factory=MemoryConfig)
+    """Memory in the agents' Q-network (``model.memory=gru``: PyMARL's recurrent agents)."""
 
 
 register_schema("qmix_vdn_schema", QmixVdnConfig)  # configs/qmix_vdn.yaml's defaults

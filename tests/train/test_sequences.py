@@ -139,3 +139,52 @@ def test_carry_states_steps_from_each_state_reached() -> None:
     assert not bool(following["is_init"].any())
     stepped = net(following)["agents", "out"]
     torch.testing.assert_close(stepped[:, :-1], out["agents", "out"][:, 1:])
+
+
+@pytest.mark.parametrize("double_dqn", [False, True])
+def test_recurrent_q_targets_come_from_the_unrolled_target_network(double_dqn: bool) -> None:
+    """PyMARL's recurrent agents: the online Q-network over windows gives back the rollout's
+    action values, and each next value comes from the *target* network unrolled over the window
+    and stepped once from the state it reached (checked by moving the online weights after the
+    rollout: the target copy keeps the rollout's)."""
+    from marlkit.modules import QValueActor
+    from marlkit.objectives import DQNLoss
+
+    torch.manual_seed(0)
+    env = make_episodic(
+        "navigation", num_envs=3, max_steps=5, seed=0, n_agents=2, continuous_actions=False
+    ).append_transform(InitTracker())
+    spec = env.action_spec["agents", "action"]
+    obs = env.observation_spec["agents", "observation"].shape[-1]
+    net = recurrent_network(obs, spec.n, 2, hidden_size=8, out_keys=[("agents", "action_value")])
+    actor = QValueActor(net, group="agents", spec=spec)
+    batch = next(iter(Collector(env, actor, frames_per_batch=3 * 12, total_frames=3 * 12)))
+    loss = DQNLoss(actor, delay_value=True, double_dqn=double_dqn)  # the target: a copy
+    rollout = batch["agents", "action_value"]
+    with torch.no_grad():  # the online network moves on; the target keeps the rollout's weights
+        for p in loss.value_network.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    rows = split_sequences(batch.select(*loss.in_keys, strict=False), 12)  # whole rows
+    with set_recurrent_mode(True):
+        td = rows.clone(False)
+        online = loss._action_values(td, loss.value_network)
+        nxt = loss._next_value(td["next"].clone(False), "value_network", double_dqn, sequence=td)
+    assert not torch.allclose(online, rollout)  # the online network did move
+    later = rollout[:, 1:]  # the target's values of the next step, as the rollout computed them
+    if double_dqn:  # valued by the target at the online network's argmax
+        expected = later.gather(-1, online[:, 1:].argmax(-1, keepdim=True))
+    else:
+        expected = later.max(-1, keepdim=True).values
+    same = (~batch["next", "done"][:, :-1, None]).expand_as(expected)  # within an episode
+    assert bool(batch["is_init"][:, 1:].any())  # episode starts inside the rows
+    torch.testing.assert_close(nxt[:, :-1][same], expected[same])
+    windows = split_sequences(batch.select(*loss.in_keys, strict=False), 4, burn_in=2)
+    with set_recurrent_mode(True):
+        terms = loss(windows.clone())
+    assert torch.isfinite(terms["loss"])
+    poisoned = windows.clone()  # burn-in and overlap steps weigh nothing in the loss
+    poisoned["next", "agents", "reward"][~windows["collector", "mask"]] = 1e6
+    with set_recurrent_mode(True):
+        torch.testing.assert_close(loss(poisoned)["loss"], terms["loss"])
+    with pytest.raises(ValueError, match=r"the Q-network has memory .*set_recurrent_mode\(True\)"):
+        loss(windows.clone())

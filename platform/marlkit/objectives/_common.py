@@ -18,6 +18,7 @@ from marlkit.data.keys import (
     ACTION,
     ACTION_MASK,
     ACTION_VALUE,
+    COLLECTOR_MASK,
     MASK,
     NEXT,
     PRIORITY_WEIGHT,
@@ -28,6 +29,12 @@ from marlkit.data.keys import (
 )
 from marlkit.modules import QValueActor
 from marlkit.modules._checks import check_trailing, get_tensor, key_name, masked_greedy
+from marlkit.modules.rnn import (
+    carry_states,
+    recurrent_mode,
+    recurrent_modules,
+    set_recurrent_mode,
+)
 
 __all__ = [
     "DiscreteKeys",
@@ -65,7 +72,10 @@ def sample_weights(
     td: TensorDictBase, key: NestedKey | None, shape: Sequence[int], owner: str
 ) -> torch.Tensor | None:
     """The importance weights ``td[key]`` of a prioritized sample, checked to be one per sample
-    (``shape``, the ``[*B]`` of the loss's values); ``None`` when the sample has none.
+    (``shape``, the ``[*B]`` of the loss's values), times the steps the loss counts
+    (``("collector", "mask")`` ``[*B]`` where present: padded steps and the burn-in of
+    :func:`~marlkit.train.sequences.split_sequences` windows weigh 0); ``None`` when the sample
+    has neither.
 
     Raises:
         ValueError: weights of another shape (``[*B, 1]`` would broadcast over the samples).
@@ -76,6 +86,10 @@ def sample_weights(
             f"{owner}: {key_name(key)!r} (importance weights) must have shape {tuple(shape)} "
             f"([*B], one per sample), got {tuple(weight.shape)}"
         )
+    counted = td.get(COLLECTOR_MASK, None)  # the steps a loss counts (padding, burn-in out)
+    if counted is not None and tuple(counted.shape) == tuple(shape):
+        counted = counted.to(torch.get_default_dtype())
+        weight = counted if weight is None else weight * counted
     return weight
 
 
@@ -306,16 +320,63 @@ class ValueLoss(nn.Module):
         return mask
 
     @torch.no_grad()
-    def _next_value(self, next_td: TensorDictBase, network: str, double_dqn: bool) -> torch.Tensor:
+    def _next_value(
+        self,
+        next_td: TensorDictBase,
+        network: str,
+        double_dqn: bool,
+        sequence: TensorDictBase | None = None,
+    ) -> torch.Tensor:
         """The greedy value ``[*B, n, 1]`` of the next step, among its allowed actions: the
         target network's max (``double_dqn=False``), or the target network's value of the online
         network's argmax (double Q, van Hasselt et al. 2016). Agents with no allowed action get
-        0. The target network writes into ``next_td`` (pass a shallow copy)."""
-        if double_dqn:
-            online_values = self._action_values(next_td.clone(False), getattr(self, network))
+        0. The target network writes into ``next_td`` (pass a shallow copy).
+
+        A network with memory (PyMARL's recurrent agents): ``sequence`` is the batch of windows
+        ``[N, T]`` the online network just ran over in recurrent mode; the target network is
+        unrolled over it too, and each next value is one step on ``next_td`` from the state
+        that network reached at that step (:func:`~marlkit.modules.rnn.carry_states`)."""
+        online = getattr(self, network)
+        if recurrent_modules(online):
+            return self._next_value_unrolled(next_td, network, double_dqn, sequence)
+        online_values = self._action_values(next_td.clone(False), online) if double_dqn else None
         target_values = self._action_values(next_td, self._target(network))
+        return self._greedy_next(next_td, online_values, target_values)
+
+    def _next_value_unrolled(
+        self,
+        next_td: TensorDictBase,
+        network: str,
+        double_dqn: bool,
+        sequence: TensorDictBase | None,
+    ) -> torch.Tensor:
+        online, target = getattr(self, network), self._target(network)
+        if sequence is None or not recurrent_mode():
+            raise ValueError(
+                f"{type(self).__name__}: the Q-network has memory (a GRU or LSTM): call the loss "
+                "on windows [N, T] inside marlkit.modules.set_recurrent_mode(True) "
+                "(marlkit.train.sequences.split_sequences cuts a collected batch into them)"
+            )
+        unrolled = sequence.clone(False)
+        _runs(target)(unrolled)  # the target network over the windows: its states per step
+        with set_recurrent_mode(False):
+            online_values = (
+                self._action_values(carry_states(online, sequence, next_td.clone(False)), online)
+                if double_dqn
+                else None
+            )
+            target_values = self._action_values(carry_states(target, unrolled, next_td), target)
+        return self._greedy_next(next_td, online_values, target_values)
+
+    def _greedy_next(
+        self,
+        next_td: TensorDictBase,
+        online_values: torch.Tensor | None,
+        target_values: torch.Tensor,
+    ) -> torch.Tensor:
+        """The target values' greedy value, or their value of the online values' argmax."""
         allowed = self._allowed(next_td, target_values.shape[-1])
-        if double_dqn:
+        if online_values is not None:
             index, _ = masked_greedy(online_values, allowed)
             value = target_values.gather(-1, index.unsqueeze(-1))
         else:

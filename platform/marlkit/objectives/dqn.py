@@ -110,7 +110,7 @@ class DQNLoss(AgentTDLoss):
         )
         with torch.no_grad():
             next_value = self._next_value(
-                self._next(td).clone(False), "value_network", self.double_dqn
+                self._next(td).clone(False), "value_network", self.double_dqn, sequence=td
             )
             target = self._agent_target(self._next(td), next_value)
         return TensorDict(self._agent_loss(tensordict, chosen, target), [])

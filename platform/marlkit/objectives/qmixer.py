@@ -246,7 +246,9 @@ class QMixerLoss(ValueLoss):
         nxt = self._next(td)
         with torch.no_grad():
             next_td = nxt.clone(False)
-            next_values = self._next_value(next_td, "local_value_network", self.double_dqn)
+            next_values = self._next_value(
+                next_td, "local_value_network", self.double_dqn, sequence=td
+            )
             next_q_tot = self._mix(
                 next_td,
                 next_values,

@@ -5,6 +5,13 @@ target update after each optimiser step.
 
 ``sota-implementations/iql/iql.py`` and ``qmix_vdn/qmix_vdn.py`` build their policy with
 :func:`egreedy_q_policy` and their losses per group, and hand both to :func:`train_q_learning`.
+
+With ``model.memory`` (``gru`` or ``lstm``, a :class:`~marlkit.train.sequences.MemoryConfig`)
+the agents are recurrent as PyMARL's: the Q-network is :func:`~marlkit.modules.rnn.
+recurrent_network`, the buffers hold windows of ``model.seq_len`` steps (``buffer.capacity``
+and ``train.minibatch_size`` still count steps), and the losses run in recurrent mode: the
+online and the target network unrolled over each window, the targets one step on from the
+target network's states.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ import torch
 from tensordict.nn import TensorDictSequential
 
 from marlkit.envs import EnvBase
-from marlkit.modules import EGreedy, annealing_steps
+from marlkit.modules import EGreedy, QValueActor, annealing_steps
+from marlkit.modules.rnn import recurrent_network, set_recurrent_mode
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train.builders import q_actor
 from marlkit.train.scripts import finish, group_buffers, loss_keys, make_config_collector, open_run
+from marlkit.train.sequences import split_sequences
 from marlkit.train.updates import adam_per_group, soft_updates, update_groups
 
 __all__ = ["egreedy_q_policy", "train_q_learning"]
@@ -33,7 +42,7 @@ def egreedy_q_policy(env: EnvBase, cfg: Any, algorithm: str) -> TensorDictSequen
     return TensorDictSequential(
         *(
             EGreedy(
-                q_actor(env, group, cfg.policy, algorithm),
+                _q_network(env, group, cfg, algorithm),
                 cfg.exploration.eps_init,
                 cfg.exploration.eps_end,
                 annealing,
@@ -41,6 +50,33 @@ def egreedy_q_policy(env: EnvBase, cfg: Any, algorithm: str) -> TensorDictSequen
             for group in env.groups
         )
     )
+
+
+def _memory(cfg: Any) -> str:
+    """``model.memory`` (``none`` for configs without a ``model`` section)."""
+    return str(cfg.get("model", {}).get("memory", "none"))
+
+
+def _q_network(env: EnvBase, group: str, cfg: Any, algorithm: str) -> QValueActor:
+    """:func:`~marlkit.train.builders.q_actor` (which refuses continuous actions, naming
+    ``algorithm``), or with ``model.memory`` the recurrent Q-network of the same size."""
+    actor = q_actor(env, group, cfg.policy, algorithm)
+    if _memory(cfg) == "none":
+        return actor
+    spec = env.action_spec[group, "action"]
+    network = recurrent_network(
+        env.observation_spec[group, "observation"].shape[-1],
+        actor.n_actions or spec.n,
+        len(env.group_map[group]),
+        memory=cfg.model.memory,
+        hidden_size=cfg.model.memory_hidden,
+        group=group,
+        out_keys=[actor.action_value_key],
+        share_params=cfg.policy.share_params,
+        depth=cfg.policy.depth,
+        num_cells=cfg.policy.num_cells,
+    )
+    return QValueActor(network, group=group, spec=spec)
 
 
 def train_q_learning(
@@ -67,12 +103,16 @@ def train_q_learning(
     updaters = soft_updates(losses, cfg.loss.tau)
     optims = adam_per_group(losses, cfg.train.lr)
     frames = cfg.collector.frames_per_batch
+    recurrent = _memory(cfg) != "none"
+    per_item = cfg.model.seq_len if recurrent else 1  # items: windows of seq_len steps
     buffers = group_buffers(
         groups,
-        cfg.buffer.capacity,
+        max(1, cfg.buffer.capacity // per_item),
         lambda: SamplerWithoutReplacement(seed=cfg.seed),
-        cfg.train.minibatch_size,
+        max(1, cfg.train.minibatch_size // per_item),
     )
+    # with memory, the losses unroll the networks over windows (recurrent mode)
+    loss_fns = {g: set_recurrent_mode(recurrent)(loss) for g, loss in losses.items()}
     collector = make_config_collector(cfg, env, env_fn, policy)
 
     run = open_run(cfg)
@@ -92,12 +132,21 @@ def train_q_learning(
     steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
     keys = loss_keys(losses.values())
     for batch in run.batches(collector):
-        buffers.extend(batch.select(*keys, strict=False).reshape(-1))
+        data = batch.select(*keys, strict=False)
+        if recurrent:  # [*B, T] -> windows [N, burn_in + seq_len], counted steps masked
+            buffers.extend(split_sequences(data, cfg.model.seq_len, cfg.model.burn_in))
+        else:
+            buffers.extend(data.reshape(-1))
         metrics = {"eps": float(explorers[groups[0]].eps)}  # this batch's
         metrics.update({f"replay/{g}/size": len(buffers[g]) for g in groups})
         clip = cfg.train.max_grad_norm
         metrics |= update_groups(
-            losses, optims, buffers, steps, max_grad_norm=clip, updaters=updaters
+            loss_fns,  # the losses, in their mode
+            optims,
+            buffers,
+            steps,
+            max_grad_norm=clip,
+            updaters=updaters,
         )
         for explorer in explorers.values():
             explorer.step(batch.numel())

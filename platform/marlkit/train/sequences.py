@@ -13,13 +13,41 @@ those steps entering the loss.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from tensordict import TensorDictBase
 
 from marlkit._checks import check_int
 from marlkit.data.keys import COLLECTOR_MASK, NestedKey
+from marlkit.modules.rnn import MEMORIES
+from marlkit.train import config
 
-__all__ = ["sequence_windows", "split_sequences"]
+__all__ = ["MemoryConfig", "sequence_windows", "split_sequences"]
+
+
+@dataclass
+class MemoryConfig:
+    """``model`` of the training scripts: memory in the networks (none by default: the MLPs of
+    ``policy``/``critic``). Every field has a default, so a config that leaves the section out
+    composes to the networks without memory."""
+
+    memory: str = "none"
+    """``none``, ``gru`` or ``lstm``: ``policy.depth`` hidden layers, then the cell, then a
+    linear head (EPyMARL's agent with ``policy.depth=0``)."""
+    memory_hidden: int = 128
+    """The cell's state features per agent (EPyMARL: 128 for PPO, 64 for Q-learning)."""
+    seq_len: int = 20
+    """Steps of each training window; ``train.minibatch_size`` counts steps, so a minibatch
+    holds ``minibatch_size // seq_len`` windows."""
+    burn_in: int = 0
+    """Steps before each window that only warm the state up (outside the loss)."""
+
+    def __post_init__(self) -> None:
+        config.check_choice("memory", self.memory, ("none", *MEMORIES))
+        config.check_int("memory_hidden", self.memory_hidden, low=1)
+        config.check_int("seq_len", self.seq_len, low=1)
+        config.check_int("burn_in", self.burn_in, low=0)
 
 
 def sequence_windows(
