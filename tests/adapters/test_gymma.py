@@ -369,3 +369,15 @@ def test_the_gymnasium_adapter_names_the_format_at_a_list_reward():
     with pytest.raises(SimulatorOutputError, match=r"reward of shape \[2\].*marlkit.make\('gymma/"):
         env.rollout(2)
     assert marlkit.make("gymma/MarlkitListReward-v0").rollout(2).batch_size == (1, 2)
+
+
+def test_marlkit_record_films_lbf_headless(tmp_path, monkeypatch, capsys):
+    from marlkit.cli import main
+    from marlkit.record import read_video
+
+    monkeypatch.delenv("DISPLAY", raising=False)
+    out = tmp_path / "lbf.mp4"
+    argv = ["record", LBF, "--steps", "4", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    frames, _ = read_video(out)
+    assert frames.shape[0] == 5 and frames.shape[-1] == 3 and frames.std() > 0
