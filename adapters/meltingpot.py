@@ -99,7 +99,7 @@ def list_scenarios() -> list[str]:
     """The MeltingPot substrates (``commons_harvest__open``, ...), when dm-meltingpot imports."""
     if not (has_module("meltingpot") and has_module("dmlab2d")):
         return []
-    return sorted(_meltingpot("substrate").SUBSTRATES)
+    return sorted(_meltingpot("configs.substrates").SUBSTRATES)  # no dmlab2d, no JAX imported
 
 
 def _options() -> list[str]:
@@ -164,7 +164,12 @@ class _Substrate:
     :class:`~marlkit.adapters._dict_env.DictEnv` steps (players ``player_0``, ...)."""
 
     def __init__(
-        self, name: str, config: Any, roles: Sequence[str], max_episode_steps: int | None = None
+        self,
+        name: str,
+        config: Any,
+        roles: Sequence[str],
+        max_episode_steps: int | None = None,
+        seed: int | None = None,
     ):
         self.name = name
         self.roles = tuple(roles)
@@ -176,7 +181,10 @@ class _Substrate:
         self._max_steps = int(self._settings.get("maxEpisodeLengthFrames", 0)) or None
         #: The last dm_env ``TimeStep`` of the substrate, as MeltingPot gave it.
         self.timestep: Any = None
-        self._env = self._build(None)
+        self._env = self._build(seed)
+        # The seed the substrate was built with, until its first reset: a first reset with that
+        # seed need not build it again.
+        self._fresh_seed = seed
         self.possible_agents = [f"player_{i}" for i in range(len(self.roles))]
         self.agents: list[str] = []
         specs = self._env.observation_spec()
@@ -236,10 +244,11 @@ class _Substrate:
         }
 
     def reset(self, seed: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        if seed is not None:
+        if seed is not None and seed != self._fresh_seed:
             self._env.close()
             self._env = None
             self._env = self._build(seed)
+        self._fresh_seed = None
         timestep = self._env.reset()
         self._steps = 0
         self.agents = list(self.possible_agents)
@@ -396,11 +405,15 @@ def make_env(
     check_kwargs(f"env 'meltingpot/{scenario}'", kwargs, _options())
     check_int("num_envs", num_envs, low=1)
     check_int("max_episode_steps", max_episode_steps, low=1, allow_none=True)
+    check_int("seed", seed, low=0, allow_none=True)  # MeltingPot's env_seed, before any build
     player_roles = _roles(scenario, config, roles)
     simulators: list[_Substrate] = []
     try:
-        for _ in range(num_envs):
-            simulators.append(_Substrate(scenario, config, player_roles, max_episode_steps))
+        for i in range(num_envs):
+            first_seed = None if seed is None else seed + i  # what set_seed(seed) gives it
+            simulators.append(
+                _Substrate(scenario, config, player_roles, max_episode_steps, first_seed)
+            )
         return MeltingPotEnv(
             scenario,
             player_roles,

@@ -186,6 +186,10 @@ def test_bad_input_is_refused_with_the_key_named():
         marlkit.make(PD, max_episode_step=4)
     with pytest.raises(ValueError, match="max_episode_steps"):
         marlkit.make(PD, max_episode_steps=0)
+    with pytest.raises(ValueError, match="seed"):
+        marlkit.make(PD, seed=-1)
+    with pytest.raises(TypeError, match="seed"):
+        marlkit.make(PD, seed="0")
 
 
 @pytest.mark.slow
