@@ -8,6 +8,7 @@ agent) and one ``done`` flag for the whole env. Here it becomes one group ``"age
 
     ("agents", "observation")     [*B, n, *obs_shape]   the agents' Box observations, stacked
     ("agents", "action")          [*B, n] int64 (Discrete), [*B, n, k] (MultiDiscrete, Box)
+    ("agents", "action_mask")     [*B, n, n_actions] bool, where Discrete sizes differ
     ("next", "agents", "reward")  [*B, n, 1] float32    each agent's own, or the common reward
     ("next", "done" | "terminated" | "truncated")       [*B, 1] bool (the agents' follow them)
 
@@ -57,7 +58,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -86,8 +87,16 @@ from marlkit.adapters._spaces import (
 from marlkit.data._fast import get_entry, unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import make_group_map
-from marlkit.data.keys import ACTION, DEFAULT_GROUP, OBSERVATION, REWARD, TERMINATED, TRUNCATED
-from marlkit.data.specs import Unbounded
+from marlkit.data.keys import (
+    ACTION,
+    ACTION_MASK,
+    DEFAULT_GROUP,
+    OBSERVATION,
+    REWARD,
+    TERMINATED,
+    TRUNCATED,
+)
+from marlkit.data.specs import Binary, Unbounded
 from marlkit.envs import EnvBase, make_done_spec, make_reward_spec
 from marlkit.envs.registry import UnknownEnvError
 
@@ -232,7 +241,8 @@ class GymmaEnv(EnvBase):
 
     Raises:
         TypeError: the spaces are not ``Tuple``\\ s of one space per agent, the agents' action
-            spaces differ, or an observation space is not a ``Box``.
+            spaces differ (other than Discrete spaces of one start and other sizes, which get an
+            ``action_mask``), or an observation space is not a ``Box``.
     """
 
     def __init__(
@@ -304,10 +314,19 @@ class GymmaEnv(EnvBase):
             )
         first = act.spaces[0]
         differ = [i for i, s in enumerate(act.spaces) if s != first]
-        if differ:
+        self._action_mask: np.ndarray | None = None  # [n, n_actions]: EPyMARL's avail actions
+        known = _discrete_sizes(spaces, act.spaces) if differ else None
+        if known is not None:
+            # Discrete spaces of other sizes: the largest, with each agent's own actions
+            # available (EPyMARL's get_avail_actions).
+            sizes = np.array(known)
+            first = spaces.Discrete(int(sizes.max()), start=int(first.start))
+            self._action_mask = np.arange(sizes.max())[None, :] < sizes[:, None]
+        elif differ:
             raise TypeError(
                 f"{_name(sim)}: agents {differ} have other action spaces than agent 0 ({first}: "
-                f"{[str(act.spaces[i]) for i in differ]}); one group needs one action space"
+                f"{[str(act.spaces[i]) for i in differ]}); one group takes one action space, or "
+                "Discrete spaces of one start (masked to each agent's size)"
             )
         not_box = [i for i, s in enumerate(obs.spaces) if not isinstance(s, spaces.Box)]
         if not_box:
@@ -345,8 +364,12 @@ class GymmaEnv(EnvBase):
             if not same:  # agents with other bounds: one spec holds them all
                 obs = Unbounded(obs.shape, obs.dtype, dev)
         act = spec_from_space(self._act_space, lead, device=dev)
+        entries = {OBSERVATION: obs}
+        if self._action_mask is not None:
+            k = self._action_mask.shape[1]
+            entries[ACTION_MASK] = Binary(k, (*lead, k), dtype=torch.bool, device=dev)
         self.observation_spec = Composite(
-            {g: Composite({OBSERVATION: obs}, shape=lead, device=dev)}, shape=b, device=dev
+            {g: Composite(entries, shape=lead, device=dev)}, shape=b, device=dev
         )
         self.action_spec = Composite(
             {g: Composite({ACTION: act}, shape=lead, device=dev)}, shape=b, device=dev
@@ -438,6 +461,9 @@ class GymmaEnv(EnvBase):
     def _output(self, obs: np.ndarray, group: dict[str, Any], root: dict[str, Any]) -> Any:
         b, dev = self.batch_size, self.device
         entries = {OBSERVATION: self._tensor(obs), **group}
+        if self._action_mask is not None:  # the same for every step: a fresh copy each time
+            mask = np.broadcast_to(self._action_mask, (self._num, *self._action_mask.shape))
+            entries[ACTION_MASK] = self._tensor(mask.copy())
         inner = unchecked_tensordict(entries, (*b, self.n_agents), dev, nested=False)
         return unchecked_tensordict({self.group: inner, **root}, b, dev, nested=False)
 
@@ -513,6 +539,15 @@ class GymmaEnv(EnvBase):
     def _close(self) -> None:
         for sim in self._sims:
             sim.close()
+
+
+def _discrete_sizes(spaces: Any, given: Sequence[Any]) -> list[int] | None:
+    """The sizes of Discrete action spaces that share a start, else ``None``."""
+    if not all(isinstance(s, spaces.Discrete) for s in given):
+        return None
+    if len({int(s.start) for s in given}) != 1:
+        return None
+    return [int(s.n) for s in given]
 
 
 def _name(sim: Any) -> str:

@@ -381,3 +381,46 @@ def test_marlkit_record_films_lbf_headless(tmp_path, monkeypatch, capsys):
     assert main(argv) == 0, capsys.readouterr().err
     frames, _ = read_video(out)
     assert frames.shape[0] == 5 and frames.shape[-1] == 3 and frames.std() > 0
+
+
+class _Uneven(_Relay):
+    """Agents with Discrete(3) and Discrete(5) actions (EPyMARL masks the longer space)."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Discrete(5)))
+
+    def step(self, actions):
+        assert actions[0] < 3 and actions[1] < 5  # what the simulator would refuse
+        self.last = actions[0] * 10 + actions[1]
+        return self._obs(), [0.0, 1.0], self.t >= 6, False, {}
+
+
+gym.register("MarlkitUneven-v0", entry_point=_Uneven)
+
+
+class _Mixed(_Relay):
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))))
+
+
+gym.register("MarlkitMixed-v0", entry_point=_Mixed)
+
+
+def test_gymma_masks_the_actions_of_agents_with_fewer():
+    env = marlkit.make("gymma/MarlkitUneven-v0", num_envs=2, seed=0)
+    assert env.action_spec["agents", "action"].n == 5
+    td = env.reset()
+    assert td["agents", "action_mask"].tolist() == [[[True] * 3 + [False] * 2, [True] * 5]] * 2
+    td["agents", "action"] = torch.tensor([[2, 4], [1, 0]])
+    assert env.step(td)["next", "agents", "observation"][:, 1, 1].tolist() == [24.0, 10.0]
+    td = env.reset()
+    td["agents", "action"] = torch.tensor([[4, 4], [0, 0]])  # agent 0 has 3 actions
+    with pytest.raises(InvalidActionError, match=r"\('agents', 'action'\)"):
+        env.step(td)
+    out = env.rollout(8, break_when_any_done=False)  # random actions follow the mask
+    assert (out["agents", "action"][..., 0] < 3).all()
+    check_adapter(env, steps=4)
+    with pytest.raises(TypeError, match="one group takes one action space"):
+        marlkit.make("gymma/MarlkitMixed-v0")  # Discrete and Box: no mask joins them
