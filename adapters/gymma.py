@@ -682,6 +682,12 @@ def build(
         ValueError: a bad option value.
     """
     gym, env_id, rule = _resolve(family, scenario)
+    if rule is not None and rule.limit_kwarg in env_kwargs:
+        raise TypeError(
+            f"env '{family}/{scenario}': {rule.limit_kwarg!r} is the simulator's step limit; "
+            f"pass time_limit={env_kwargs[rule.limit_kwarg]!r} (EPyMARL's time_limit), which sets "
+            "it and makes the episodes it ends truncated"
+        )
     names = _constructor_kwargs(gym, env_id, rule)
     if names is not None:
         check_kwargs(f"env '{family}/{scenario}'", env_kwargs, [*names, *_options()])

@@ -124,8 +124,10 @@ def test_bad_names_and_options_are_refused_with_what_is_accepted():
         marlkit.make("lbforaging/Foraging-8x8-2p-2f-cop-v3")
     with pytest.raises(UnknownEnvError, match="is not a rware env"):
         marlkit.make("rware/Foraging-8x8-2p-2f-coop-v3")
-    with pytest.raises(TypeError, match=r"'max_episode_steps'.*time_limit"):
+    with pytest.raises(TypeError, match=r"'max_episode_steps' is the simulator's step limit; pass"):
         lbf(max_episode_steps=20)  # LBF's own limit: time_limit sets it
+    with pytest.raises(TypeError, match=r"'max_steps' .*time_limit=20"):
+        marlkit.make(RWARE, max_steps=20)
     with pytest.raises(ValueError, match=r"reward_scalarisation must be one of \['sum', 'mean'\]"):
         lbf(reward_scalarisation="max")
     with pytest.raises(ValueError, match="time_limit must be an int >= 1"):
