@@ -263,12 +263,15 @@ class _MultiAgentRNN(TensorDictModuleBase):
         resets = reset.reshape(rows, steps, n, 1)
         h_rows = h.reshape(rows, n, hid)
         outs = []
+        # unbind, not gx_all[:, :, t]: the backward of each slice fills a zero tensor the size
+        # of gx_all and adds it up (T of them, quadratic in T); unbind's stacks the T gradients
+        # once (at T = 20, 128 units: 40 % of a training step's time was those fills)
+        gx_steps = gx_all.unbind(2)
         for t in range(steps):
             h_rows = h_rows.masked_fill(resets[:, t], 0.0)
-            if self.n_stacks > 1:
-                gx = gx_all[:, :, t]
-            else:
-                gx = gx_all[:, :, t].reshape(1, rows * n, gates)
+            gx = gx_steps[t]
+            if self.n_stacks == 1:
+                gx = gx.reshape(1, rows * n, gates)
             h_rows = from_stacks(self._cell(gx, to_stacks(h_rows, self.n_stacks)), n)
             outs.append(h_rows)
         out = torch.stack(outs, 1).reshape(*lead, steps, n, hid)
