@@ -2,14 +2,17 @@
 
 :class:`JaxBatch` holds ``num_envs`` JaxMARL states and two jitted functions over the whole batch:
 
-* ``step(key, state, actions)``: ``jax.vmap(env.step_env)`` (JaxMARL's step *without* its
-  autoreset, so a finished episode reports its true last observation), then everything marlkit
-  reads, already in the group layout: observations stacked per group ``[E, n, ...]``, rewards
-  and done flags ``[E, n, 1]``, action masks, the alive mask, the world state;
-* ``reset(key, state, last, mask)``: ``jax.vmap(env.reset)`` for every env, selected where
-  ``mask`` is set (``jnp.where``), the others keeping their state and last observations bit for
-  bit. JaxMARL's own ``step`` does the same work on every step (it resets every env and selects);
-  here it is done only when an env is done, when marlkit's caller resets it through ``"_reset"``.
+* ``step``: ``jax.vmap(env.step_env)`` (JaxMARL's step *without* its autoreset, so a finished
+  episode reports its true last observation), then everything marlkit reads, already in the
+  group layout: observations stacked per group ``[E, n, ...]``, rewards and done flags
+  ``[E, n, 1]``, action masks, the alive mask, the world state. Where an env is done, the same
+  call computes a reset of every env (``jax.vmap(env.reset)``, JaxMARL's own step does that on
+  every step), kept *pending*, and what the batch reports once the done envs are reset:
+  resetting exactly those afterwards (``defer``) reports that at once and swaps their states in
+  at the start of the next step;
+* ``reset``: any other reset (every env, or envs the last step did not end) in a call of its
+  own, ``jax.vmap(env.reset)`` selected where ``mask`` is set (``jnp.where``), the others
+  keeping their state and last observations bit for bit.
 
 What a JaxMARL env gives is read once with :func:`jax.eval_shape` (no compilation): per-agent
 dicts (MPE, SMAX, Overcooked, Hanabi, coin game), tuples (STORM 2p) or arrays stacked over
@@ -166,10 +169,11 @@ class JaxBatch:
         return out
 
     # ------------------------------------------------------------------ the group layout
-    def build(self, layout: Layout, action_dtypes: Mapping[str, Any]) -> None:
-        """Compile-ready functions for ``layout``; ``action_dtypes``: the JaxMARL dtype of each
-        group's actions."""
-        self.layout = layout
+    def _single_env(
+        self, layout: Layout, action_dtypes: Mapping[str, Any]
+    ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """``reset_one(key) -> (state, obs)`` and ``step_one(key, state, actions) -> (state,
+        out, done)`` of one env, their outputs in the group layout."""
         env, agents = self.env, self.agents
         slots = {}
         for group, index in layout.groups:
@@ -217,35 +221,79 @@ class JaxBatch:
                 g["reward"] = jnp.stack([rew[i] for i in index]).astype(jnp.float32)[:, None]
                 g["truncated"] = trunc[:, None]
                 g["terminated"] = (jnp.stack([done[i] for i in index]) & ~trunc)[:, None]
-            return state, out
+            return state, out, done_all
 
+        return reset_one, step_one
+
+    def build(self, layout: Layout, action_dtypes: Mapping[str, Any]) -> None:
+        """Compile-ready functions for ``layout``; ``action_dtypes``: the JaxMARL dtype of each
+        group's actions."""
+        self.layout = layout
+        reset_one, step_one = self._single_env(layout, action_dtypes)
         n = self.num_envs
         # A batch of states and observations as a reset makes them: the step's states are cast
         # to these dtypes, so both functions see one signature (no second compilation).
         state_shape, obs_shape = jax.eval_shape(jax.vmap(reset_one), jax.random.split(self.key, n))
 
-        def step(key: jax.Array, state: Any, actions: Any) -> Any:
-            key, sub = jax.random.split(key)
-            state, out = jax.vmap(step_one)(jax.random.split(sub, n), state, actions)
+        def zeros() -> Any:
+            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (state_shape, obs_shape))
+
+        def fresh(key: jax.Array) -> Any:
+            return jax.vmap(reset_one)(jax.random.split(key, n))
+
+        def pick(mask: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]:
+            def where(new: jax.Array, old: jax.Array) -> jax.Array:
+                flags = mask.reshape(mask.shape + (1,) * (new.ndim - 1))
+                return jnp.where(flags, new, old.astype(new.dtype))
+
+            return where
+
+        def step(
+            key: jax.Array, state: Any, pending: Any, deferred: jax.Array, actions: Any
+        ) -> Any:
+            # Resets the caller asked for since the last step, from the pending reset states.
+            state = jax.tree.map(pick(deferred), pending, state)
+            key, k_step, k_reset = jax.random.split(key, 3)
+            state, out, done = jax.vmap(step_one)(jax.random.split(k_step, n), state, actions)
             state = jax.tree.map(lambda x, s: x.astype(s.dtype), state, state_shape)
-            return key, state, out
+            observed = observation_part(out)
 
-        def reset(key: jax.Array, state: Any, last: Any, mask: jax.Array) -> Any:
+            # Where an env is done, a reset of every env (JaxMARL's own step computes one on
+            # every step), kept pending, and what the batch reports once the done envs are
+            # reset: their first observations, the others' observations of this step.
+            def with_reset(k: jax.Array) -> Any:
+                new_state, new_obs = fresh(k)
+                return new_state, jax.tree.map(pick(done), new_obs, observed)
+
+            def without(k: jax.Array) -> Any:
+                return zeros()[0], observed
+
+            pending, after = jax.lax.cond(done.any(), with_reset, without, k_reset)
+            return key, state, out, pending, after, done
+
+        def reset(
+            key: jax.Array, state: Any, last: Any, pending: Any, deferred: jax.Array, mask: Any
+        ) -> Any:
+            state = jax.tree.map(pick(deferred), pending, state)
             key, sub = jax.random.split(key)
-            new_state, new_obs = jax.vmap(reset_one)(jax.random.split(sub, n))
-
-            def pick(new: jax.Array, old: jax.Array) -> jax.Array:
-                where = mask.reshape(mask.shape + (1,) * (new.ndim - 1))
-                return jnp.where(where, new, old.astype(new.dtype))
-
-            return key, jax.tree.map(pick, new_state, state), jax.tree.map(pick, new_obs, last)
+            new_state, new_obs = fresh(sub)
+            state = jax.tree.map(pick(mask), new_state, state)
+            return key, state, jax.tree.map(pick(mask), new_obs, last)
 
         self._step_fn = jax.jit(step)
         self._reset_fn = jax.jit(reset)
-        with jax.default_device(self.device):
-            self.state = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), state_shape)
-            self.last = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), obs_shape)
-            self.key = jax.device_put(self.key, self.device)
+        # Committed to the device, as the jitted functions' outputs are: the first call and the
+        # later ones share one signature (no second compilation).
+        blank = (np.zeros(s.shape, s.dtype) for s in jax.tree.leaves((state_shape, obs_shape)))
+        tree = jax.tree.structure((state_shape, obs_shape))
+        self.state, self.last = jax.device_put(jax.tree.unflatten(tree, list(blank)), self.device)
+        self.pending = self.state  # reset states made by the last step where an env was done
+        self.after = self.last  # what the batch reports once the envs done then are reset
+        self.done = np.zeros(n, dtype=bool)  # the envs the last step ended
+        self.pending_valid = False
+        self.deferred = np.zeros(n, dtype=bool)
+        self._no_mask = jax.device_put(self.deferred, self.device)
+        self.key = jax.device_put(self.key, self.device)
 
     def _time_up(self) -> Callable[[Any], jax.Array]:
         """Whether an episode that ended was cut by a time limit (truncated) rather than ended
@@ -273,28 +321,66 @@ class JaxBatch:
         return time_up
 
     # ------------------------------------------------------------------ calls
+    def _deferred_flags(self) -> jax.Array:
+        if not self.deferred.any():
+            return self._no_mask
+        return jax.device_put(self.deferred, self.device)
+
     def step(self, actions: Mapping[str, jax.Array]) -> Any:
-        """Step every env; returns the outputs (jax arrays, ready)."""
-        self.key, self.state, out = self._step_fn(self.key, self.state, dict(actions))
-        self.last = {
-            k: ({n: v for n, v in g.items() if n not in _STEP_ONLY} if k != "state" else g)
-            for k, g in out.items()
-        }
+        """Step every env (the deferred resets first); returns the outputs (jax arrays,
+        ready)."""
+        flags = self._deferred_flags()
+        self.key, self.state, out, self.pending, self.after, done = self._step_fn(
+            self.key, self.state, self.pending, flags, dict(actions)
+        )
+        self.done = np.asarray(done)
+        self.pending_valid = bool(self.done.any())
+        self.deferred = np.zeros(self.num_envs, dtype=bool)
+        self.last = observation_part(out)
         return jax.block_until_ready(out)
 
+    def can_defer(self, mask: np.ndarray) -> bool:
+        """Whether resetting the envs of ``mask`` needs no call: they are exactly the envs the
+        last step ended (whose resets it computed), and none was reset since."""
+        return self.pending_valid and bool(np.array_equal(mask, self.done))
+
+    def defer(self, mask: np.ndarray) -> Any:
+        """Reset the envs of ``mask`` (see :meth:`can_defer`) from the pending states, swapped
+        in at the next step (or reset); returns every env's observation part (jax arrays)."""
+        self.deferred = mask.copy()
+        self.pending_valid = False
+        self.last = self.after
+        return jax.block_until_ready(self.after)
+
     def reset(self, mask: np.ndarray | None) -> Any:
-        """Reset the envs where ``mask`` (``bool [E]``, ``None``: all); returns every env's
-        observation part (the others' as they were)."""
+        """Reset the envs where ``mask`` (``bool [E]``, ``None``: all) in a call of their own,
+        from the current key; returns every env's observation part (the others' as they
+        were)."""
         if mask is None:
             mask = np.ones(self.num_envs, dtype=bool)
-        with jax.default_device(self.device):
-            flags = jnp.asarray(mask)
-        self.key, self.state, self.last = self._reset_fn(self.key, self.state, self.last, flags)
+        flags = jax.device_put(mask, self.device)
+        self.key, self.state, self.last = self._reset_fn(
+            self.key, self.state, self.last, self.pending, self._deferred_flags(), flags
+        )
+        self.deferred = np.zeros(self.num_envs, dtype=bool)
+        self.pending_valid = False  # the next step makes new ones
         return jax.block_until_ready(self.last)
+
+    def current_state(self) -> Any:
+        """The batch's JaxMARL states, the deferred resets applied."""
+        if not self.deferred.any():
+            return self.state
+        flags = self.deferred
+
+        def where(new: Any, old: Any) -> Any:
+            mask = flags.reshape(flags.shape + (1,) * (np.ndim(new) - 1))
+            return jnp.where(mask, new, old)
+
+        return jax.tree.map(where, self.pending, self.state)
 
     def env_state(self, index: int) -> Any:
         """The JaxMARL state of env ``index`` (for rendering)."""
-        return jax.tree.map(lambda x: x[index], self.state)
+        return jax.tree.map(lambda x: x[index], self.current_state())
 
 
 def _unbuilt(*args: Any) -> Any:
@@ -303,3 +389,11 @@ def _unbuilt(*args: Any) -> Any:
 
 #: Entries of a step's group outputs that a reset does not report.
 _STEP_ONLY = ("reward", "terminated", "truncated")
+
+
+def observation_part(out: Mapping[str, Any]) -> dict[str, Any]:
+    """What a reset reports of a step's outputs: all but rewards and done flags."""
+    return {
+        k: ({n: v for n, v in g.items() if n not in _STEP_ONLY} if k != "state" else g)
+        for k, g in out.items()
+    }

@@ -25,8 +25,12 @@ Keys, for a group of ``n`` agents and the env batch ``B = [num_envs]``::
 Episodes: JaxMARL's own ``step`` resets a finished env inside the step (autoreset), returning the
 first observation of the next episode. The adapter steps with ``step_env`` instead, so the last
 observation of an episode is the true one, and resets exactly the envs marlkit's caller resets
-(``"_reset"``, as ``step_and_maybe_reset`` and the collectors do), with ``jax.vmap(env.reset)``
-selected by the mask: the other envs keep their state and report what they reported.
+(``"_reset"``, as ``step_and_maybe_reset`` and the collectors do); the other envs keep their
+state and report what they reported. A step in which an env is done also computes a reset of
+every env (``jax.vmap(env.reset)``, as JaxMARL's step does on every step) and what the batch
+reports once the done envs are reset, so resetting exactly those (as ``step_and_maybe_reset``
+does) costs no call: their states are swapped in at the next step. Any other reset (all envs,
+or not exactly the envs the last step ended) is a jitted call of its own.
 ``__all__`` ends an episode; it is a truncation when JaxMARL's step counter reached
 ``max_steps`` (MPE, Overcooked; SMAX when no team was wiped out) or the env only ends at its
 horizon (STORM, coin game), a termination otherwise (Hanabi, SMAX wipe-outs). A SMAX unit that
@@ -53,6 +57,7 @@ import importlib
 import inspect
 import io
 import os
+import sys
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -65,7 +70,7 @@ from marlkit._checks import check_int, check_kwargs, did_you_mean, keyword_names
 from marlkit._utils import get_logger, import_optional
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
-from marlkit.data.keys import ACTION, ACTION_MASK, MASK, OBSERVATION, STATE
+from marlkit.data.keys import ACTION, ACTION_MASK, MASK, OBSERVATION, RESET, STATE
 from marlkit.data.specs import Binary, Bounded, Categorical, TensorSpec, Unbounded
 from marlkit.envs import EnvBase, UnknownEnvError, make_done_spec, make_reward_spec
 from marlkit.native.render import Circles, group_color, render_frame
@@ -87,9 +92,18 @@ _SMAX = ("SMAX", "HeuristicEnemySMAX", "LearnedPolicyEnemySMAX")
 
 
 def _jaxmarl() -> ModuleType:
-    # JaxMARL prints a line about its submoduled environments when imported; keep it quiet.
-    with contextlib.redirect_stdout(io.StringIO()) as said:
-        module = import_optional("jaxmarl", extra="jaxmarl", purpose="the JaxMARL adapter")
+    """JaxMARL, imported without its print about submoduled environments on stdout (logged at
+    debug level instead). Something JaxMARL imports puts ``sys.__stdout__`` back as
+    ``sys.stdout``, so both are pointed at the buffer while it imports."""
+    if "jaxmarl" in sys.modules:
+        return sys.modules["jaxmarl"]
+    said, real = io.StringIO(), sys.__stdout__
+    try:
+        sys.__stdout__ = said  # type: ignore[misc]
+        with contextlib.redirect_stdout(said):
+            module = import_optional("jaxmarl", extra="jaxmarl", purpose="the JaxMARL adapter")
+    finally:
+        sys.__stdout__ = real  # type: ignore[misc]
     if said.getvalue().strip():
         _log.debug("jaxmarl: %s", said.getvalue().strip())
     return module
@@ -313,7 +327,8 @@ class JaxMarlEnv(EnvBase):
             space = spaces[idx[0]]
             dtypes[g] = space.dtype if type(space).__name__ == "Discrete" else np.float32
         self._batch.build(Layout(self._batch.agents, groups), dtypes)
-        self._reset_once = False
+        #: What the env reported last (its observation keys are kept for partial resets).
+        self._last: TensorDictBase | None = None
         self.render_modes = ("rgb_array",) if self._render_kind() else ()
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little") % 2**63
@@ -422,7 +437,7 @@ class JaxMarlEnv(EnvBase):
     @property
     def jax_state(self) -> Any:
         """The batch's JaxMARL state (a pytree of JAX arrays ``[num_envs, ...]``)."""
-        return self._batch.state
+        return self._batch.current_state()
 
     @property
     def n_agents(self) -> int:
@@ -435,6 +450,7 @@ class JaxMarlEnv(EnvBase):
         from marlkit.adapters._jax_bridge import key_from_seed
 
         self._batch.key = jax.device_put(key_from_seed(seed), self._batch.device)
+        self._batch.pending_valid = False  # resets made from the old key are not used
 
     def _actions(self, tensordict: TensorDictBase) -> dict[str, Any]:
         """Each group's actions as a JAX array sharing the torch buffer where it can (DLPack);
@@ -464,17 +480,38 @@ class JaxMarlEnv(EnvBase):
     def _reset(
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
-        if not self._reset_once:
-            env_mask = None  # nothing to keep before the first reset
-        mask = None if env_mask is None else env_mask.reshape(-1).cpu().numpy()
-        out = self._batch.reset(mask)
-        self._reset_once = True
-        return self._output(out)
+        batch = self._batch
+        if env_mask is not None:
+            mask = env_mask.reshape(-1).cpu().numpy()
+        elif self._asked_reset(tensordict):  # "_reset" masks selecting every env
+            mask = np.ones(self.num_envs, dtype=bool)
+        else:
+            mask = None  # a plain reset(): every env, from the current key
+        if mask is None or self._last is None:
+            out = batch.reset(None)
+        elif batch.can_defer(mask):
+            # The envs the last step ended: that step computed their next episodes already (as
+            # JaxMARL's own step does), and what the batch reports once they are reset.
+            out = batch.defer(mask)
+        else:
+            out = batch.reset(mask)
+        self._last = self._output(out)
+        return self._last
+
+    def _asked_reset(self, tensordict: TensorDictBase | None) -> bool:
+        if tensordict is None:
+            return False
+        return any(
+            tensordict.get((*prefix, RESET) if prefix else RESET, None) is not None
+            for prefix, _ in self._done_levels()
+        )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if not self._reset_once:
+        if self._last is None:
             raise RuntimeError(f"{self!r}: call reset() before the first step")
-        return self._output(self._batch.step(self._actions(tensordict)))
+        out = self._output(self._batch.step(self._actions(tensordict)))
+        self._last = out
+        return out
 
     def _replay_simulator(self, seed: int, steps: int) -> list[Any]:
         """The raw JaxMARL batch run once for :func:`~marlkit.testing.check_adapter`: the key
@@ -483,7 +520,7 @@ class JaxMarlEnv(EnvBase):
         generator = torch.Generator(device=self.device).manual_seed(seed)
         self._set_seed(seed)
         trace: list[Any] = [_as_numpy(self._batch.reset(None))]
-        self._reset_once = True
+        self._last = None  # the env must be reset again
         for _ in range(steps):
             actions = self._actions(self.action_spec.rand(generator=generator))
             trace.append(_as_numpy(self._batch.step(actions)))

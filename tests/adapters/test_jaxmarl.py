@@ -88,6 +88,27 @@ def test_the_last_observation_is_the_true_one(spread):
     assert (first[..., :2] == 0).all()
 
 
+def test_done_envs_restart_from_the_state_they_report(spread):
+    """The resets of done envs come from the step that ended them (no call of their own): the
+    observation reported after the reset is JaxMARL's observation of the state the env goes on
+    from, and the jitted functions are not compiled again."""
+    env = spread.jaxmarl_env
+    td = spread.reset()
+    sizes = (spread._batch._step_fn._cache_size(), spread._batch._reset_fn._cache_size())
+    for _ in range(27):
+        transition, td = spread.step_and_maybe_reset(spread.rand_action(td))
+        if transition["next", "done"].any():
+            break
+    assert transition["next", "done"].all() and spread._batch.deferred.all()
+    obs = jax.vmap(env.get_obs)(spread.jax_state)
+    want = np.stack([np.asarray(obs[a]) for a in env.agents], 1)
+    np.testing.assert_array_equal(td["agents", "observation"].numpy(), want)
+    td = spread.step(spread.rand_action(td))  # the first step of the new episodes
+    assert not spread._batch.deferred.any()
+    assert (np.asarray(spread.jax_state.step) == 1).all()
+    assert sizes == (spread._batch._step_fn._cache_size(), spread._batch._reset_fn._cache_size())
+
+
 def test_parity_with_jaxmarl_step(spread):
     """The adapter's step is JaxMARL's: from the same state and actions, ``env.step`` gives
     the same observations and rewards (MPE's step draws nothing at random)."""

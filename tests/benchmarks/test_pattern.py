@@ -22,6 +22,7 @@ COMMON = ("--only", "--rounds", "--round-seconds", "--threads")
 FLAGS = {
     "adapters.py": COMMON,
     "adapters_magent2.py": COMMON,
+    "adapters_jaxmarl.py": COMMON,
     "collectors.py": COMMON,
     "env_step.py": ("--rounds", "--round-seconds", "--threads"),
     "losses.py": COMMON,
@@ -32,6 +33,7 @@ FLAGS = {
     "results.py": ("--threads",),
     "scaling.py": ("--threads",),
     "segment_tree.py": ("--rounds", "--threads"),
+    "smax.py": COMMON,
     "threads.py": ("--rounds", "--round-seconds"),  # it varies the kernels' threads itself
 }
 
