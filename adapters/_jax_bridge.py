@@ -199,7 +199,7 @@ class JaxBatch:
             obs, state = env.reset(key)
             return state, observe(obs, state)
 
-        def step_one(key: jax.Array, state: Any, actions: Any) -> tuple[Any, Any]:
+        def step_one(key: jax.Array, state: Any, actions: Any) -> tuple[Any, Any, jax.Array]:
             acts = {}
             for a in agents:
                 group, j = slots[a]

@@ -99,7 +99,7 @@ def _jaxmarl() -> ModuleType:
         return sys.modules["jaxmarl"]
     said, real = io.StringIO(), sys.__stdout__
     try:
-        sys.__stdout__ = said  # type: ignore[misc]
+        sys.__stdout__ = said  # type: ignore[misc,assignment]
         with contextlib.redirect_stdout(said):
             module = import_optional("jaxmarl", extra="jaxmarl", purpose="the JaxMARL adapter")
     finally:
