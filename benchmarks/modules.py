@@ -355,7 +355,9 @@ def _attention_worker(
 
 
 def _attention_cell(entities: int, depth: int, rows: int, seconds: float) -> dict[str, float]:
-    ctx = multiprocessing.get_context("fork")  # a fresh peak RSS: a forked child's is its own
+    # A fresh process for a peak RSS of its own; spawned, not forked: OpenMP's thread pool does
+    # not survive a fork (a forked child computing on 2 threads ran 5-25x slower here).
+    ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     threads = torch.get_num_threads()
     proc = ctx.Process(
@@ -425,7 +427,7 @@ COMPUTES = {
     "attention": "EntityAttention(8 features, 32 outputs, 8 agents, embed 64, 4 heads, "
     "independent) forward + backward on [rows, 8, entities, 8] with 75 % of the entities "
     "present; depth=1 (a self-attention block, then attention pooling) and depth=0 (pooling "
-    "only); each cell in a forked process: peak_mib is the growth of its peak RSS in the "
+    "only); each cell in a spawned process: peak_mib is the growth of its peak RSS in the "
     "first call",
     "layout": "one StackedLinear(stacks, 256, out) forward + backward (input, weight "
     "and bias gradients) with the same values, its weight in-major ([n, in, out] "

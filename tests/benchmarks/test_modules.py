@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import _forked
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -69,10 +71,11 @@ def test_cnn_peer_without_torchrl_fails_with_a_message() -> None:
     assert "must be a Python with torchrl installed" in out.stderr
 
 
+@pytest.mark.slow  # each cell is a spawned process that imports torch afresh
 def test_attention_section_prints_json(run_benchmark: Run) -> None:
-    args = ("--only", "attention", "--entities", "4", "--entities", "8", "--attention-rows", "2")
+    args = ("--only", "attention", "--entities", "4", "--attention-rows", "2")
     data = run_benchmark("modules.py", *args, "--rounds", "1", "--round-seconds", "0")
     rows = data["attention"]
-    assert [(r["entities"], r["depth"]) for r in rows] == [(4, 1), (4, 0), (8, 1), (8, 0)]
+    assert [(r["entities"], r["depth"]) for r in rows] == [(4, 1), (4, 0)]
     for row in rows:
         assert row["ms"] > 0 and row["peak_mib"] >= 0 and row["rows"] == 2
