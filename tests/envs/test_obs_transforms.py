@@ -144,6 +144,23 @@ def test_batched_envs_the_transform_outside_and_inside():
     assert inside.rollout(2)["agents", "observation"].shape == (2, 2, 2, 2, 147)
 
 
+# ---------------------------------------------------------------- a real pixel env (PettingZoo)
+def test_pixels_of_pettingzoo_knights_archers_zombies():
+    pytest.importorskip("pettingzoo.butterfly")
+    name = "pettingzoo/pettingzoo.butterfly.knights_archers_zombies_v11"
+    kwargs = {"num_envs": 2, "seed": 0, "obs_method": "image", "num_archers": 1, "num_knights": 1}
+    env = TransformedEnv(marlkit.make(name, **kwargs), ToTensorImage())
+    assert env.observation_spec["agents", "observation"] == Bounded(0.0, 1.0, (2, 2, 3, 512, 512))
+    td = env.reset()
+    raw = marlkit.make(name, **kwargs).reset()["agents", "observation"]  # uint8 [2, 2, 512, 512, 3]
+    assert torch.equal(td["agents", "observation"], raw.movedim(-1, -3).float() / 255)
+    td = env.step(env.rand_action(td))["next"]
+    assert env.observation_spec["agents", "observation"].is_in(td["agents", "observation"])
+    td["_reset"] = torch.tensor([[False], [True]])
+    out = env.reset(td)  # env 0 reports its pixels again, through uint8 and back, exactly
+    assert torch.equal(out["agents", "observation"][0], td["agents", "observation"][0])
+
+
 # ------------------------------------------------------------------------------------ MAgent2
 magent2_reason = "magent2 not installed"
 
