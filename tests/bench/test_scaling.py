@@ -360,6 +360,7 @@ def test_an_env_cell_counts_the_agents_of_the_built_env() -> None:
     assert math.isclose(result.agent_steps_per_s, rate, rel_tol=1e-9)
 
 
+@pytest.mark.slow  # two cell subprocesses (the command's test runs one, unmarked)
 def test_a_sweep_of_swarm_in_subprocesses(tmp_path: pathlib.Path) -> None:
     sweep = EnvSweep.parse("swarm", "n_agents=16,4", {"k_nearest": 3})
     assert sweep.values == (4, 16)
