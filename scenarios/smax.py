@@ -433,8 +433,11 @@ class SmaxEnv(EnvBase):
         self._steps[idx] = 0
         self._last_actions[idx] = 0
         views = None
-        if env_mask is not None and self._views is not None:
-            # Only the reset envs changed since the last output: observe those, keep the rest.
+        if env_mask is not None and self._views is not None and self.rules.n_units >= 24:
+            # Only the reset envs changed since the last output: observe those, copy the rest.
+            # The copy moves as many bytes as observing every env writes, so it pays only where
+            # observing costs more than its writes: from about 24 units (1,024 envs, 1 thread:
+            # 2.8 ms against 0.9 for 5m_vs_6m, 130 ms against 300 for 27m_vs_30m).
             sub = SmaxWorld(*(t[idx] for t in world.tensors()))
             obs, visible, masks, state = observe(sub, self.rules, self._n_obs, backend=self.backend)
             last_obs, last_visible, last_masks, last_state = self._views
