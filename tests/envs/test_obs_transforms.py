@@ -5,6 +5,7 @@ transforms by name as a config lists them."""
 from __future__ import annotations
 
 import functools
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ from marlkit.envs.transforms import (
 )
 from marlkit.modules import MultiAgentMLP
 from marlkit.testing import check_adapter
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------ a dict-and-pixels simulator
@@ -367,3 +370,31 @@ def test_the_env_config_checks_its_transforms_and_make_env_applies_them():
         env_config({**section, "transforms": [{"name": "pixels", "layot": "HWC"}]})
     with pytest.raises(ConfigError, match=r"env\.transforms: .*not a ListConfig, list or tuple"):
         env_config({**section, "transforms": "flatten_observation"})
+
+
+def test_every_magent2_env_config_gives_flat_observations():
+    pytest.importorskip("magent2")
+    omegaconf = pytest.importorskip("omegaconf")
+    from marlkit.train.builders import make_env
+    from marlkit.train.config import env_config
+
+    folder = ROOT / "sota-implementations" / "configs" / "env" / "magent2"
+    files = sorted(folder.glob("*.yaml"))
+    assert {f.stem for f in files} == {
+        "adversarial_pursuit_v4",
+        "battle_v4",
+        "combined_arms_v6",
+        "gather_v5",
+        "tiger_deer_v4",
+    }
+    for path in files:
+        cfg = env_config(omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.load(path)))
+        assert cfg.name == f"magent2/{path.stem}" and cfg.transforms == ["flatten_observation"]
+        env = make_env(
+            cfg.name, transforms=cfg.transforms, num_envs=1, max_steps=2, seed=0, **cfg.kwargs
+        )
+        td = env.rollout(2)
+        for group in env.group_map:  # [*B, T, n, features]: what an MLP reads
+            spec = env.observation_spec[group, "observation"]
+            assert spec.ndim == 3 and td[group, "observation"].shape[-1] == spec.shape[-1]
+        env.close()
