@@ -17,7 +17,7 @@ import marlkit
 from marlkit.adapters.custom import from_parallel
 from marlkit.data.composite import Composite
 from marlkit.data.specs import Bounded, Categorical
-from marlkit.envs import SerialEnv, check_env_specs
+from marlkit.envs import ParallelEnv, SerialEnv, check_env_specs
 from marlkit.envs.transforms import (
     TRANSFORMS,
     Compose,
@@ -145,6 +145,22 @@ def test_batched_envs_the_transform_outside_and_inside():
     check_env_specs(outside)
     inside = SerialEnv(2, lambda: TransformedEnv(make(), ConcatObservation()))
     assert inside.rollout(2)["agents", "observation"].shape == (2, 2, 2, 2, 147)
+
+
+@pytest.mark.slow  # two worker processes start (~20 s on a loaded 2-CPU VM)
+def test_around_a_parallel_env_of_worker_processes():
+    pytest.importorskip("magent2")
+    make = functools.partial(marlkit.make, "magent2/battle_v4", map_size=12, num_envs=2, seed=0)
+    env = TransformedEnv(ParallelEnv(2, make), FlattenObservation())
+    try:
+        assert env.rollout(2)["red", "observation"].shape == (2, 2, 2, 2, 845)
+        td = env.step(env.rand_action(env.reset()))["next"]
+        td["_reset"] = torch.tensor([[[True], [False]], [[False], [True]]])
+        out = env.reset(td)  # the shared buffers get the simulator's layout back
+        assert torch.equal(out["blue", "observation"][0, 1], td["blue", "observation"][0, 1])
+        assert torch.equal(out["state"][1, 0], td["state"][1, 0])
+    finally:
+        env.close()
 
 
 # ---------------------------------------------------------------- a real pixel env (PettingZoo)
