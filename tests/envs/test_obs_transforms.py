@@ -5,6 +5,7 @@ transforms by name as a config lists them."""
 from __future__ import annotations
 
 import functools
+import math
 import pathlib
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 from gymnasium import spaces
 
 import marlkit
+from marlkit._utils import has_module
 from marlkit.adapters.custom import from_parallel
 from marlkit.data.composite import Composite
 from marlkit.data.specs import Bounded, Categorical
@@ -178,6 +180,39 @@ def test_pixels_of_pettingzoo_knights_archers_zombies():
     td["_reset"] = torch.tensor([[False], [True]])
     out = env.reset(td)  # env 0 reports its pixels again, through uint8 and back, exactly
     assert torch.equal(out["agents", "observation"][0], td["agents", "observation"][0])
+
+
+def test_meltingpot_dict_observations_into_one_vector_and_its_world_view_channels_first():
+    if not (has_module("meltingpot") and has_module("dmlab2d")):
+        pytest.skip("dm-meltingpot is not installed (see docs/adapters.md)")
+    make = functools.partial(  # two players, a 40x40 view and vectors; builds in ~0.2 s
+        marlkit.make, "meltingpot/prisoners_dilemma_in_the_matrix__repeated", num_envs=1, seed=0
+    )
+    raw_env = make()
+    nested = raw_env.observation_spec["agents", "observation"]
+    assert nested["RGB"].shape == (1, 2, 40, 40, 3) and nested["RGB"].dtype == torch.uint8
+    env = TransformedEnv(make(), [ToTensorImage(), ConcatObservation()])
+    sizes = [
+        math.prod(features) for _, features, _ in env.transform[1].layout[("agents", "observation")]
+    ]
+    spec = env.observation_spec["agents", "observation"]
+    assert spec.shape == (1, 2, sum(sizes)) and 3 * 40 * 40 in sizes
+    assert env.state_spec["state"].shape == (1, 3, 120, 184)  # WORLD.RGB, channels first
+    # MeltingPot does not replay a seed: the transforms are applied to the raw env's own output
+    raw_td = raw_env.reset()
+    obs = env.transform.reset(None, raw_td.clone(), None)["agents", "observation"]
+    raw = raw_td["agents", "observation"]
+    start = 0
+    for sub, features, _ in env.transform[1].layout[("agents", "observation")]:
+        part = obs[..., start : start + math.prod(features)]
+        want = raw[sub].movedim(-1, -3).float() / 255 if sub == "RGB" else raw[sub].float()
+        assert torch.equal(part, want.reshape(part.shape)), sub
+        start += math.prod(features)
+    stepped = env.step(env.rand_action(env.reset()))["next"]
+    assert spec.is_in(stepped["agents", "observation"])
+    assert env.state_spec["state"].is_in(stepped["state"])
+    raw_env.close()
+    env.close()
 
 
 # ------------------------------------------------------------------------------------ MAgent2
