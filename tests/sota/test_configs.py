@@ -298,6 +298,11 @@ def _refusal(name: str, override: str) -> str:
         # -1 ran forever in MAPPO and was refused in QMIX: a training run ends
         ("mappo_ippo", "collector.total_frames=-1", ["collector.total_frames must be an int >= 1"]),
         ("mappo_ippo", "collector.kind=multi", ["collector.kind must be one of ['single'"]),
+        # model: memory in the networks (issue 37)
+        ("mappo_ippo", "model.memory=rnn", ["model.memory must be one of ['none', 'gru', 'lstm']"]),
+        ("qmix_vdn", "model.seq_len=0", ["model.seq_len must be an int >= 1, got 0"]),
+        ("iql", "model.burn_in=-1", ["model.burn_in must be an int >= 0, got -1"]),
+        ("mappo_ippo", "model.critic_memory=maybe", ["full_key: model.critic_memory"]),
         ("mappo_ippo", "policy.depth=-1", ["policy.depth must be an int >= 0, got -1"]),
         ("mappo_ippo", "critic.num_cells=0", ["critic.num_cells must be an int >= 1, got 0"]),
         # a negative norm flips every update; zero epochs or updates trained nothing
