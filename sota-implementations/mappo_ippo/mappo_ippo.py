@@ -41,7 +41,7 @@ from marlkit.modules import (
     TanhNormal,
 )
 from marlkit.modules.actors import distribution_keys
-from marlkit.modules.rnn import recurrent_network, set_recurrent_mode
+from marlkit.modules.rnn import recurrent_modules, recurrent_network, set_recurrent_mode
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
@@ -284,7 +284,7 @@ def main(cfg: DictConfig) -> None:
     sampler = functools.partial(SamplerWithoutReplacement, seed=cfg.seed)
     per_item = seq_len if recurrent else 1  # minibatch_size counts steps
     buffers = group_buffers(groups, frames, sampler, max(1, cfg.train.minibatch_size // per_item))
-    stepping = [c for c in critics.values() if recurrent and not isinstance(c, StateValueCritic)]
+    stepping = [c for c in critics.values() if recurrent_modules(c)]  # critics with memory
     acting = TensorDictSequential(policy, *stepping) if stepping else policy
     collector = make_config_collector(cfg, env, env_fn, acting)
 
