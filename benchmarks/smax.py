@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -204,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
     torch.manual_seed(0)
-    return run_sections("smax", SECTIONS, args)
+    peer = {dist: importlib.metadata.version(dist) for dist in ("jax", "jaxlib", "jaxmarl")}
+    return run_sections("smax", SECTIONS, args, extra={"peer": peer})
 
 
 if __name__ == "__main__":
