@@ -10,7 +10,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+import marlkit
+from marlkit.collectors import Collector
 from marlkit.data import Composite, Unbounded
+from marlkit.envs import InitTracker, TransformedEnv
 from marlkit.modules import (
     ModelConfig,
     NormalParamExtractor,
@@ -234,3 +237,24 @@ def test_config_errors_name_the_key() -> None:
     assert ModelConfig.from_mapping({"kind": "gnn", "memory": "gru"}).memory == "gru"
     with pytest.raises(TypeError, match="config must be a ModelConfig, got dict"):
         build_model({"kind": "mlp"}, _vector_spec(), group="agents", n_outputs=1, out_keys=["o"])  # type: ignore[arg-type]
+
+
+def test_a_recurrent_gnn_actor_in_a_collector_replays_in_training() -> None:
+    env = TransformedEnv(marlkit.make("navigation", num_envs=2, n_agents=3, seed=0), InitTracker())
+    cfg = ModelConfig(kind="gnn", memory="gru", num_cells=16, hidden_size=8, embed_dim=8)
+    net = build_model(
+        cfg,
+        env.observation_spec,
+        group="agents",
+        n_outputs=4,
+        out_keys=[("agents", "loc"), ("agents", "scale")],
+        postprocess=NormalParamExtractor(),
+    )
+    actor = ProbabilisticActor(net, group="agents")
+    collector = Collector(env, actor, frames_per_batch=2 * 8, total_frames=2 * 8)
+    batch = next(iter(collector))
+    assert batch["agents", "rnn_state_in"].shape == (2, 8, 3, 8)
+    replay = batch.select(*net.in_keys, "is_init", ("agents", "rnn_state_in")).clone()
+    with set_recurrent_mode(True):
+        loc = net(replay)["agents", "loc"]
+    torch.testing.assert_close(loc, batch["agents", "loc"], rtol=1e-5, atol=1e-5)
