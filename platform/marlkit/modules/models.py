@@ -36,7 +36,7 @@ from torch import nn
 
 from marlkit._checks import check_flag, check_int, check_one_of, check_real
 from marlkit.data.composite import Composite
-from marlkit.data.keys import MASK, OBSERVATION, RNN_STATE, RNN_STATE_IN, NestedKey, join_key
+from marlkit.data.keys import MASK, OBSERVATION, RNN_STATE, NestedKey, join_key
 from marlkit.data.specs import TensorSpec
 from marlkit.modules.cnn import MultiAgentCNN
 from marlkit.modules.entities import DeepSets, EntityAttention
@@ -401,15 +401,6 @@ def _gnn(
     return gnn, in_keys, extras
 
 
-def _state_keys(rnn: MultiAgentGRU | MultiAgentLSTM, state: NestedKey, state_in: NestedKey) -> None:
-    """Point a recurrent layer at its own state keys (an actor's and a critic's memories must
-    not share ``(group, "rnn_state")``)."""
-    old = {rnn.state_key: state, rnn.state_in_key: state_in}
-    rnn.state_key, rnn.state_in_key = state, state_in
-    rnn.in_keys = cast(Any, [old.get(k, k) for k in rnn.in_keys])
-    rnn.out_keys = cast(Any, [old.get(k, k) for k in rnn.out_keys])
-
-
 def build_model(
     config: ModelConfig,
     observation_spec: Composite,
@@ -492,11 +483,8 @@ def build_model(
         share_params=config.share_params,
         in_key=embedding,
         out_key=rnn_out,
+        state_key=join_key(group, f"{prefix}{RNN_STATE}"),  # and its f"{prefix}rnn_state_in"
     )
-    if name:
-        _state_keys(
-            rnn, join_key(group, f"{prefix}{RNN_STATE}"), join_key(group, f"{prefix}{RNN_STATE_IN}")
-        )
     return TensorDictSequential(
         TensorDictModule(encoder, in_keys=list(in_keys), out_keys=[embedding]),
         rnn,
