@@ -70,7 +70,7 @@ from marlkit._checks import check_int, check_kwargs, did_you_mean, keyword_names
 from marlkit._utils import get_logger, import_optional
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
-from marlkit.data.keys import ACTION, ACTION_MASK, MASK, OBSERVATION, RESET, STATE
+from marlkit.data.keys import ACTION, ACTION_MASK, MASK, OBSERVATION, STATE
 from marlkit.data.specs import Binary, Bounded, Categorical, TensorSpec, Unbounded
 from marlkit.envs import EnvBase, UnknownEnvError, make_done_spec, make_reward_spec
 from marlkit.native.render import Circles, group_color, render_frame
@@ -481,30 +481,20 @@ class JaxMarlEnv(EnvBase):
         self, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> TensorDictBase:
         batch = self._batch
-        if env_mask is not None:
-            mask = env_mask.reshape(-1).cpu().numpy()
-        elif self._asked_reset(tensordict):  # "_reset" masks selecting every env
+        if env_mask is None:
             mask = np.ones(self.num_envs, dtype=bool)
         else:
-            mask = None  # a plain reset(): every env, from the current key
-        if mask is None or self._last is None:
-            out = batch.reset(None)
-        elif batch.can_defer(mask):
-            # The envs the last step ended: that step computed their next episodes already (as
-            # JaxMARL's own step does), and what the batch reports once they are reset.
+            mask = env_mask.reshape(-1).cpu().numpy()
+        if self._last is not None and batch.can_defer(mask):
+            # Exactly the envs the last step ended: that step computed their next episodes
+            # already (as JaxMARL's own step does), and what the batch reports once they are
+            # reset. A reset() of every env after all ended is the same reset (so SerialEnv,
+            # which calls reset() then, and ParallelEnv, which resets by mask, replay alike).
             out = batch.defer(mask)
         else:
-            out = batch.reset(mask)
+            out = batch.reset(None if env_mask is None or self._last is None else mask)
         self._last = self._output(out)
         return self._last
-
-    def _asked_reset(self, tensordict: TensorDictBase | None) -> bool:
-        if tensordict is None:
-            return False
-        return any(
-            tensordict.get((*prefix, RESET) if prefix else RESET, None) is not None
-            for prefix, _ in self._done_levels()
-        )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self._last is None:

@@ -93,7 +93,7 @@ def test_done_envs_restart_from_the_state_they_report(spread):
     observation reported after the reset is JaxMARL's observation of the state the env goes on
     from, and the jitted functions are not compiled again."""
     env = spread.jaxmarl_env
-    td = spread.reset()
+    td = spread._step_mdp(spread.step(spread.rand_action(spread.reset())))  # both compiled
     sizes = (spread._batch._step_fn._cache_size(), spread._batch._reset_fn._cache_size())
     for _ in range(27):
         transition, td = spread.step_and_maybe_reset(spread.rand_action(td))
