@@ -279,3 +279,33 @@ def test_render_shows_teams_types_and_shots() -> None:
     colors = {tuple(c) for c in frame.reshape(-1, 3).tolist()}
     for color in (ATTACK_COLOR, TEAM_COLORS[0], TYPE_COLORS[2], TYPE_COLORS[3]):
         assert tuple(color) in colors, color
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_torch_twin_on_cuda_matches_cpu() -> None:
+    """The twin on a GPU: the same step as on the CPU from the same battles and draws, and the
+    env runs there end to end."""
+    rules = SmaxRules(n_allies=5, n_enemies=6)
+    cpu_world, cpu_policy = _random_world(rules, 32, seed=4)
+    gpu_world = SmaxWorld(*(t.cuda() for t in cpu_world.tensors()))
+    gpu_policy = HeuristicState(cpu_policy.target.cuda(), cpu_policy.last.cuda())
+    g = torch.Generator().manual_seed(0)
+    u = torch.rand(32, 6, generator=g)
+    jitter = torch.rand(32, 8, 11, generator=g) * 0.1875 - 0.0625
+    ally = (torch.rand(32, 5, generator=g) * 11).long()
+    out = {}
+    for name, world, policy, dev in (
+        ("cpu", cpu_world, cpu_policy, "cpu"),
+        ("cuda", gpu_world, gpu_policy, "cuda"),
+    ):
+        enemy = heuristic_actions(world, policy, u.to(dev), rules, backend="torch")
+        world_ticks(
+            world, torch.cat([ally.to(dev), enemy], 1), jitter.to(dev), rules, backend="torch"
+        )
+        obs, _visible, _masks, state = observe(world, rules, 11, backend="torch")
+        out[name] = (enemy, obs, state, world.pos, world.health)
+    for x, y in zip(out["cpu"], out["cuda"]):
+        torch.testing.assert_close(x, y.cpu(), rtol=1e-5, atol=1e-5)
+    env = SmaxEnv("3s5z", 16, device="cuda", seed=0)
+    check_env_specs(env)
