@@ -52,6 +52,13 @@ def test_specs_hold_over_a_rollout(enemy: str) -> None:
     assert env.groups == (["ally"] if enemy == "heuristic" else ["ally", "enemy"])
 
 
+@pytest.mark.parametrize("enemy", ["heuristic", "self_play"])
+def test_the_conformance_kit_passes(enemy: str) -> None:
+    from marlkit.testing import check_adapter
+
+    check_adapter(SmaxEnv("2s3z", 3, enemy=enemy, seed=0))
+
+
 def test_entities_are_the_observation_unflattened() -> None:
     env = SmaxEnv("3s5z", 2, seed=0)
     td = env.reset()
