@@ -343,3 +343,54 @@ def test_jaxmarl_counts_its_time_limit_one_step_late() -> None:
         td = env.step(td)
         assert bool(td["next", "truncated"].all()) == (i == 99)
         td = env._step_mdp(td)
+
+
+@pytest.mark.parametrize("name", ["3m", "smacv2_5_units"])
+def test_random_play_episodes_match_jaxmarl_in_distribution(name: str) -> None:
+    """Whole episodes (spawns, heuristic choices, resets): random valid allies against the
+    heuristic for 120 steps of 256 battles end as many episodes, as long, as often won, in
+    both (measured: 3m 4,101 against 4,102 episodes of 17.6 and 17.7 steps at 512 x 150)."""
+    envs, steps = 256, 120
+    env = SmaxEnv(name, envs, seed=0, validate_actions=False)
+    td = env.reset()
+    g = torch.Generator().manual_seed(0)
+    lengths, wins = [], 0
+    for _ in range(steps):
+        mask = td["ally", "action_mask"]
+        td["ally", "action"] = torch.where(mask, torch.rand(mask.shape, generator=g), -1.0).argmax(
+            -1
+        )
+        before = env.steps
+        out, td = env.step_and_maybe_reset(td)
+        done = out["next", "done"].squeeze(-1)
+        lengths += (before[done] + 1).tolist()
+        wins += int(out["next", "won"].squeeze(-1)[done].sum())
+
+    jenv = smax_mod.HeuristicEnemySMAX(scenario=smax_mod.map_name_to_scenario(name))
+    agents = jenv.agents
+
+    def avail_of(state):
+        masks = jax.vmap(jenv.get_avail_actions)(state)
+        return jnp.stack([masks[a] for a in agents], 1) > 0
+
+    def step(carry, _):
+        key, state, avail = carry
+        key, k_act, k_step = jax.random.split(key, 3)
+        act = jax.random.categorical(k_act, jnp.where(avail, 0.0, -jnp.inf))
+        acts = {a: act[:, i] for i, a in enumerate(agents)}
+        _, new, rew, dones, _ = jax.vmap(jenv.step)(jax.random.split(k_step, envs), state, acts)
+        return (key, new, avail_of(new)), (dones["__all__"], rew[agents[0]], state.state.step)
+
+    key = jax.random.PRNGKey(0)
+    _, state = jax.vmap(jenv.reset)(jax.random.split(key, envs))
+    run = jax.jit(lambda carry: jax.lax.scan(step, carry, None, length=steps))
+    _, (done, reward, count) = run((key, state, avail_of(state)))
+    done, reward, count = (np.asarray(x) for x in (done, reward, count))
+    ref_lengths = count[done] + 1
+    assert len(lengths) == pytest.approx(len(ref_lengths), rel=0.05)
+    # Mean lengths within 4 standard errors (about 0.7 steps for smacv2_5_units).
+    ours = np.asarray(lengths, dtype=np.float64)
+    error = np.sqrt(ours.var() / ours.size + ref_lengths.var() / ref_lengths.size)
+    assert abs(ours.mean() - ref_lengths.mean()) < 4 * error
+    ref_wins = int((reward[done] >= 1.0).sum())
+    assert abs(wins - ref_wins) <= 3 + 0.2 * max(wins, ref_wins)
