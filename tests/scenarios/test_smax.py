@@ -316,3 +316,32 @@ def test_torch_twin_on_cuda_matches_cpu() -> None:
         torch.testing.assert_close(x, y.cpu(), rtol=1e-5, atol=1e-5)
     env = SmaxEnv("3s5z", 16, device="cuda", seed=0)
     check_env_specs(env)
+
+
+@native
+def test_native_results_do_not_depend_on_the_threads() -> None:
+    """Split over 1, 2 or 3 threads (small calls forced onto every thread), the kernels give
+    the same bits."""
+    from marlkit.native import get_min_work_per_thread, set_min_work_per_thread, set_num_threads
+
+    rules = SmaxRules(n_allies=5, n_enemies=6)
+    g = torch.Generator().manual_seed(1)
+    u = torch.rand(40, 6, generator=g)
+    jitter = torch.rand(40, 8, 11, generator=g) * 0.1875 - 0.0625
+    ally = (torch.rand(40, 5, generator=g) * 11).long()
+    default = get_min_work_per_thread()
+    results = []
+    try:
+        set_min_work_per_thread(1)
+        for threads in (1, 2, 3):
+            set_num_threads(threads)
+            world, policy = _random_world(rules, 40, seed=9)
+            enemy = heuristic_actions(world, policy, u, rules, backend="native")
+            world_ticks(world, torch.cat([ally, enemy], 1), jitter, rules, backend="native")
+            obs, visible, masks, state = observe(world, rules, 11, backend="native")
+            results.append((enemy, *world.tensors(), obs, visible, *masks, state))
+    finally:
+        set_num_threads(0)
+        set_min_work_per_thread(default)
+    for other in results[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(results[0], other))
