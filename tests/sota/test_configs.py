@@ -37,6 +37,7 @@ SCRIPT_OF = {
     "mappo_ippo": "mappo_ippo",
     "qmix_vdn": "qmix_vdn",
     "qmix_mpe": "qmix_vdn",
+    "qmix_lbf": "qmix_vdn",
     "iql": "iql",
     "maddpg_iddpg": "maddpg_iddpg",
     "masac_isac": "masac_isac",
@@ -120,6 +121,8 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
     """The shared run.yaml and the schemas change no value: each top config with each env
     composes to what it did at ``BEFORE_SCHEMAS`` (plain YAML), plus ``eval.exploration``.
     (``eval.fps`` is now a float: 20.0 where the YAML said 20.)"""
+    if not (configs_before_schemas / f"{name}.yaml").exists():
+        pytest.skip(f"configs/{name}.yaml was added since (issue 37): nothing to compare with")
     for env in ENVS:
         if not (configs_before_schemas / "env" / f"{env}.yaml").exists():
             continue  # an env config added since (magent2, issue 36): nothing to compare with

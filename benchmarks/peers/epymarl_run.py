@@ -1,0 +1,178 @@
+"""The EPyMARL peer: runs EPyMARL's own ``src/main.py`` (its repository at a pinned commit, in
+its own venv, not marlkit's) for one algorithm, env and seed, and prints its returns as one
+JSON line.
+
+    /tmp/epymarl-venv/bin/python benchmarks/peers/epymarl_run.py --epymarl /tmp/epymarl-src \
+        --alg qmix --key lbforaging:Foraging-8x8-2p-2f-coop-v3 --time-limit 50 \
+        --seed 0 --t-max 100000 --tests 10 --threads 1
+
+EPyMARL runs with its defaults (``src/config/default.yaml``, ``algs/<alg>.yaml``,
+``envs/gymma.yaml``: for QMIX a 64-unit GRU agent with the agent's id in its input, RMSprop
+lr 5e-4, eps 1.0 -> 0.05 over 50k steps, double Q, a hard target update every 200 episodes, a
+buffer of 5,000 episodes, batches of 32 episodes, gamma 0.99, standardised rewards, a 2-layer
+hypernetwork mixer), changed only in ``t_max``, the time limit, CPU, and its test schedule:
+``--tests`` greedy evaluations of ``--test-episodes`` episodes (EPyMARL's protocol: 100,
+greedy), evenly over the run, the first at its start and the last at its end (EPyMARL tests
+when ``t_max / tests`` steps have passed since the last test). The returns are EPyMARL's
+(sacred's ``info.json``): per episode, the agents' rewards summed (``common_reward``,
+``reward_scalarisation: sum``), as marlkit's ``agents/episode_reward`` on
+``lbforaging/...`` with ``common_reward: true`` (every agent given that sum).
+
+EPyMARL's ``main.py`` calls ``torch.set_num_threads(1)`` itself; ``--threads`` sets the
+OpenMP/MKL threads of the process (and is reported). Its ``envs/__init__.py`` imports
+``smaclite`` (SMAClite, not on PyPI) for SMAClite maps only: this driver puts an empty module
+of that name in ``sys.modules`` before running ``main.py`` and changes nothing else.
+
+Prints one JSON line: the final greedy return (``final``, the last test), the curve of greedy
+tests ``[[t_env, return], ...]``, the training episodes' returns, the whole command's
+wall-clock and the commit of the EPyMARL checkout (``git`` where it is a checkout, else
+``--commit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+BOOT = (
+    "import runpy, sys, types; "
+    "sys.modules['smaclite'] = types.ModuleType('smaclite'); "
+    "sys.argv = sys.argv[1:]; sys.path.insert(0, {src!r}); "
+    "runpy.run_path({main!r}, run_name='__main__')"
+)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--epymarl", required=True, help="EPyMARL's source tree (has src/main.py)")
+    p.add_argument("--alg", default="qmix", help="src/config/algs/<alg>.yaml")
+    p.add_argument("--key", default="lbforaging:Foraging-8x8-2p-2f-coop-v3")
+    p.add_argument("--time-limit", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--t-max", type=int, default=100_000)
+    p.add_argument("--tests", type=int, default=10, help="greedy evaluations over the run")
+    p.add_argument("--test-episodes", type=int, default=100)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--commit", default="", help="the pinned commit, where no .git is there")
+    p.add_argument("extra", nargs="*", help="more of EPyMARL's 'with' overrides, key=value")
+    args = p.parse_args(argv)
+    if args.t_max < 1 or args.tests < 1 or args.test_episodes < 1 or args.threads < 1:
+        p.error("--t-max, --tests, --test-episodes and --threads must be >= 1")
+    return args
+
+
+def _commit(root: pathlib.Path, given: str) -> str:
+    if given:
+        return given
+    out = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def _num(value: Any) -> float:
+    """A number of sacred's info.json (numpy scalars are stored as jsonpickle objects)."""
+    return float(value["value"] if isinstance(value, dict) else value)
+
+
+def _series(info: dict[str, Any], key: str) -> list[list[float]]:
+    """``[[t_env, value], ...]`` of one of EPyMARL's logged stats (empty where it is absent)."""
+    return [[int(t), _num(v)] for t, v in zip(info.get(f"{key}_T", []), info.get(key, []))]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = pathlib.Path(args.epymarl).resolve()
+    src, main = root / "src", root / "src" / "main.py"
+    if not main.is_file():
+        raise SystemExit(f"--epymarl {root}: no src/main.py there (EPyMARL's source tree)")
+    interval = max(1, args.t_max // args.tests)
+    overrides = [
+        f"env_args.key={args.key}",
+        f"env_args.time_limit={args.time_limit}",
+        f"seed={args.seed}",
+        f"t_max={args.t_max}",
+        f"test_interval={interval}",
+        f"test_nepisode={args.test_episodes}",
+        f"log_interval={interval}",
+        f"runner_log_interval={interval}",
+        f"learner_log_interval={interval}",
+        "use_cuda=False",
+        "save_model=False",
+        *args.extra,
+    ]
+    sacred = root / "results" / "sacred"
+    before = {p.parent for p in sacred.glob("**/run.json")}
+    env = {
+        **os.environ,
+        **{k: str(args.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+    }
+    cmd = [
+        sys.executable,
+        "-c",
+        BOOT.format(src=str(src), main=str(main)),
+        "main.py",
+        f"--config={args.alg}",
+        "--env-config=gymma",
+        "with",
+        *overrides,
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise SystemExit(f"EPyMARL failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    new = sorted({p.parent for p in sacred.glob("**/run.json")} - before)
+    if len(new) != 1:
+        raise SystemExit(f"expected one new sacred run under {sacred}, found {len(new)}")
+    info = json.loads((new[0] / "info.json").read_text())
+    tests = _series(info, "test_return_mean")
+    return {
+        "peer": "epymarl",
+        "commit": _commit(root, args.commit),
+        "alg": args.alg,
+        "env": args.key,
+        "time_limit": args.time_limit,
+        "seed": args.seed,
+        "t_max": args.t_max,
+        "threads": args.threads,
+        "final": tests[-1][1],
+        "final_t_env": tests[-1][0],
+        "test_episodes": args.test_episodes,
+        "curve": tests,
+        "train_curve": _series(info, "return_mean"),
+        # the mixed Q of the taken actions per agent, and its targets (EPyMARL's q_learner)
+        "q_taken_mean": _series(info, "q_taken_mean"),
+        "target_mean": _series(info, "target_mean"),
+        "seconds": seconds,
+        "sacred_run": str(new[0]),
+        "command": " ".join(
+            [
+                "python",
+                "src/main.py",
+                f"--config={args.alg}",
+                "--env-config=gymma",
+                "with",
+                *overrides,
+            ]
+        ),
+        "does": "EPyMARL's own src/main.py at the pinned commit with its defaults for the "
+        "algorithm and gymma (overrides in 'command'); episodes of one env, a training step per "
+        "episode once 32 are stored; greedy tests of test_episodes episodes; returns: the "
+        "agents' rewards summed per episode (common_reward, sum); wall-clock: the whole "
+        "command, imports and tests included",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(json.dumps(run(parse(argv))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
