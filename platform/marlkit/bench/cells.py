@@ -61,6 +61,7 @@ __all__ = [
     "TimingSettings",
     "make_stepper",
     "measure_cell",
+    "probe_and_time",
     "vmas_spawning",
 ]
 
@@ -272,7 +273,6 @@ def measure_cell(
         A :class:`CellResult` with status ``"ok"`` or ``"skipped"`` (errors propagate).
     """
     report = on_phase or (lambda phase, **_: None)
-    budget = settings.budget_s
     start = time.perf_counter()
     report("constructing")
     stepper = make_stepper(spec)
@@ -280,38 +280,69 @@ def measure_cell(
         setup_s = time.perf_counter() - start
         report("constructed", setup_s=setup_s)
         result = CellResult.for_spec(spec, setup_s=setup_s, info=dict(stepper.info))
-        if setup_s > budget:
-            result.status = "skipped"
-            result.reason = f"construction took {setup_s:.2g} s, over the {budget:g} s budget"
-            return result
-        probe = time.perf_counter()
-        stepper.step()
-        first = time.perf_counter() - probe
-        result.first_step_s = first
-        report("probed", first_step_s=first)
-        estimate = setup_s + first * (settings.warmup + settings.min_steps)
-        if estimate > budget:
-            result.status = "skipped"
-            result.estimated_agent_steps_per_s = spec.envs * spec.agents / first
-            result.reason = (
-                f"estimated {estimate:.1f} s (construction {setup_s:.1f} s + "
-                f"{settings.warmup + settings.min_steps - 1} more steps of ~{first:.2f} s) "
-                f"exceeds the {budget:g} s budget"
-            )
-            return result
-        report("timing")
-        timing = time_steps(
+        return probe_and_time(
+            result,
             stepper.step,
-            min_seconds=settings.min_seconds,
-            min_steps=settings.min_steps,
-            warmup=settings.warmup - 1,
-            deadline=start + budget,
+            envs=spec.envs,
+            agents=spec.agents,
+            setup_s=setup_s,
+            start=start,
+            settings=settings,
+            report=report,
         )
     finally:
         stepper.close()
+
+
+def probe_and_time(
+    result: Any,
+    step: Callable[[], None],
+    *,
+    envs: int,
+    agents: int,
+    setup_s: float,
+    start: float,
+    settings: TimingSettings,
+    report: PhaseCallback,
+) -> Any:
+    """The part of a cell after construction, shared by the navigation and any-env sweeps.
+
+    Skips the cell (``result.status = "skipped"`` with the reason) when construction already
+    took the budget or the first step's time says the timed steps would exceed it; otherwise times
+    ``step`` with :func:`~marlkit.bench.rounds.time_steps` up to the budget's deadline and fills
+    ``result``'s rates (``envs`` environments of ``agents`` agents each call). Returns ``result``.
+    """
+    budget = settings.budget_s
+    if setup_s > budget:
+        result.status = "skipped"
+        result.reason = f"construction took {setup_s:.2g} s, over the {budget:g} s budget"
+        return result
+    probe = time.perf_counter()
+    step()
+    first = time.perf_counter() - probe
+    result.first_step_s = first
+    report("probed", first_step_s=first)
+    estimate = setup_s + first * (settings.warmup + settings.min_steps)
+    if estimate > budget:
+        result.status = "skipped"
+        result.estimated_agent_steps_per_s = envs * agents / first
+        result.reason = (
+            f"estimated {estimate:.1f} s (construction {setup_s:.1f} s + "
+            f"{settings.warmup + settings.min_steps - 1} more steps of ~{first:.2f} s) "
+            f"exceeds the {budget:g} s budget"
+        )
+        return result
+    report("timing")
+    timing = time_steps(
+        step,
+        min_seconds=settings.min_seconds,
+        min_steps=settings.min_steps,
+        warmup=settings.warmup - 1,
+        deadline=start + budget,
+    )
     result.steps = int(timing["steps"])
     result.seconds = timing["seconds"]
     result.steps_per_s = timing["steps_per_s"]
-    result.env_steps_per_s = timing["steps_per_s"] * spec.envs
-    result.agent_steps_per_s = timing["steps_per_s"] * spec.envs * spec.agents
+    result.env_steps_per_s = timing["steps_per_s"] * envs
+    result.agent_steps_per_s = timing["steps_per_s"] * envs * agents
     return result

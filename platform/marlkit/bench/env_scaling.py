@@ -46,9 +46,8 @@ from tqdm import tqdm
 
 import marlkit
 from marlkit._checks import check_int, check_real, did_you_mean
-from marlkit.bench.cells import PhaseCallback, TimingSettings
+from marlkit.bench.cells import PhaseCallback, TimingSettings, probe_and_time
 from marlkit.bench.environment import describe_environment, load_average
-from marlkit.bench.rounds import time_steps
 from marlkit.bench.scaling import _killed_reason, _parse_worker_output, _si, _text
 from marlkit.envs import accepted_kwargs
 
@@ -286,7 +285,6 @@ def measure_env_cell(
     calls ``env.step_and_maybe_reset``, with action validation off, as a collector steps.
     """
     report = on_phase or (lambda phase, **_: None)
-    budget = settings.budget_s
     before = _peak_rss_mb()
     start = time.perf_counter()
     report("constructing")
@@ -306,41 +304,20 @@ def measure_env_cell(
         result = EnvCellResult.for_spec(
             spec, agents=agents, groups=groups, setup_s=setup_s, rss_before_mb=before
         )
-        if setup_s > budget:
-            result.status = "skipped"
-            result.reason = f"construction took {setup_s:.2g} s, over the {budget:g} s budget"
-            return result
-        probe = time.perf_counter()
-        step()
-        first = time.perf_counter() - probe
-        result.first_step_s = first
-        report("probed", first_step_s=first)
-        estimate = setup_s + first * (settings.warmup + settings.min_steps)
-        if estimate > budget:
-            result.status = "skipped"
-            result.estimated_agent_steps_per_s = spec.envs * agents / first
-            result.reason = (
-                f"estimated {estimate:.1f} s (construction {setup_s:.1f} s + "
-                f"{settings.warmup + settings.min_steps - 1} more steps of ~{first:.2f} s) "
-                f"exceeds the {budget:g} s budget"
-            )
-            return result
-        report("timing")
-        timing = time_steps(
+        probe_and_time(
+            result,
             step,
-            min_seconds=settings.min_seconds,
-            min_steps=settings.min_steps,
-            warmup=settings.warmup - 1,
-            deadline=start + budget,
+            envs=spec.envs,
+            agents=agents,
+            setup_s=setup_s,
+            start=start,
+            settings=settings,
+            report=report,
         )
     finally:
         env.close()
-    result.steps = int(timing["steps"])
-    result.seconds = timing["seconds"]
-    result.steps_per_s = timing["steps_per_s"]
-    result.env_steps_per_s = timing["steps_per_s"] * spec.envs
-    result.agent_steps_per_s = timing["steps_per_s"] * spec.envs * agents
-    result.peak_rss_mb = _peak_rss_mb()
+    if result.status == "ok":
+        result.peak_rss_mb = _peak_rss_mb()
     return result
 
 
