@@ -6,6 +6,7 @@
     python sota-implementations/mappo_ippo/mappo_ippo.py collector=multisync
     python sota-implementations/mappo_ippo/mappo_ippo.py resume=runs/mappo_ippo/<stamp>
     python sota-implementations/mappo_ippo/mappo_ippo.py model.memory=gru     # recurrent
+    python sota-implementations/mappo_ippo/mappo_ippo.py model.kind=gnn       # another encoder
 
 The recipe (``configs/mappo_ippo.yaml``) is TorchRL's multi-agent PPO tutorial: per batch, GAE
 over the whole batch, then ``epochs`` passes over it in shuffled minibatches (each group's
@@ -16,6 +17,8 @@ the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'
 With ``model.memory=gru|lstm`` the actor (and the critic) carry a recurrent state
 (``(group, "rnn_state")``, collected with the rollout) and learn on windows of ``model.seq_len``
 steps (:func:`marlkit.train.sequences.split_sequences`), replayed in recurrent mode.
+With ``model.kind=cnn|deepsets|attention|gnn`` the actor and the critic read the observation
+through that encoder (:func:`marlkit.train.builders.encoder_network`, docs/models.md).
 """
 
 # No `from __future__ import annotations`: the config dataclasses below need real annotations
@@ -41,10 +44,12 @@ from marlkit.modules import (
     TanhNormal,
 )
 from marlkit.modules.actors import distribution_keys
+from marlkit.modules.models import MODEL_KINDS
 from marlkit.modules.rnn import recurrent_modules, recurrent_network, set_recurrent_mode
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
+from marlkit.train.builders import encoder_network
 from marlkit.train.config import (
     ActorCriticRunConfig,
     EpochsTrainConfig,
@@ -108,6 +113,14 @@ class PPOMemoryConfig(MemoryConfig):
 
     critic_memory: bool = True
     """The critic has memory too (false: EPyMARL's feed-forward critic)."""
+    kind: str = "mlp"
+    """The encoder of the actor and the critic: ``mlp`` (the ``policy``/``critic`` MLPs),
+    ``cnn``, ``deepsets``, ``attention`` or ``gnn`` (:class:`marlkit.modules.ModelConfig`'s
+    kinds, with its defaults for the encoder's own sizes)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("kind", self.kind, MODEL_KINDS)
 
 
 @dataclass
@@ -141,14 +154,25 @@ def memory(cfg: DictConfig) -> str:
     return str(cfg.get("model", {}).get("memory", "none"))
 
 
+def kind(model: Any) -> str:
+    """``model.kind`` (``mlp`` without a ``model`` or for a config written before it existed)."""
+    return "mlp" if model is None else str(model.get("kind", "mlp"))
+
+
 def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> ProbabilisticActor:
     """A TanhNormal policy for a continuous action spec, a categorical one for a discrete; an
-    MLP, or with ``model.memory`` a recurrent network writing the distribution's keys."""
+    MLP, or with ``model.memory`` a recurrent network writing the distribution's keys, or with
+    ``model.kind`` another encoder (:func:`~marlkit.train.builders.encoder_network`)."""
     n_agents = len(env.group_map[group])
     n_obs = env.observation_spec[group, "observation"].shape[-1]
     spec = env.action_spec[group, "action"]
 
     def net(n_out: int, dist: type, head: Any = None) -> Any:
+        keys = [k for name, k in distribution_keys(dist, group).items() if name != "mask"]
+        if kind(model) != "mlp":
+            return encoder_network(
+                env, group, cfg, model, n_outputs=n_out, out_keys=keys, postprocess=head
+            )
         if model is None or model.memory == "none":
             mlp = MultiAgentMLP(
                 n_obs,
@@ -159,7 +183,6 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> 
                 num_cells=cfg.num_cells,
             )
             return mlp if head is None else torch.nn.Sequential(mlp, head)
-        keys = [k for name, k in distribution_keys(dist, group).items() if name != "mask"]
         return recurrent_network(
             n_obs,
             n_out,
@@ -196,7 +219,19 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> 
 
 def make_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
     """The value of each agent, from every agent's observation (MAPPO) or its own (IPPO);
-    recurrent with ``model.memory`` and ``model.critic_memory``."""
+    recurrent with ``model.memory`` and ``model.critic_memory``; ``model.kind``'s encoder."""
+    if kind(model) != "mlp":
+        return encoder_network(
+            env,
+            group,
+            cfg,
+            model,
+            n_outputs=1,
+            out_keys=[(group, "state_value")],
+            centralised=cfg.centralised,
+            memory=bool(model.critic_memory),
+            name="critic",  # (group, "critic_rnn_state"): the actor has "rnn_state"
+        )
     if model.memory != "none" and model.critic_memory:
         return recurrent_network(
             env.observation_spec[group, "observation"].shape[-1],
@@ -225,7 +260,7 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
 
 def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:
     """Every group's actor, in one call."""
-    model = cfg.get("model") if memory(cfg) != "none" else None
+    model = cfg.get("model") if memory(cfg) != "none" or kind(cfg.get("model")) != "mlp" else None
     return TensorDictSequential(*(make_actor(env, g, cfg.policy, model) for g in env.groups))
 
 

@@ -131,7 +131,8 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             before = _values(compose(name, [f"env={env}"], return_hydra_config=True))
         assert now["eval"].pop("exploration") == "deterministic"
         if "model" in now:  # model (issue 37): no memory, the networks as before
-            assert now.pop("model")["memory"] == "none"
+            model = now.pop("model")
+            assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"
         assert now == before, (name, env)
 
 
@@ -306,6 +307,11 @@ def _refusal(name: str, override: str) -> str:
         ("qmix_vdn", "model.seq_len=0", ["model.seq_len must be an int >= 1, got 0"]),
         ("iql", "model.burn_in=-1", ["model.burn_in must be an int >= 0, got -1"]),
         ("mappo_ippo", "model.critic_memory=maybe", ["full_key: model.critic_memory"]),
+        (
+            "mappo_ippo",
+            "model.kind=transformer",
+            ["model.kind must be one of ['mlp', 'cnn', 'deepsets', 'attention', 'gnn']"],
+        ),
         ("mappo_ippo", "policy.depth=-1", ["policy.depth must be an int >= 0, got -1"]),
         ("mappo_ippo", "critic.num_cells=0", ["critic.num_cells must be an int >= 1, got 0"]),
         # a negative norm flips every update; zero epochs or updates trained nothing

@@ -175,6 +175,37 @@ def test_mappo_trains_on_magent2_images_by_config_alone(tmp_path):
         run("mappo_ippo", tmp_path / "bare", (*budget, "env.transforms=[]"))
 
 
+@pytest.mark.slow  # a training run and two rollouts: about 45 s on 2 loaded cores
+def test_mappo_trains_on_smax_from_its_env_config(tmp_path):
+    """``env=smax/3m`` (issue 38): MAPPO trains on the native SMAX scenario from its config,
+    and its policy, sampling or greedy, only picks actions ``("ally", "action_mask")``
+    allows (dead allies may only stop)."""
+    from omegaconf import OmegaConf
+
+    from marlkit.train.scripts import env_factory
+
+    from .test_trained_policy import _module
+
+    run_dir = tmp_path / "run"
+    budget = (*ALGORITHMS["mappo_ippo"].budget, "env=smax/3m", "eval.video=false")
+    assert "iteration 2: frames 800" in run("mappo_ippo", run_dir, budget).stdout
+    info = summary(run_dir)
+    assert info["env"] == "smax/3m" and "ally/episode_reward" in info["trained"]
+    cfg = OmegaConf.create(Checkpointer(run_dir / "checkpoints").load()["config"])
+    env = env_factory(cfg, 8, seed=1)()
+    dead = 0
+    for exploration in ("random", "deterministic"):
+        policy = _module("mappo_ippo").trained_policy(env, run_dir, exploration)
+        td = env.reset()
+        for _ in range(60):
+            td = policy(td)
+            action, allowed = td["ally", "action"], td["ally", "action_mask"]
+            assert allowed.gather(-1, action.unsqueeze(-1)).all(), exploration
+            dead += int((~td["ally", "mask"]).sum())
+            _, td = env.step_and_maybe_reset(td)
+    assert dead > 0  # the rollouts had dead allies, whose only allowed action is stop
+
+
 def test_an_unknown_transform_is_named_before_anything_runs(tmp_path):
     with pytest.raises(
         AssertionError,
@@ -244,6 +275,38 @@ def test_networks_with_memory_train_evaluate_and_read_back(tmp_path, name, overr
     assert td["agents", "rnn_state"].shape[:2] == (3, 3)  # the state travels in the TensorDict
     with pytest.raises(AssertionError, match=r"burn_in \+ seq_len = 0 \+ 200 = 200 steps"):
         run(name, tmp_path / "long", (*budget, "model.seq_len=200", "model.burn_in=0"))
+
+
+@pytest.mark.slow  # two script runs (one refused at build): about 35 s on 2 loaded cores
+def test_mappo_chooses_its_encoder_by_config(tmp_path):
+    """``model.kind=gnn`` (issue 37): the actor and the critic read navigation's observations
+    through build_model's GNN, here with a GRU each (their states apart), train, and the
+    checkpoint gives back that policy; a kind the observations do not fit is refused, naming
+    the shape it reads and the one it got."""
+    from omegaconf import OmegaConf
+
+    from marlkit.modules.graph import MultiAgentGNN
+    from marlkit.train.scripts import env_factory
+
+    from .test_trained_policy import _module
+
+    run_dir = tmp_path / "run"
+    model = ("model.kind=gnn", "model.memory=gru", "model.memory_hidden=8", "model.seq_len=5")
+    budget = (*ALGORITHMS["mappo_ippo"].budget, *model, "eval.video=false")
+    assert "iteration 2: frames 800" in run("mappo_ippo", run_dir, budget).stdout
+    last = read_metrics(run_dir / "metrics.csv")[-1]
+    assert abs(last["train/agents/loss_critic"]) < float("inf")
+    cfg = OmegaConf.create(Checkpointer(run_dir / "checkpoints").load()["config"])
+    assert cfg.model.kind == "gnn"
+    env = env_factory(cfg, 3, seed=1)()
+    built = _module("mappo_ippo").make_policy(env, cfg)  # the architecture the run trained
+    assert any(isinstance(m, MultiAgentGNN) for m in built.modules())
+    policy = _module("mappo_ippo").trained_policy(env, run_dir)
+    td = policy(env.reset())
+    assert td["agents", "rnn_state"].shape[:2] == (3, 3)
+    match = r"model=cnn expects observations \[\*B, n, C, H, W\]; got observation \[\*B, 3, "
+    with pytest.raises(AssertionError, match=match):
+        run("mappo_ippo", tmp_path / "cnn", (*ALGORITHMS["mappo_ippo"].budget, "model.kind=cnn"))
 
 
 @pytest.mark.slow  # a training run on a Python simulator: about 20 s on 2 loaded cores

@@ -1,6 +1,7 @@
 """What several training scripts build the same way: the configured env (with the observation
 transforms of ``env.transforms``), and from an env's specs a group's Q-network over discrete
-actions and the bounds of its continuous actions."""
+actions, the bounds of its continuous actions, and a network with an encoder chosen by
+``model.kind`` (:func:`encoder_network`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from marlkit.data.specs import Bounded, Categorical, OneHot
 from marlkit.envs import EnvBase, TransformedEnv, make_episodic
 from marlkit.envs.transforms import make_transforms
 from marlkit.modules import MultiAgentMLP, QValueActor, StateActionValueCritic
+from marlkit.modules.models import ModelConfig, build_model
 
-__all__ = ["action_bounds", "make_env", "q_actor", "q_critic"]
+__all__ = ["action_bounds", "encoder_network", "make_env", "q_actor", "q_critic"]
 
 
 def make_env(
@@ -108,4 +110,50 @@ def q_critic(env: EnvBase, group: str, critic: Any) -> StateActionValueCritic:
         share_params=critic.share_params,
         depth=critic.depth,
         num_cells=critic.num_cells,
+    )
+
+
+def encoder_network(
+    env: EnvBase,
+    group: str,
+    net: Any,
+    model: Any,
+    *,
+    n_outputs: int,
+    out_keys: Sequence[Any],
+    postprocess: torch.nn.Module | None = None,
+    centralised: bool = False,
+    memory: bool = True,
+    name: str = "",
+) -> Any:
+    """The network of ``group`` for a script's ``model.kind`` other than ``mlp``
+    (:func:`~marlkit.modules.build_model`): the kind's encoder, then, with ``model.memory``
+    (and ``memory``), a cell of ``model.memory_hidden`` features and a linear head, as the
+    ``mlp`` kind's recurrent network puts its cell after ``depth`` layers; without memory, a
+    head of ``net.depth`` layers of ``net.num_cells`` (``net``: the ``policy`` or ``critic``
+    section, with ``share_params``). ``name`` prefixes the keys the network writes and its
+    state (``"critic"``: ``(group, "critic_rnn_state")``).
+
+    Raises:
+        ValueError: the group's observations do not fit ``model.kind`` (the message names the
+            entry and the shape the kind reads); a bad ``model`` value (naming its key).
+    """
+    cell = str(model.memory) if memory else "none"
+    config = ModelConfig(
+        kind=str(model.kind),
+        memory=cell,
+        hidden_size=int(model.memory_hidden),
+        share_params=bool(net.share_params),
+        centralised=centralised,
+        depth=0 if cell != "none" else int(net.depth),
+        num_cells=int(net.num_cells),
+    )
+    return build_model(
+        config,
+        env.observation_spec,
+        group=group,
+        n_outputs=n_outputs,
+        out_keys=out_keys,
+        postprocess=postprocess,
+        name=name,
     )

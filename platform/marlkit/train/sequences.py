@@ -36,7 +36,9 @@ class MemoryConfig:
     """``none``, ``gru`` or ``lstm``: ``policy.depth`` hidden layers, then the cell, then a
     linear head (EPyMARL's agent with ``policy.depth=0``)."""
     memory_hidden: int = 128
-    """The cell's state features per agent (EPyMARL: 128 for PPO, 64 for Q-learning)."""
+    """The cell's state features per agent (EPyMARL: 128 for PPO, 64 for Q-learning); a
+    ``model.kind`` other than ``mlp`` passes it to :class:`~marlkit.modules.ModelConfig` as its
+    ``hidden_size`` (the one width of the cell, under the scripts' name)."""
     seq_len: int = 20
     """Steps of each training window; ``train.minibatch_size`` counts steps, so a minibatch
     holds ``minibatch_size // seq_len`` windows."""
