@@ -175,6 +175,37 @@ def test_mappo_trains_on_magent2_images_by_config_alone(tmp_path):
         run("mappo_ippo", tmp_path / "bare", (*budget, "env.transforms=[]"))
 
 
+@pytest.mark.slow  # a training run and two rollouts: about 45 s on 2 loaded cores
+def test_mappo_trains_on_smax_from_its_env_config(tmp_path):
+    """``env=smax/3m`` (issue 38): MAPPO trains on the native SMAX scenario from its config,
+    and its policy, sampling or greedy, only picks actions ``("ally", "action_mask")``
+    allows (dead allies may only stop)."""
+    from omegaconf import OmegaConf
+
+    from marlkit.train.scripts import env_factory
+
+    from .test_trained_policy import _module
+
+    run_dir = tmp_path / "run"
+    budget = (*ALGORITHMS["mappo_ippo"].budget, "env=smax/3m", "eval.video=false")
+    assert "iteration 2: frames 800" in run("mappo_ippo", run_dir, budget).stdout
+    info = summary(run_dir)
+    assert info["env"] == "smax/3m" and "ally/episode_reward" in info["trained"]
+    cfg = OmegaConf.create(Checkpointer(run_dir / "checkpoints").load()["config"])
+    env = env_factory(cfg, 8, seed=1)()
+    dead = 0
+    for exploration in ("random", "deterministic"):
+        policy = _module("mappo_ippo").trained_policy(env, run_dir, exploration)
+        td = env.reset()
+        for _ in range(60):
+            td = policy(td)
+            action, allowed = td["ally", "action"], td["ally", "action_mask"]
+            assert allowed.gather(-1, action.unsqueeze(-1)).all(), exploration
+            dead += int((~td["ally", "mask"]).sum())
+            _, td = env.step_and_maybe_reset(td)
+    assert dead > 0  # the rollouts had dead allies, whose only allowed action is stop
+
+
 def test_an_unknown_transform_is_named_before_anything_runs(tmp_path):
     with pytest.raises(
         AssertionError,
