@@ -35,7 +35,6 @@ import json
 import math
 import pathlib
 import resource
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -48,7 +47,7 @@ import marlkit
 from marlkit._checks import check_int, check_real, did_you_mean
 from marlkit.bench.cells import PhaseCallback, TimingSettings, probe_and_time
 from marlkit.bench.environment import describe_environment, load_average
-from marlkit.bench.scaling import _killed_reason, _parse_worker_output, _si, _text
+from marlkit.bench.scaling import _run_worker, _si
 from marlkit.envs import accepted_kwargs
 
 __all__ = [
@@ -340,29 +339,12 @@ def run_env_cell(
     }
     budget = settings.budget_s
     timeout = None if math.isinf(budget) else budget + startup_allowance_s
-    cmd = [sys.executable, "-m", "marlkit.bench._worker", json.dumps(payload)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as err:
-        phase, _, _ = _parse_worker_output(_text(err.stdout))
-        return EnvCellResult.for_spec(
-            spec,
-            agents=phase.get("agents"),
-            status="skipped",
-            reason=_killed_reason(err.timeout, phase),
-            setup_s=phase.get("setup_s"),
-            first_step_s=phase.get("first_step_s"),
-        )
-    phase, result, error = _parse_worker_output(proc.stdout)
+    result, phase, fields = _run_worker(payload, timeout)
     if result is not None:
         return EnvCellResult.from_dict(result)
-    if proc.returncode < 0:  # killed by a signal (the kernel's OOM killer sends SIGKILL)
-        reason = f"killed by signal {-proc.returncode} (out of memory?)"
-        return EnvCellResult.for_spec(
-            spec, agents=phase.get("agents"), status="skipped", reason=reason
-        )
-    tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-    return EnvCellResult.for_spec(spec, status="failed", reason=error or tail[0])
+    if fields["status"] == "skipped":  # killed: the agents are known once the env was built
+        fields["agents"] = phase.get("agents")
+    return EnvCellResult.for_spec(spec, **fields)
 
 
 # ------------------------------------------------------------------------------ the report

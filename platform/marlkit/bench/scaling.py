@@ -257,26 +257,44 @@ def _run_isolated(
         "settings": asdict(settings),
         "threads": threads,
     }
+    result, _, fields = _run_worker(payload, timeout)
+    if result is not None:
+        return CellResult.from_dict(result)
+    return CellResult.for_spec(spec, **fields)
+
+
+def _run_worker(
+    payload: dict[str, Any], timeout: float | None
+) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, Any]]:
+    """Runs one cell in ``python -m marlkit.bench._worker`` and reads what it reported.
+
+    Returns ``(result, phase, fields)``: the cell's result as a dict when the worker finished,
+    else ``None``; the last phase it reported (``agents``, ``setup_s``, ...); and, without a
+    result, the ``status`` and ``reason`` (and the timings reached) of a killed or failed cell.
+    """
     cmd = [sys.executable, "-m", "marlkit.bench._worker", json.dumps(payload)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
         phase, _, _ = _parse_worker_output(_text(err.stdout))
-        return CellResult.for_spec(
-            spec,
-            status="skipped",
-            reason=_killed_reason(err.timeout, phase),
-            setup_s=phase.get("setup_s"),
-            first_step_s=phase.get("first_step_s"),
+        return (
+            None,
+            phase,
+            {
+                "status": "skipped",
+                "reason": _killed_reason(err.timeout, phase),
+                "setup_s": phase.get("setup_s"),
+                "first_step_s": phase.get("first_step_s"),
+            },
         )
     phase, result, error = _parse_worker_output(proc.stdout)
     if result is not None:
-        return CellResult.from_dict(result)
+        return result, phase, {}
     if proc.returncode < 0:  # killed by a signal (the kernel's OOM killer sends SIGKILL)
         reason = f"killed by signal {-proc.returncode} (out of memory?)"
-        return CellResult.for_spec(spec, status="skipped", reason=reason)
+        return None, phase, {"status": "skipped", "reason": reason}
     tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-    return CellResult.for_spec(spec, status="failed", reason=error or tail[0])
+    return None, phase, {"status": "failed", "reason": error or tail[0]}
 
 
 def run_cell(
