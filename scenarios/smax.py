@@ -26,6 +26,9 @@ with ``A`` and ``M`` swapped in its shapes)::
                              (2), cooldown / max, one-hot type (0 once dead)
     ("ally", "entities")     [E, A, N - 1, 13]  the same per-unit features, unflattened
     ("ally", "entity_mask")  [E, A, N - 1] bool which entity slots hold a seen unit
+    ("ally", "own")          [E, A, 10]     the own features, the observation's last 10 (with
+                             ``entities`` and ``entity_mask``, what an entity encoder reads:
+                             ``model.inputs=[entities, own]``, docs/models.md)
     ("ally", "action_mask")  [E, A, 5 + M] bool  moves (+y, +x, -y, -x) while alive, stop always,
                              attack enemy k while both are alive and it is in attack range
     ("ally", "mask")         [E, A] bool   alive (dead allies stay in the group)
@@ -74,6 +77,7 @@ from marlkit.native.render import Circles, lighten, render_frame
 from marlkit.native.smax import (
     HEALTH,
     N_MOVES,
+    OWN_FEATURES,
     RADIUS,
     UNIT_FEATURES,
     UNIT_STATS,
@@ -91,6 +95,7 @@ from marlkit.scenarios._homogeneous import check_memory, resolve_backend
 __all__ = [
     "ENTITIES",
     "ENTITY_MASK",
+    "OWN",
     "SCENARIOS",
     "WON",
     "SmaxEnv",
@@ -106,6 +111,7 @@ Enemy = Literal["heuristic", "self_play"]
 
 ENTITIES = "entities"
 ENTITY_MASK = "entity_mask"
+OWN = "own"
 WON = "won"
 ALLY, ENEMY = "ally", "enemy"
 
@@ -290,7 +296,8 @@ class SmaxEnv(EnvBase):
         per_group = 0
         for n, other in ((rules.n_allies, rules.n_enemies), (rules.n_enemies, rules.n_allies)):
             k = rules.n_units - 1
-            per_agent = (rules.obs_dim + k * UNIT_FEATURES) * f32 + k + N_MOVES + other + 9
+            per_agent = (rules.obs_dim + k * UNIT_FEATURES + OWN_FEATURES) * f32
+            per_agent += k + N_MOVES + other + 9
             per_group += n * per_agent
             if self.enemy == "heuristic":
                 break
@@ -310,6 +317,7 @@ class SmaxEnv(EnvBase):
                     OBSERVATION: Unbounded((*lead, rules.obs_dim), device=dev),
                     ENTITIES: Unbounded((*lead, k, UNIT_FEATURES), device=dev),
                     ENTITY_MASK: Binary(k, (*lead, k), dtype=torch.bool, device=dev),
+                    OWN: Unbounded((*lead, OWN_FEATURES), device=dev),
                     ACTION_MASK: Binary(
                         N_MOVES + other, (*lead, N_MOVES + other), dtype=torch.bool, device=dev
                     ),
@@ -525,6 +533,7 @@ class SmaxEnv(EnvBase):
                 OBSERVATION: o,
                 ENTITIES: o[..., : k * UNIT_FEATURES].unflatten(-1, (k, UNIT_FEATURES)),
                 ENTITY_MASK: visible[:, lo:hi],
+                OWN: o[..., k * UNIT_FEATURES :],
                 ACTION_MASK: mask,
                 MASK: alive[:, lo:hi].clone(),
             }

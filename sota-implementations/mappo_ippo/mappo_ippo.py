@@ -117,6 +117,11 @@ class PPOMemoryConfig(MemoryConfig):
     """The encoder of the actor and the critic: ``mlp`` (the ``policy``/``critic`` MLPs),
     ``cnn``, ``deepsets``, ``attention`` or ``gnn`` (:class:`marlkit.modules.ModelConfig`'s
     kinds, with its defaults for the encoder's own sizes)."""
+    inputs: list[str] | None = None
+    """The group's entries the encoder reads in place of its observation (e.g. SMAX's
+    ``[entities, own]`` with ``kind=deepsets``); see :class:`marlkit.modules.ModelConfig`."""
+    entity_mask: str | None = None
+    """The group's bool entry masking the entity sets (e.g. SMAX's ``entity_mask``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

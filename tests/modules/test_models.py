@@ -258,3 +258,54 @@ def test_a_recurrent_gnn_actor_in_a_collector_replays_in_training() -> None:
     with set_recurrent_mode(True):
         loc = net(replay)["agents", "loc"]
     torch.testing.assert_close(loc, batch["agents", "loc"], rtol=1e-5, atol=1e-5)
+
+
+def _smax_spec() -> tuple[Any, Composite]:
+    from marlkit.scenarios.smax import SmaxEnv
+
+    env = SmaxEnv("2s3z", 4, seed=0)
+    return env, env.observation_spec
+
+
+def test_inputs_read_named_entries_of_the_group_with_their_entity_mask() -> None:
+    """SMAX's ``entities`` (a set per agent), ``own`` (a vector) and ``entity_mask``: a
+    DeepSets or attention encoder reads them through ``inputs`` and ``entity_mask``, and an
+    entity the mask hides changes nothing, whatever its features hold."""
+    env, spec = _smax_spec()
+    td = env.reset()
+    for kind in ("deepsets", "attention"):
+        cfg = ModelConfig(kind=kind, inputs=["entities", "own"], entity_mask="entity_mask", **SMALL)
+        net = build_model(cfg, spec, group="ally", n_outputs=7, out_keys=[("ally", "q")])
+        assert set(net.in_keys) == {("ally", "entities"), ("ally", "entity_mask"), ("ally", "own")}
+        out = net(td.clone())["ally", "q"]
+        assert out.shape == (4, 5, 7) and torch.isfinite(out).all()
+        hidden = td.clone()
+        mask = hidden["ally", "entity_mask"]
+        assert (~mask).any()  # some entity slots are out of sight at the start
+        hidden["ally", "entities"][~mask] = float("nan")
+        torch.testing.assert_close(net(hidden)["ally", "q"], out)
+        shown = td.clone()
+        shown["ally", "entities"][mask] += 1.0
+        assert not torch.allclose(net(shown)["ally", "q"], out)
+
+
+def test_inputs_and_entity_mask_errors_name_the_key() -> None:
+    _, spec = _smax_spec()
+
+    def build(**kw: Any) -> Any:
+        return build_model(
+            ModelConfig(**{**SMALL, **kw}), spec, group="ally", n_outputs=3, out_keys=["q"]
+        )
+
+    with pytest.raises(KeyError, match=r"model.inputs names 'entites'.*Did you mean: entities"):
+        build(kind="deepsets", inputs=["entites", "own"])
+    with pytest.raises(TypeError, match=r"model.entity_mask 'own' must be a bool entry"):
+        build(kind="deepsets", inputs=["entities"], entity_mask="own")
+    with pytest.raises(ValueError, match=r"model.entity_mask masks entity sets.*model=mlp"):
+        build(kind="mlp", inputs=["own"], entity_mask="entity_mask")
+    with pytest.raises(ValueError, match=r"model=deepsets expects entity observations"):
+        build(kind="deepsets", inputs=["own"])
+    with pytest.raises(TypeError, match=r"model.inputs must be a list"):
+        ModelConfig(inputs="entities")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"model.inputs must name each entry once"):
+        ModelConfig(inputs=["own", "own"])

@@ -66,6 +66,8 @@ def test_entities_are_the_observation_unflattened() -> None:
     obs, ent = td["ally", "observation"], td["ally", "entities"]
     torch.testing.assert_close(ent.reshape(2, 8, -1), obs[..., : k * 13])
     assert torch.equal(td["ally", "entity_mask"], ent[..., 0] > 0)  # health > 0 iff seen
+    torch.testing.assert_close(td["ally", "own"], obs[..., k * 13 :])
+    assert td["ally", "own"].shape == (2, 8, 10)
 
 
 def _battle(env: SmaxEnv, pos: list[tuple[float, float]], health: list[float]) -> None:

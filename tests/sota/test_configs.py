@@ -450,3 +450,36 @@ def test_resume_true_without_a_folder_is_refused_before_hydra_makes_one(tmp_path
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "resume takes the folder" in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no True/ (nor any run folder)
+
+
+def test_mappo_reads_smax_unit_lists_through_an_entity_encoder():
+    """``model.kind=deepsets model.inputs=[entities,own] model.entity_mask=entity_mask``
+    (issue 37 on issue 38's SMAX): the actor and the critic read the unit list as a set, and
+    the sampled actions are ones the action mask allows."""
+    from marlkit.modules.entities import DeepSets
+    from marlkit.train.scripts import env_factory
+
+    overrides = [
+        "env=smax/3m",
+        "model.kind=deepsets",
+        "model.inputs=[entities,own]",
+        "model.entity_mask=entity_mask",
+    ]
+    cfg = _compose("mappo_ippo", overrides)
+    check_config(cfg)
+    module = _script_module("mappo_ippo")
+    env = env_factory(cfg, 4, seed=0)()
+    policy = module.make_policy(env, cfg)
+    critic = module.make_critic(env, "ally", cfg.critic, cfg.model)
+    assert any(isinstance(m, DeepSets) for m in policy.modules())
+    assert ("ally", "entity_mask") in critic.in_keys
+    assert ("ally", "observation") not in critic.in_keys
+    td = env.reset()
+    for _ in range(5):
+        td = policy(td)
+        allowed = td["ally", "action_mask"].gather(-1, td["ally", "action"][..., None])
+        assert allowed.all()
+        assert critic(td)["ally", "state_value"].shape == (4, 3, 1)
+        td = env.step(td)["next"]
+    with pytest.raises(KeyError, match=r"model.inputs names 'unit'"):
+        module.make_policy(env, _compose("mappo_ippo", [*overrides[:2], "model.inputs=[unit]"]))

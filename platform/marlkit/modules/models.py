@@ -34,7 +34,7 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from marlkit._checks import check_flag, check_int, check_one_of, check_real
+from marlkit._checks import check_flag, check_int, check_one_of, check_real, did_you_mean
 from marlkit.data.composite import Composite
 from marlkit.data.keys import MASK, OBSERVATION, RNN_STATE, NestedKey, join_key
 from marlkit.data.specs import TensorSpec
@@ -109,6 +109,13 @@ class ModelConfig:
     edge_radius: float | None = None
     """``gnn``: connect agents within this distance (needs ``position_key``); ``None``: all
     pairs."""
+    inputs: list[str] | None = None
+    """The group's entries the encoder reads, in place of its observation: e.g. SMAX's
+    ``[entities, own]`` (an entity set and the own features). ``None``: the observation."""
+    entity_mask: str | None = None
+    """The group's bool entry ``[*B, n, k]`` that masks the entity sets (e.g. SMAX's
+    ``entity_mask``). ``None``: a set ``x``'s mask is its sibling ``x_mask``, where there is
+    one."""
 
     def __post_init__(self) -> None:
         check_one_of("model", self.kind, MODEL_KINDS)
@@ -131,6 +138,20 @@ class ModelConfig:
                 f"{self.embed_dim}"
             )
         check_one_of("model.pooling", self.pooling, ("sum", "mean", "max"))
+        if self.inputs is not None:
+            if isinstance(self.inputs, str) or not all(isinstance(k, str) for k in self.inputs):
+                raise TypeError(
+                    f"model.inputs must be a list of the group's entry names, got {self.inputs!r}"
+                )
+            if not self.inputs or len(set(self.inputs)) != len(self.inputs):
+                raise ValueError(
+                    f"model.inputs must name each entry once, at least one, got {self.inputs!r}"
+                )
+            self.inputs = list(self.inputs)
+        if self.entity_mask is not None and not isinstance(self.entity_mask, str):
+            raise TypeError(
+                f"model.entity_mask must be an entry name, got {type(self.entity_mask).__name__}"
+            )
         if self.edge_radius is not None:
             check_real("model.edge_radius", self.edge_radius, low=0.0)
             if self.position_key is None:
@@ -163,9 +184,11 @@ class _Entry:
 
 
 def _entries(
-    observation_spec: Composite, group: str, obs_key: str
+    observation_spec: Composite, group: str, obs_key: str, cfg: ModelConfig | None = None
 ) -> tuple[int, int, list[_Entry], dict[str, _Entry]]:
-    """``(n_agents, batch dims, entries, masks by set name)`` of the group's observation."""
+    """``(n_agents, batch dims, entries, masks by set name)`` of the group's observation (or of
+    ``cfg.inputs``; with ``cfg.entity_mask``, that entry masks every set, under the key
+    ``""``)."""
     try:
         group_spec = observation_spec[group]
     except KeyError:
@@ -176,6 +199,8 @@ def _entries(
     if lead < 1:
         raise ValueError(f"build_model: group {group!r} has no agent dim (shape [])")
     n = int(group_spec.shape[-1])
+    if cfg is not None and (cfg.inputs is not None or cfg.entity_mask is not None):
+        return n, lead, *_named_entries(group_spec, group, obs_key, cfg)
     try:
         obs = group_spec[obs_key]
     except KeyError:
@@ -200,6 +225,41 @@ def _entries(
         else:
             entries.append(entry)
     return n, lead, entries, masks
+
+
+def _named_entries(
+    group_spec: Composite, group: str, obs_key: str, cfg: ModelConfig
+) -> tuple[list[_Entry], dict[str, _Entry]]:
+    """The entries of ``cfg.inputs`` (else the observation) and the mask ``cfg.entity_mask``,
+    read from the group."""
+    lead = len(group_spec.shape)
+    present = [str(k) for k in list(group_spec.keys())]
+
+    def entry(field: str, name: str) -> _Entry:
+        if name not in present:
+            hint = did_you_mean(name, present)
+            raise KeyError(
+                f"build_model: model.{field} names {name!r}, which group {group!r} does not "
+                f"have.{hint} Its entries: {present}"
+            )
+        spec = group_spec[name]
+        if isinstance(spec, Composite):
+            raise ValueError(
+                f"build_model: model.{field} entry {name!r} is a Composite; name its entries"
+            )
+        return _Entry((group, name), name, tuple(int(d) for d in spec.shape[lead:]), spec.dtype)
+
+    entries = [entry("inputs", name) for name in (cfg.inputs or [obs_key])]
+    masks: dict[str, _Entry] = {}
+    if cfg.entity_mask is not None:
+        mask = entry("entity_mask", cfg.entity_mask)
+        if mask.dtype != torch.bool:
+            raise TypeError(
+                f"build_model: model.entity_mask {cfg.entity_mask!r} must be a bool entry, got "
+                f"{mask.dtype}"
+            )
+        masks[""] = mask
+    return entries, masks
 
 
 class _Encoder(nn.Module):
@@ -286,7 +346,7 @@ def _encoder(
     obs_key: str,
 ) -> tuple[_Encoder, list[NestedKey], int, int]:
     """The encoder module, its in_keys, its output width and the number of agents."""
-    n, lead, entries, masks = _entries(observation_spec, group, obs_key)
+    n, lead, entries, masks = _entries(observation_spec, group, obs_key, cfg)
     kind = cfg.kind
     for entry in entries:
         if entry.dtype.is_floating_point or entry.dtype == torch.bool:
@@ -313,6 +373,11 @@ def _encoder(
         hint = {3: " (images: model=cnn)", 2: " (entity sets: model=deepsets or attention)"}
         extra = hint.get(len(others[0].trailing), "") if others else ""
         raise ValueError(f"model={kind} expects {_EXPECTS[kind]}; got {got}{extra}")
+    if "" in masks and wanted != 2:
+        raise ValueError(
+            f"model.entity_mask masks entity sets, which model={kind} does not read "
+            "(model=deepsets or attention)"
+        )
     in_keys: list[NestedKey] = []
     encoders: list[nn.Module] = []
     masked: list[bool] = []
@@ -327,7 +392,7 @@ def _encoder(
             encoders.append(module)
             width += out
             in_keys.append(entry.key)
-            mask = masks.get(entry.name)
+            mask = masks.get(entry.name, masks.get(""))
             masked.append(mask is not None)
             if mask is not None:
                 if mask.trailing != entry.trailing[:1]:

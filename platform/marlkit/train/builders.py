@@ -139,6 +139,7 @@ def encoder_network(
             entry and the shape the kind reads); a bad ``model`` value (naming its key).
     """
     cell = str(model.memory) if memory else "none"
+    inputs = getattr(model, "inputs", None)  # absent from configs written before it existed
     config = ModelConfig(
         kind=str(model.kind),
         memory=cell,
@@ -147,6 +148,8 @@ def encoder_network(
         centralised=centralised,
         depth=0 if cell != "none" else int(net.depth),
         num_cells=int(net.num_cells),
+        inputs=None if inputs is None else [str(k) for k in inputs],
+        entity_mask=getattr(model, "entity_mask", None),
     )
     return build_model(
         config,
