@@ -24,6 +24,7 @@ import torch
 
 from marlkit.bench import Stopwatch, alternate, make_parser, paired, run_sections, time_steps
 from marlkit.bench.environment import load_average
+from marlkit.bench.overhead import collector_loop, random_actions
 
 
 # --- section: vmas ---------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def bench_pettingzoo(args: argparse.Namespace) -> dict:
             sim.step = in_sim.wrap(sim.step)  # an instance attribute shadows the method
             pairs = paired(
                 raw_step,
-                _pettingzoo_loop(env, gen),
+                collector_loop(env, random_actions(env, gen)),
                 min_pairs=args.warmup + args.min_steps,
                 min_seconds=2 * args.round_seconds,  # each side about --round-seconds
             )
@@ -189,20 +190,6 @@ def bench_pettingzoo(args: argparse.Namespace) -> dict:
         out[f"N={n}"] = entry
         raw.close()
     return out
-
-
-def _pettingzoo_loop(env: Any, gen: torch.Generator) -> Callable[[], None]:
-    """A collector's loop over ``env``: actions drawn like the raw loop's, then
-    ``step_and_maybe_reset``."""
-    spec = env.action_spec["agents", "action"]
-    state = {"td": env.reset()}
-
-    def step() -> None:
-        td = state["td"]
-        td.set(("agents", "action"), torch.randint(0, spec.n, spec.shape, generator=gen))
-        _, state["td"] = env.step_and_maybe_reset(td)
-
-    return step
 
 
 # --- end section: pettingzoo -----------------------------------------------------------------

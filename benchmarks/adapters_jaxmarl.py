@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from marlkit.bench import Stopwatch, alternate_calls, make_parser, run_sections, summary
-from marlkit.bench.rounds import positive
+from marlkit.bench import make_parser, run_sections
+from marlkit.bench.overhead import add_sweep, collector_loop, measure_overhead
 
 POOL = 16
 #: Untimed steps of each side first: compilation, and past the end of MPE's first episode.
@@ -76,23 +76,20 @@ def _raw_loop(
     return run
 
 
-def _adapter_loop(env: Any, pool: list[torch.Tensor]) -> Callable[[], None]:
-    """A collector's loop: the pool's actions into the TensorDict, ``step_and_maybe_reset``."""
+def _pool_actions(env: Any, pool: list[torch.Tensor]) -> Callable[[], dict[str, torch.Tensor]]:
+    """The pool's batches in turn, each cut into the groups' actions (agents in group order)."""
     slices, start = [], 0
     for group, agents in env.group_map.items():
         slices.append((group, start, start + len(agents)))
         start += len(agents)
-    box = {"td": env.reset(), "i": 0}
+    box = {"i": 0}
 
-    def run() -> None:
-        td, i = box["td"], box["i"]
-        actions = pool[i % POOL]
-        for group, lo, hi in slices:
-            td.set((group, "action"), actions[:, lo:hi])
-        _, box["td"] = env.step_and_maybe_reset(td)
-        box["i"] = i + 1
+    def draw() -> dict[str, torch.Tensor]:
+        actions = pool[box["i"] % POOL]
+        box["i"] += 1
+        return {group: actions[:, lo:hi] for group, lo, hi in slices}
 
-    return run
+    return draw
 
 
 def _bench(args: argparse.Namespace, scenario: str, kwargs: dict[str, Any], avail: bool) -> dict:
@@ -126,26 +123,28 @@ def _bench(args: argparse.Namespace, scenario: str, kwargs: dict[str, Any], avai
         shape = (num_envs, sum(sizes))
         pool = [torch.randint(0, n_actions[0], shape, generator=gen) for _ in range(POOL)]
         raw = _raw_loop(env.jaxmarl_env, num_envs, pool, 0, avail)
-        adapter = _adapter_loop(env, pool)
+        adapter = collector_loop(env, _pool_actions(env, pool))
         for _ in range(WARMUP):  # compiles, and runs past the end of a first episode
             raw()
             adapter()
-        in_jax, in_adapter = Stopwatch(), Stopwatch()
-        batch = env._batch
-        batch.step = in_jax.wrap(batch.step)  # instance attributes shadow the methods
-        batch.reset = in_jax.wrap(batch.reset)
-        sides = {"raw": raw, "adapter": in_adapter.wrap(adapter)}
-        times = alternate_calls(sides, args.rounds, args.round_seconds, min_calls=args.min_steps)
-        result = summary(times, "raw", "adapter")
+        result = measure_overhead(
+            raw,
+            adapter,
+            rounds=args.rounds,
+            seconds=args.round_seconds,
+            min_calls=args.min_steps,
+            inside=[(env._batch, "step"), (env._batch, "reset")],
+        )
         n_agents = sum(sizes)
+        raw_rate, rate = result.rates(num_envs)
         out[f"num_envs={num_envs}"] = {
             "agents": n_agents,
-            "raw_env_steps_per_s": num_envs * 1e3 / result["raw_ms"],
-            "adapter_env_steps_per_s": num_envs * 1e3 / result["adapter_ms"],
-            "adapter_agent_steps_per_s": num_envs * n_agents * 1e3 / result["adapter_ms"],
-            "ratio": result["ratio_raw_over_adapter"],
-            "ratio_rounds": result["ratio_rounds"],
-            "time_in_jax_fraction": in_jax.seconds / in_adapter.seconds,
+            "raw_env_steps_per_s": raw_rate,
+            "adapter_env_steps_per_s": rate,
+            "adapter_agent_steps_per_s": n_agents * rate,
+            "ratio": result.ratio,
+            "ratio_rounds": result.ratio_rounds,
+            "time_in_jax_fraction": result.inside_fraction,
         }
         env.close()
     return out
@@ -166,18 +165,8 @@ SECTIONS = {"mpe": bench_mpe, "smax": bench_smax}
 
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__, sections=SECTIONS, rounds=7, round_seconds=0.5)
-    parser.add_argument(
-        "--num-envs",
-        type=positive(int),
-        action="append",
-        default=None,
-        metavar="N",
-        help="batch sizes to sweep (repeatable; default 1, 64, 1024)",
-    )
-    parser.add_argument("--min-steps", type=positive(int), default=5, help="steps per round")
-    args = parser.parse_args(argv)
-    args.num_envs = args.num_envs or [1, 64, 1024]
-    return run_sections("adapters_jaxmarl", SECTIONS, args)
+    add_sweep(parser, "--num-envs", (1, 64, 1024), "batch sizes")
+    return run_sections("adapters_jaxmarl", SECTIONS, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

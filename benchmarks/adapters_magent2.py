@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from marlkit.bench import Stopwatch, alternate_calls, make_parser, run_sections, summary
-from marlkit.bench.rounds import positive
+from marlkit.bench import make_parser, run_sections
+from marlkit.bench.overhead import add_sweep, collector_loop, measure_overhead, random_actions
 
 MAX_CYCLES = 100
 
@@ -49,21 +49,6 @@ def _raw_loop(raw: Any, gen: torch.Generator, with_state: bool) -> Callable[[], 
             raw.reset()
             if with_state:
                 raw.state()
-
-    return step
-
-
-def _adapter_loop(env: Any, gen: torch.Generator) -> Callable[[], None]:
-    """A collector's loop over ``env``: actions drawn like the raw loop's (one call per
-    group), then ``step_and_maybe_reset``."""
-    specs = [(group, env.action_spec[group, "action"]) for group in env.group_map]
-    state = {"td": env.reset()}
-
-    def step() -> None:
-        td = state["td"]
-        for group, spec in specs:
-            td.set((group, "action"), torch.randint(0, spec.n, spec.shape, generator=gen))
-        _, state["td"] = env.step_and_maybe_reset(td)
 
     return step
 
@@ -100,23 +85,23 @@ def bench_battle(args: argparse.Namespace) -> dict:
                 validate_actions=False,
             )
             entry["agents"] = sum(len(agents) for agents in env.group_map.values())
-            sim = env.simulators[0]
-            in_sim, in_adapter = Stopwatch(), Stopwatch()
-            sim.step = in_sim.wrap(sim.step)  # an instance attribute shadows the method
-            sides = {
-                "raw": _raw_loop(raw, torch.Generator().manual_seed(0), with_state),
-                "adapter": in_adapter.wrap(_adapter_loop(env, torch.Generator().manual_seed(0))),
-            }
-            times = alternate_calls(
-                sides, args.rounds, args.round_seconds, min_calls=args.min_steps, warmup=5
+            gen = torch.Generator().manual_seed(0)
+            result = measure_overhead(
+                _raw_loop(raw, torch.Generator().manual_seed(0), with_state),
+                collector_loop(env, random_actions(env, gen)),
+                rounds=args.rounds,
+                seconds=args.round_seconds,
+                min_calls=args.min_steps,
+                warmup=5,
+                inside=[(env.simulators[0], "step")],
             )
-            result = summary(times, "raw", "adapter")
-            entry[f"{name}_raw_steps_per_s"] = 1e3 / result["raw_ms"]
-            entry[f"{name}_steps_per_s"] = 1e3 / result["adapter_ms"]
-            entry[f"{name}_agent_steps_per_s"] = entry["agents"] * 1e3 / result["adapter_ms"]
-            entry[f"{name}_ratio"] = result["ratio_raw_over_adapter"]
-            entry[f"{name}_ratio_rounds"] = result["ratio_rounds"]
-            entry[f"{name}_time_in_simulator_fraction"] = in_sim.seconds / in_adapter.seconds
+            raw_rate, rate = result.rates()
+            entry[f"{name}_raw_steps_per_s"] = raw_rate
+            entry[f"{name}_steps_per_s"] = rate
+            entry[f"{name}_agent_steps_per_s"] = entry["agents"] * rate
+            entry[f"{name}_ratio"] = result.ratio
+            entry[f"{name}_ratio_rounds"] = result.ratio_rounds
+            entry[f"{name}_time_in_simulator_fraction"] = result.inside_fraction
             env.close()
             raw.close()
         out[f"map_size={map_size}"] = entry
@@ -128,18 +113,8 @@ SECTIONS = {"battle": bench_battle}
 
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__, sections=SECTIONS, rounds=9, round_seconds=0.5)
-    parser.add_argument(
-        "--map-size",
-        type=positive(int),
-        action="append",
-        default=None,
-        metavar="N",
-        help="map sizes to sweep (repeatable; default 16, 32, 64)",
-    )
-    parser.add_argument("--min-steps", type=positive(int), default=5, help="steps per round")
-    args = parser.parse_args(argv)
-    args.map_size = args.map_size or [16, 32, 64]
-    return run_sections("adapters_magent2", SECTIONS, args)
+    add_sweep(parser, "--map-size", (16, 32, 64), "map sizes")
+    return run_sections("adapters_magent2", SECTIONS, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

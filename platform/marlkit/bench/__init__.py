@@ -4,6 +4,8 @@
   (:func:`time_steps`, :func:`seconds_per_call`), alternating rounds (:func:`alternate`,
   :func:`paired`), medians and ratios, and the command line and JSON header every script shares
   (:func:`make_parser`, :func:`run_sections`).
+- :mod:`marlkit.bench.overhead`: an adapter against its simulator's own loop (a collector's
+  loop, alternating rounds, the time inside the simulator): ``benchmarks/adapters*``.
 - :mod:`marlkit.bench.cells`: one ``(backend, envs, agents)`` cell, timed within a budget; the
   one cell implementation of ``benchmarks/env_step.py`` and the scaling sweep.
 - :mod:`marlkit.bench.work`: what each side of a cell computes (``"lidar"``: VMAS's work, the
