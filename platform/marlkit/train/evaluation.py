@@ -6,6 +6,10 @@ first-episode return (:func:`~marlkit.train.episodes.episode_returns`); with ``v
 films the rollout through :class:`~marlkit.record.VideoRecorder`; with ``seed`` it seeds the
 env first, so that evaluations play the same episodes. :func:`summarise_run` ends a training
 run: the trained policy next to a random one, the curve, ``summary.json``.
+
+Envs whose root holds a ``"won"`` flag ``[*B, 1]`` (native SMAX) get a win rate too:
+``"won"`` in :attr:`Evaluation.metrics` (each env's first episode) and, for a training
+batch, :func:`episode_wins` (the episodes that ended in it). Envs without one log nothing more.
 """
 
 from __future__ import annotations
@@ -23,18 +27,25 @@ from tensordict import TensorDictBase
 
 from marlkit._checks import check_int
 from marlkit.data.exploration import Exploration, set_exploration
+from marlkit.data.keys import DONE, NEXT
 from marlkit.envs import EnvBase, TransformedEnv
 from marlkit.record.recorder import VideoRecorder
 from marlkit.train.episodes import episode_returns, reward_groups
 
 __all__ = [
     "EVAL_EXPLORATIONS",
+    "WON",
     "EvalExploration",
     "Evaluation",
+    "episode_wins",
     "eval_modes",
     "evaluate",
     "summarise_run",
 ]
+
+#: The root flag ``[*B, 1]`` bool an env sets on the step that ends an episode it won (native
+#: SMAX: the allies wiped the enemy out): its mean over episodes is the win rate.
+WON = "won"
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
 
@@ -68,7 +79,9 @@ class Evaluation:
     Attributes:
         metrics: ``{"<group>/episode_reward": mean first-episode return over the envs and the
             group's agents}``, plus ``"episode_length"`` (mean steps to the first ``done``,
-            ``steps`` for an env that did not finish).
+            ``steps`` for an env that did not finish) and, for an env with a root ``"won"``
+            flag, ``"won"`` (the fraction of envs whose first episode was won; one that did
+            not finish counts as not won).
         returns: ``{group: [*B] first-episode returns}``.
         video: the video file, when one was recorded.
         steps: the rollout's length.
@@ -141,8 +154,62 @@ def evaluate(
     done = rollout.get(("next", "done")).reshape(rollout.shape)
     first = torch.where(done.any(-1), done.float().argmax(-1) + 1, torch.tensor(steps))
     metrics["episode_length"] = float(first.float().mean())
+    won = _first_episode_won(rollout, done)
+    if won is not None:
+        metrics[WON] = float(won.float().mean())
     path = recorder.paths[-1] if recorder is not None and recorder.paths else None
     return Evaluation(metrics, returns, path, int(rollout.shape[-1]))
+
+
+def _won_flag(batch: TensorDictBase) -> torch.Tensor | None:
+    """``("next", "won")`` as ``[*B, T]`` bool, or ``None`` where the env has no such flag.
+
+    Raises:
+        ValueError: a ``won`` that is not one flag per env and step.
+    """
+    key = (NEXT, WON)
+    if key not in batch.keys(True, True):
+        return None
+    won = batch.get(key)
+    if won.numel() != batch.numel():
+        raise ValueError(
+            f"('next', {WON!r}) must hold one flag per env and step, [*B, T, 1] = "
+            f"{[*batch.shape, 1]}; got {list(won.shape)}"
+        )
+    return won.reshape(batch.shape).bool()
+
+
+def _first_episode_won(rollout: TensorDictBase, done: torch.Tensor) -> torch.Tensor | None:
+    """Whether each env's first episode in ``rollout`` ``[*B, T]`` was won: ``[*B]`` bool
+    (``won`` at its first ``done``; ``False`` for an env that did not finish), or ``None``
+    without a ``won`` flag."""
+    won = _won_flag(rollout)
+    if won is None:
+        return None
+    done = done.bool()
+    before = done.long().cumsum(-1) - done.long()  # dones before each step
+    return (won & done & (before == 0)).any(-1)
+
+
+def episode_wins(batch: TensorDictBase) -> dict[str, float]:
+    """The win rate of the episodes that ended in a collector batch ``[*B, T]``: ``{"won":
+    the mean of ("next", "won") over the steps with ("next", "done")}``; ``{}`` for an env
+    without a root ``won`` flag or a batch in which no episode ended (as
+    :func:`~marlkit.train.episodes.episode_metrics` leaves out the rewards then).
+
+    Raises:
+        KeyError: a ``won`` flag but no ``("next", "done")``.
+        ValueError: a ``won`` that is not ``[*B, T, 1]``.
+    """
+    won = _won_flag(batch)
+    if won is None:
+        return {}
+    if (NEXT, DONE) not in batch.keys(True, True):
+        raise KeyError("the batch has no ('next', 'done') [*B, T, 1] to end its episodes")
+    done = batch.get((NEXT, DONE)).reshape(batch.shape).bool()
+    if not bool(done.any()):
+        return {}
+    return {WON: float(won[done].float().mean())}
 
 
 def _filmed_envs(env: EnvBase, video_envs: int | None) -> list[int] | str:

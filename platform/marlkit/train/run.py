@@ -49,6 +49,7 @@ from marlkit.train.evaluation import (
     Evaluation,
     Policy,
     _filmed_envs,
+    episode_wins,
     eval_modes,
     evaluate,
     summarise_run,
@@ -496,6 +497,7 @@ class TrainingRun:
             training_time=training_time,
             time=time.perf_counter() - self._start,
             **episode_metrics(batch),
+            **episode_wins(batch),  # "won": the win rate, for envs with a root won flag
         )
         last = self.last
         if last or (self.eval_every and self.iteration % self.eval_every == 0):
@@ -517,7 +519,11 @@ class TrainingRun:
     def progress(self, out: Mapping[str, Any]) -> str:
         """A line for the console after :meth:`end_iteration`: the iteration, the frames and
         the episode rewards of ``out`` (its return)."""
-        rewards = {k: round(v, 3) for k, v in out.items() if k.endswith("episode_reward")}
+        rewards = {
+            k: round(v, 3)
+            for k, v in out.items()
+            if k.endswith("episode_reward") or k.split("/")[-1] == "won"
+        }
         return f"iteration {self.iteration}: frames {out['frames']} {rewards}"
 
     def _config_entry(self) -> dict[str, Any]:
