@@ -27,7 +27,7 @@ from marlkit.native import set_threads
 from marlkit.replay import GroupReplayBuffers, ReplayBuffer, Sampler, TensorStorage
 from marlkit.train.builders import make_env
 from marlkit.train.checkpoint import Checkpointer
-from marlkit.train.config import check_config, env_config
+from marlkit.train.config import ConfigError, check_config, env_config
 from marlkit.train.run import TrainingRun
 
 __all__ = [
@@ -77,8 +77,21 @@ def env_factory(
     ``env.max_steps``, rewards summed, the actions of ``env.actions`` asked for and checked;
     then the observation transforms of ``env.transforms``: :func:`.builders.make_env`);
     the evaluation env adds ``env.eval_kwargs``. With ``model.memory`` other than ``none`` (a
-    network with memory), an :class:`~marlkit.envs.InitTracker` flags episode starts."""
+    network with memory), an :class:`~marlkit.envs.InitTracker` flags episode starts.
+
+    ``env.max_steps`` is the one episode length of a config: it cuts the episodes and sets
+    how long an evaluation runs. The factory's own arguments (``num_envs``, ``max_steps``,
+    ``seed``, ``imports``, ``actions``, ``transforms``) cannot also come from ``env.kwargs`` or
+    ``env.eval_kwargs``; an env's own ``max_steps`` keeps its default (set ``env.max_steps``
+    at or below it).
+
+    Raises:
+        ConfigError: ``env.kwargs`` or ``env.eval_kwargs`` sets one of those arguments; the
+            message names both keys (``env.kwargs.max_steps`` and ``env.max_steps``).
+    """
     env = env_config(_plain(cfg.env))
+    for section, given in (("kwargs", env.kwargs), ("eval_kwargs", env.eval_kwargs)):
+        _refuse_own_arguments(section, given)
     kwargs = {**env.kwargs, **(env.eval_kwargs if evaluation else {})}
     make: Callable[..., TransformedEnv] = make_env  # make_episodic, then env.transforms
     if str(_plain(cfg).get("model", {}).get("memory", "none")) != "none":
@@ -94,6 +107,34 @@ def env_factory(
         actions=env.actions,  # checked by EnvConfig
         **kwargs,
     )
+
+
+#: The env factory's own arguments and the config keys that set them.
+_OWN_ARGUMENTS = {
+    "num_envs": "env.num_envs (eval.num_envs for the evaluation env)",
+    "max_steps": "env.max_steps",
+    "seed": "seed",
+    "imports": "env.imports",
+    "actions": "env.actions",
+    "transforms": "env.transforms",
+}
+
+
+def _refuse_own_arguments(section: str, kwargs: Mapping[str, Any]) -> None:
+    """Refuse an entry of ``env.<section>`` that :func:`env_factory` sets from another key."""
+    for name, key in _OWN_ARGUMENTS.items():
+        if name in kwargs:
+            extra = (
+                " (the episode length: episodes are cut there and evaluations run that many "
+                "steps); an env's own max_steps keeps its default, so keep env.max_steps at or "
+                "below it"
+                if name == "max_steps"
+                else ""
+            )
+            raise ConfigError(
+                f"env.{section}.{name} ({kwargs[name]!r}) collides with {key}: set it with "
+                f"{key} only{extra}"
+            )
 
 
 def _flag_episode_starts(
