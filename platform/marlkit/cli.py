@@ -1,4 +1,4 @@
-"""The ``marlkit`` command: ``list``, ``run``, ``demo``, ``record`` and ``bench``.
+"""The ``marlkit`` command: ``list``, ``run``, ``demo``, ``record``, ``bench`` and ``experiment``.
 
 ``marlkit run navigation --agents 4 --envs 32 --steps 200`` steps a random policy with a progress
 bar and prints env-steps/s, agent-steps/s and the mean episode reward of each group.
@@ -273,6 +273,109 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- section: experiment
+def _cmd_experiment_run(args: argparse.Namespace) -> int:
+    from marlkit.train.experiment import (
+        Experiment,
+        GridFolderInUse,
+        Progress,
+        format_progress,
+        format_summary,
+    )
+
+    exp = Experiment(
+        args.grid,
+        args.out,
+        launcher=args.launcher,
+        parallel=args.parallel,
+        threads=args.threads,
+        ray_address=args.ray_address,
+    )
+    print(f"grid {exp.grid.name}: {len(exp.grid.runs())} runs in {exp.grid_dir}", flush=True)
+    tty = sys.stdout.isatty() and not args.no_progress
+    shown: list[Any] = [None, 0.0]  # the counts last printed, and when
+
+    def progress(p: Progress) -> None:
+        counts, now = (p.done, p.running, p.failed), time.monotonic()
+        if tty:
+            print(f"\r{format_progress(p)}\033[K", end="", flush=True)
+        elif not args.no_progress and (counts != shown[0] or now - shown[1] > 60):
+            print(format_progress(p), flush=True)
+            shown[:] = [counts, now]
+
+    try:
+        entries = exp.run(progress=progress)
+    except GridFolderInUse as err:
+        print(f"marlkit: error: {err}", file=sys.stderr)
+        return 2
+    if tty:
+        print()
+    print(format_summary(entries, exp.grid_dir))
+    return 1 if any(e["status"] != "done" for e in entries) else 0
+
+
+def _cmd_experiment_status(args: argparse.Namespace) -> int:
+    from marlkit.train.experiment import format_summary, read_index
+
+    entries = read_index(args.dir)
+    for e in entries:
+        print(f"{e['status']:<8} {e['name']}")
+    print(format_summary(entries, args.dir))
+    return 0
+
+
+def _cmd_experiment_report(args: argparse.Namespace) -> int:
+    from marlkit.train.report import write_report
+
+    print(f"report: {write_report(args.dir)}")
+    return 0
+
+
+def _add_experiment_parser(sub: Any) -> None:
+    p_exp = sub.add_parser(
+        "experiment", help="task x algorithm x seed grids of training runs (docs/experiments.md)"
+    )
+    exp = p_exp.add_subparsers(dest="experiment_command", required=True)
+    p_run = exp.add_parser(
+        "run", help="run a grid's runs not done yet (finished ones skipped, killed ones resumed)"
+    )
+    p_run.add_argument("grid", help="the grid's YAML file (sota-implementations/grids/)")
+    p_run.add_argument(
+        "--out", default=None, help="the grid folder (default runs/experiments/<grid name>)"
+    )
+    p_run.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        default="local",
+        help="local processes, or one Ray task per run (default local)",
+    )
+    p_run.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        help="runs at a time (default: the cores over the threads per run; Ray: its CPUs)",
+    )
+    p_run.add_argument(
+        "--threads", type=int, default=None, help="threads per run (default the grid's, or fit)"
+    )
+    p_run.add_argument(
+        "--ray-address", default=None, help="the Ray cluster (default RAY_ADDRESS, else local)"
+    )
+    p_run.add_argument("--no-progress", action="store_true", help="hide the progress display")
+    p_run.set_defaults(func=_cmd_experiment_run)
+    p_status = exp.add_parser("status", help="the runs of a grid folder and where each stands")
+    p_status.add_argument("dir", help="the grid folder")
+    p_status.set_defaults(func=_cmd_experiment_status)
+    p_report = exp.add_parser(
+        "report", help="statistics and plots of a grid folder's runs (marlkit.train.report)"
+    )
+    p_report.add_argument("dir", help="the grid folder")
+    p_report.set_defaults(func=_cmd_experiment_report)
+
+
+# --- end section: experiment
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="marlkit", description="TensorDict-first multi-agent RL: run and inspect envs."
@@ -341,6 +444,7 @@ def _parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(func=_cmd_demo)
     add_record_parser(sub)  # --- section: record
     add_bench_parser(sub)  # --- section: bench
+    _add_experiment_parser(sub)  # --- section: experiment
     return parser
 
 

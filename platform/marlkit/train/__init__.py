@@ -15,6 +15,8 @@
   :mod:`marlkit.train.scripts`: a run from a script's config (env factory, collector, run
   folder, its end, a trained policy read back); :mod:`marlkit.train.builders`: networks
   several scripts build alike.
+* :class:`Experiment`, :class:`Grid`: task x algorithm x seed grids of the scripts' runs, on
+  local processes or Ray, resumable (:mod:`marlkit.train.experiment`, ``docs/experiments.md``).
 
 It builds on :mod:`marlkit.record` (videos, loggers, plots), never the other way round. See
 ``docs/training.md``.
@@ -25,12 +27,15 @@ from __future__ import annotations
 from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state
 from marlkit.train.episodes import episode_metrics, episode_returns, reward_groups
 from marlkit.train.evaluation import Evaluation, evaluate, summarise_run
+from marlkit.train.experiment import Experiment, Grid
 from marlkit.train.run import RunFolderInUse, TrainingRun
 from marlkit.train.updates import adam_per_group, gradient_steps, soft_updates, update_groups
 
 __all__ = [
     "Checkpointer",
     "Evaluation",
+    "Experiment",
+    "Grid",
     "RunFolderInUse",
     "TrainingRun",
     "adam_per_group",
