@@ -8,12 +8,14 @@ two physics loops over ``--rounds`` rounds of ``--round-seconds`` each.
     python benchmarks/adapters.py                  # every section
     python benchmarks/adapters.py --only vmas      # one section
 
-LBF and RWARE (EPyMARL's Gymnasium format) time pairs of batch steps as PettingZoo does.
+LBF and RWARE (EPyMARL's Gymnasium format) time pairs of batch steps as PettingZoo does; OpenSpiel
+(shimmy) and MeltingPot alternate the raw loop and the adapter over `--rounds` rounds, as MuJoCo.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -24,7 +26,7 @@ import torch
 
 from marlkit.bench import Stopwatch, alternate, make_parser, paired, run_sections, time_steps
 from marlkit.bench.environment import load_average
-from marlkit.bench.overhead import collector_loop, random_actions
+from marlkit.bench.overhead import collector_loop, measure_overhead, random_actions
 
 
 # --- section: vmas ---------------------------------------------------------------------------
@@ -394,12 +396,199 @@ def bench_rware(args: argparse.Namespace) -> dict:
 
 # --- end section: lbforaging, rware ----------------------------------------------------------
 
+
+# --- section: openspiel, meltingpot (alternating rounds) --------------------------------------
+def _rounds_cell(
+    raw: Callable[[], None],
+    adapter: Callable[[], None],
+    sims: list[Any],
+    num_envs: int,
+    args: argparse.Namespace,
+) -> dict:
+    """One cell of the sections timed in alternating rounds (``--rounds`` of
+    ``--round-seconds``, at least ``--min-steps`` calls, ``--warmup`` untimed calls each)."""
+    result = measure_overhead(
+        raw,
+        adapter,
+        rounds=args.rounds,
+        seconds=args.round_seconds,
+        min_calls=args.min_steps,
+        warmup=args.warmup,
+        inside=[(sim, "step") for sim in sims],
+    )
+    raw_rate, rate = result.rates(num_envs)
+    return {
+        "raw_env_steps_per_s": raw_rate,
+        "adapter_env_steps_per_s": rate,
+        "ratio": result.ratio,
+        "ratio_rounds": result.ratio_rounds,
+        "adapter_time_in_simulator_fraction": result.inside_fraction,
+    }
+
+
+#: OpenSpiel games timed (tic_tac_toe: turns; goofspiel: simultaneous moves, one player a
+#: step), and the batch sizes of each.
+OPENSPIEL_GAMES = {"tic_tac_toe": {}, "goofspiel": {"num_cards": 4}}
+OPENSPIEL_SIZES = (1, 16)
+
+
+def bench_openspiel(args: argparse.Namespace) -> dict:
+    """``openspiel/<game>`` (validation off) against PettingZoo's AEC loop over the same games.
+
+    Both sides step ``num_envs`` instances of the adapter's game class (shimmy's
+    ``OpenSpielCompatibilityV0`` with marlkit's mends, the same simulator), one move of the
+    acting player per env and step, drawn uniformly over its legal moves with
+    ``torch.multinomial`` (a generator each side). Raw: the loop PettingZoo documents, per env:
+    ``last()`` (the acting player's observation and action mask), ``step(action)``, done players
+    stepped with ``None``, ``reset()`` when none is left. Adapter: the legal moves of the acting
+    players read from ``(group, "action_mask")`` and ``(group, "acting")``, the moves written
+    into ``(group, "action")``, ``step_and_maybe_reset``, which also observes every player (not
+    only the acting one) and returns ``[num_envs, n, ...]`` tensors, the done rule and
+    ``step_mdp``.
+    """
+    import marlkit
+    from marlkit.adapters.openspiel import game_class
+
+    out: dict[str, Any] = {
+        "target": 0.85,
+        "work": {
+            "raw": "num_envs instances of the adapter's game class (shimmy + marlkit's mends); "
+            "per env: last(), one torch.multinomial over the acting player's action mask, "
+            "step(action), done players stepped with None, reset() when none is left",
+            "adapter": "the same instances inside openspiel/<game> (validation off): one "
+            "torch.multinomial over the acting players' (group, 'action_mask') rows, written "
+            "into (group, 'action'), step_and_maybe_reset: the same moves, every player "
+            "observed each step, [num_envs, n, ...] tensors, the done rule, step_mdp, resets",
+        },
+    }
+    for game, params in OPENSPIEL_GAMES.items():
+        entry: dict[str, Any] = {"params": params}
+        for num_envs in OPENSPIEL_SIZES:
+            env = marlkit.make(
+                f"openspiel/{game}", num_envs=num_envs, seed=0, validate_actions=False, **params
+            )
+            raws = [game_class()(game, params) for _ in range(num_envs)]
+            for i, raw in enumerate(raws):
+                raw.reset(seed=i)
+            gen_raw, gen_adapter = (torch.Generator().manual_seed(0) for _ in range(2))
+            entry[f"num_envs={num_envs}"] = _rounds_cell(
+                _aec_loop(raws, gen_raw),
+                collector_loop(env, functools.partial(_legal_moves, gen=gen_adapter)),
+                list(env.simulators),
+                num_envs,
+                args,
+            )
+            env.close()
+            for raw in raws:
+                raw.close()
+        out[game] = entry
+    out["load_average_1min"] = load_average()
+    return out
+
+
+def _aec_loop(raws: list[Any], gen: torch.Generator) -> Callable[[], None]:
+    """PettingZoo's AEC loop over each of ``raws``: one move of the acting player a call."""
+
+    def step() -> None:
+        for raw in raws:
+            _, _, terminated, truncated, info = raw.last()
+            if terminated or truncated:
+                raw.step(None)
+            else:
+                mask = torch.as_tensor(info["action_mask"], dtype=torch.float32)
+                raw.step(int(torch.multinomial(mask, 1, generator=gen)))
+            if not raw.agents:
+                raw.reset()
+
+    return step
+
+
+def _legal_moves(td: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """A legal move of each acting player (uniform over its action mask); 0 for the others."""
+    acting = td["agents", "acting"]
+    action = torch.zeros(acting.shape, dtype=torch.int64)
+    mask = td["agents", "action_mask"][acting].float()
+    action[acting] = torch.multinomial(mask, 1, generator=gen).squeeze(-1)
+    return {"agents": action}
+
+
+#: MeltingPot substrates timed (players: 2 and 7), one env each (a Python loop: a batch
+#: repeats the same work per env).
+MELTINGPOT_SUBSTRATES = ("coins", "commons_harvest__open")
+
+
+def bench_meltingpot(args: argparse.Namespace) -> dict:
+    """``meltingpot/<substrate>`` (validation off, one env) against MeltingPot's own loop.
+
+    Raw: ``meltingpot.substrate.build(name, roles=default_player_roles)``, stepped with a list
+    of per-player ints from one ``torch.randint`` call, its ``TimeStep`` kept as it comes (per
+    player dicts of NumPy arrays, ``WORLD.RGB`` included), ``reset()`` when it is the last.
+    Adapter: the same call written into ``(group, "action")``, ``step_and_maybe_reset``: the
+    same substrate step (the same wrappers, built as ``build`` builds them), the players'
+    observations (``RGB`` and vectors) as ``[1, n, ...]`` tensors, ``WORLD.RGB`` as ``"state"``,
+    the step limit as truncation, the done rule, ``step_mdp``.
+    """
+    import marlkit
+    from marlkit.adapters.meltingpot import _meltingpot
+
+    substrate = _meltingpot("substrate")
+    out: dict[str, Any] = {
+        "num_envs": 1,
+        "target": 0.85,
+        "work": {
+            "raw": "meltingpot.substrate.build(name, roles=default_player_roles).step(list of "
+            "per-player ints from one torch.randint call), its TimeStep kept as it comes "
+            "(WORLD.RGB included), reset() after the last step",
+            "adapter": "the same torch.randint call into (group, 'action'), "
+            "step_and_maybe_reset (validation off): the same substrate step, every player's "
+            "observations as [1, n, ...] tensors, WORLD.RGB as 'state', the step limit as "
+            "truncation, the done rule, step_mdp, the reset of an ended episode",
+        },
+    }
+    for name in MELTINGPOT_SUBSTRATES:
+        env = marlkit.make(f"meltingpot/{name}", num_envs=1, seed=0, validate_actions=False)
+        raw = substrate.build(name, roles=env.roles)
+        raw.reset()
+        n_actions = int(raw.action_spec()[0].num_values)
+        gen_raw, gen_adapter = (torch.Generator().manual_seed(0) for _ in range(2))
+        shape = (len(env.roles),)
+
+        cell = _rounds_cell(
+            _substrate_loop(raw, n_actions, shape, gen_raw),
+            collector_loop(env, random_actions(env, gen_adapter)),
+            list(env.simulators),
+            1,
+            args,
+        )
+        out[name] = {"players": len(env.roles), **cell}
+        env.close()
+        raw.close()
+    out["load_average_1min"] = load_average()
+    return out
+
+
+def _substrate_loop(
+    raw: Any, n_actions: int, shape: tuple[int, ...], gen: torch.Generator
+) -> Callable[[], None]:
+    """MeltingPot's own loop: one ``torch.randint`` call's actions, ``step``, reset at the end."""
+
+    def step() -> None:
+        if raw.step(torch.randint(0, n_actions, shape, generator=gen).tolist()).last():
+            raw.reset()
+
+    return step
+
+
+# --- end section: openspiel, meltingpot --------------------------------------------------------
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "vmas": bench_vmas,
     "pettingzoo": bench_pettingzoo,
     "mujoco": bench_mujoco,
     "lbforaging": bench_lbforaging,
     "rware": bench_rware,
+    "openspiel": bench_openspiel,
+    "meltingpot": bench_meltingpot,
 }
 
 

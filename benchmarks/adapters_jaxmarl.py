@@ -76,7 +76,7 @@ def _raw_loop(
     return run
 
 
-def _pool_actions(env: Any, pool: list[torch.Tensor]) -> Callable[[], dict[str, torch.Tensor]]:
+def _pool_actions(env: Any, pool: list[torch.Tensor]) -> Callable[[Any], dict[str, torch.Tensor]]:
     """The pool's batches in turn, each cut into the groups' actions (agents in group order)."""
     slices, start = [], 0
     for group, agents in env.group_map.items():
@@ -84,7 +84,7 @@ def _pool_actions(env: Any, pool: list[torch.Tensor]) -> Callable[[], dict[str, 
         start += len(agents)
     box = {"i": 0}
 
-    def draw() -> dict[str, torch.Tensor]:
+    def draw(td: Any) -> dict[str, torch.Tensor]:
         actions = pool[box["i"] % POOL]
         box["i"] += 1
         return {group: actions[:, lo:hi] for group, lo, hi in slices}

@@ -80,7 +80,7 @@ def test_collector_loop_writes_each_groups_actions_and_goes_on_from_the_last_ste
 
     env.step_and_maybe_reset = spy  # type: ignore[method-assign]
     drawn = [torch.full((2, 2, 2), 0.5), torch.full((2, 2, 2), -0.5)]
-    step = collector_loop(env, lambda: {"agents": drawn[len(stepped) // 2]})
+    step = collector_loop(env, lambda td: {"agents": drawn[len(stepped) // 2]})
     step()
     step()
     assert torch.equal(stepped[0][0], drawn[0]) and torch.equal(stepped[2][0], drawn[1])
@@ -92,7 +92,8 @@ def test_collector_loop_writes_each_groups_actions_and_goes_on_from_the_last_ste
 def test_random_actions_draw_every_group_from_its_spec() -> None:
     env = marlkit.make("openspiel/tic_tac_toe", num_envs=3, seed=0)
     draw = random_actions(env, torch.Generator().manual_seed(0))
-    first, second = draw(), draw()
+    td = env.reset()
+    first, second = draw(td), draw(td)
     assert set(first) == set(env.group_map)
     action = first["agents"]
     assert action.shape == env.action_spec["agents", "action"].shape and action.dtype == torch.int64

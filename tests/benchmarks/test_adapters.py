@@ -27,3 +27,13 @@ def test_adapters_benchmark_prints_every_section(
             assert entry["pairs"] == 2 and entry["ratio"] > 0 and entry["cpu_ratio"] > 0
             assert 0 < entry["adapter_time_in_simulator_fraction"] <= 1
         assert data[family]["target"] == 0.85
+    for game in ("tic_tac_toe", "goofspiel"):  # shimmy's AEC games, against PettingZoo's loop
+        for num_envs in (1, 16):
+            entry = data["openspiel"][game][f"num_envs={num_envs}"]
+            assert entry["ratio"] > 0 and len(entry["ratio_rounds"]) == 2
+            assert entry["raw_env_steps_per_s"] > 0 and entry["adapter_env_steps_per_s"] > 0
+            assert 0 < entry["adapter_time_in_simulator_fraction"] <= 1
+    assert set(data["openspiel"]["work"]) == {"raw", "adapter"}
+    coins = data["meltingpot"]["coins"]  # a MeltingPot substrate against its own loop
+    assert coins["players"] == 2 and coins["ratio"] > 0 and len(coins["ratio_rounds"]) == 2
+    assert 0 < coins["adapter_time_in_simulator_fraction"] <= 1

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 
 from marlkit.bench.rounds import Stopwatch, alternate_calls, positive, ratio
 
@@ -115,12 +116,15 @@ def measure_overhead(
     )
 
 
-def random_actions(env: Any, generator: torch.Generator) -> Callable[[], dict[str, torch.Tensor]]:
+def random_actions(
+    env: Any, generator: torch.Generator
+) -> Callable[[TensorDictBase], dict[str, torch.Tensor]]:
     """Per call, one ``torch.randint`` per group over its categorical ``(group, "action")``
-    spec, drawn from ``generator``: the policy of a benchmark (every action, unmasked)."""
+    spec, drawn from ``generator``: the policy of a benchmark (every action, unmasked; the
+    TensorDict it is given is not read)."""
     specs = [(group, env.action_spec[group, "action"]) for group in env.group_map]
 
-    def draw() -> dict[str, torch.Tensor]:
+    def draw(td: TensorDictBase) -> dict[str, torch.Tensor]:
         return {
             group: torch.randint(0, int(spec.n), tuple(spec.shape), generator=generator)
             for group, spec in specs
@@ -130,16 +134,17 @@ def random_actions(env: Any, generator: torch.Generator) -> Callable[[], dict[st
 
 
 def collector_loop(
-    env: Any, actions: Callable[[], Mapping[str, torch.Tensor]]
+    env: Any, actions: Callable[[TensorDictBase], Mapping[str, torch.Tensor]]
 ) -> Callable[[], None]:
-    """A collector's loop over ``env``, one step a call: ``actions()`` (``{group: [*B, n]}``)
-    written into ``(group, "action")`` of the last TensorDict, then ``step_and_maybe_reset``.
-    The env is reset once, here."""
+    """A collector's loop over ``env``, one step a call: ``actions(td)`` (``{group: [*B, n]}``,
+    a policy reading the last TensorDict ``td``: masks, who acts) written into
+    ``(group, "action")`` of ``td``, then ``step_and_maybe_reset``. The env is reset once,
+    here."""
     box = {"td": env.reset()}
 
     def step() -> None:
         td = box["td"]
-        for group, action in actions().items():
+        for group, action in actions(td).items():
             td.set((group, "action"), action)
         _, box["td"] = env.step_and_maybe_reset(td)
 
