@@ -34,6 +34,7 @@ from marlkit.train.q_learning import egreedy_q_policy, train_q_learning
 from marlkit.train.scripts import (
     load_policy,
     start,
+    to_training_device,
 )
 from marlkit.train.sequences import MemoryConfig
 
@@ -84,6 +85,7 @@ def main(cfg: DictConfig) -> None:
         }
     )
 
+    to_training_device(cfg, policy, losses)  # `device`, before the optimisers
     # --- the procedure IQL, VDN and QMIX share: replay, epochs of minibatches, soft target
     # updates, eps annealing, the run's logs, evaluations and checkpoints
     print("\n".join(train_q_learning(cfg, env, env_fn, policy, losses, "IQL")))

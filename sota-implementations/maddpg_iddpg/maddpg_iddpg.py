@@ -53,6 +53,7 @@ from marlkit.train.scripts import (
     make_config_collector,
     open_run,
     start,
+    to_training_device,
 )
 
 
@@ -153,6 +154,7 @@ def main(cfg: DictConfig) -> None:
             for g in groups
         }
     )
+    to_training_device(cfg, policy, losses)  # `device`, before the optimisers
     updaters = soft_updates(losses, cfg.loss.tau)
     optims = adam_per_group(losses, cfg.train.lr)
     sampler = functools.partial(RandomSampler, seed=cfg.seed)

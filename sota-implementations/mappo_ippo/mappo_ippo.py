@@ -67,6 +67,7 @@ from marlkit.train.scripts import (
     make_config_collector,
     open_run,
     start,
+    to_training_device,
 )
 from marlkit.train.sequences import MemoryConfig, split_sequences
 
@@ -311,6 +312,7 @@ def main(cfg: DictConfig) -> None:
             for g in groups
         }
     )
+    to_training_device(cfg, policy, losses, *gaes.values())  # `device`, before the optimisers
     optims = adam_per_group(losses, cfg.train.lr)
     # train.compile: the loss's forward and backward through torch.compile (inductor), the
     # same parameters; compiled on the first minibatch

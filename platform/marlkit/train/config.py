@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, get_args
 
+import torch
+
 from marlkit import _checks
 from marlkit._utils import import_optional
 from marlkit.collectors import CollectorKind
@@ -64,6 +66,7 @@ __all__ = [
     "TrainConfig",
     "check_choice",
     "check_config",
+    "check_device",
     "check_fraction",
     "check_int",
     "check_not_above",
@@ -158,6 +161,44 @@ def check_not_above(key: str, value: int, limit: str, bound: int, why: str) -> N
         raise ConfigError(f"{key} ({value}) is larger than {limit} ({bound}): {why}")
 
 
+def check_device(key: str, value: Any, *, allow_none: bool = False) -> Any:
+    """``value`` when it names a torch device this machine has (``cpu``, ``cuda``,
+    ``cuda:1``, ``mps``); ``None`` with ``allow_none``.
+
+    Raises:
+        ConfigError: not a device (``"device must be a torch device (cpu, cuda, cuda:<index>,
+            mps), got 'gpu'"``), ``cuda`` without CUDA (``"device=cuda: CUDA is not available
+            on this machine (torch.cuda.is_available() is False): use device=cpu"``), a CUDA
+            index past the devices, ``mps`` where it is not available, ``meta`` (no data).
+    """
+    if value is None and allow_none:
+        return None
+    where = f"{key}={value}"
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a device name (a str), got {type(value).__name__}")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise ConfigError(
+            f"{key} must be a torch device (cpu, cuda, cuda:<index>, mps), got {value!r}"
+        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"{where}: CUDA is not available on this machine (torch.cuda.is_available() is "
+                f"False; torch {torch.__version__}, built for CUDA {torch.version.cuda}): use "
+                f"{key}=cpu"
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"{where}: this machine has {count} CUDA device(s), cuda:0 up")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{where}: MPS is not available on this machine: use {key}=cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"{where}: training and simulation run on cpu, cuda or mps")
+    return value
+
+
 # --------------------------------------------------------------------- the shared sections
 @dataclass
 class EnvConfig:
@@ -184,10 +225,15 @@ class EnvConfig:
     ``[concat_observation]`` (a dict observation into one vector), ``[{name: pixels, layout:
     CHW}]`` (``uint8`` ``HWC`` to ``float`` ``CHW``); see
     :mod:`marlkit.envs.transforms.named`."""
+    device: str | None = None
+    """Where the env simulates (its ``device`` argument: VMAS and the native scenarios' torch
+    twins on ``cuda``); null: the env's default (cpu). An env without a ``device`` argument
+    runs on the cpu only."""
 
     def __post_init__(self) -> None:
         check_int("num_envs", self.num_envs, low=1)
         check_int("max_steps", self.max_steps, low=1)
+        check_device("device", self.device, allow_none=True)
         check_choice("actions", self.actions, ("discrete", "continuous", None))
         try:  # names and arguments checked now, not in the first worker that builds the env
             make_transforms(self.transforms)
@@ -209,9 +255,14 @@ class CollectorConfig:
     """Frames of the whole run: a training run ends (no -1)."""
     num_workers: int = 1
     """Worker processes or actors of the multi-worker kinds."""
+    device: str | None = None
+    """Where the collector runs the policy (a copy, kept in step after each update); null: the
+    policy's own device (the training ``device``). Batches are stored on the env's device and
+    moved to the training device once each."""
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, get_args(CollectorKind))
+        check_device("device", self.device, allow_none=True)
         check_int("frames_per_batch", self.frames_per_batch, low=1)
         check_int("total_frames", self.total_frames, low=1)
         check_int("num_workers", self.num_workers, low=1)
@@ -367,10 +418,17 @@ class RunConfig:
     """The checkpoints."""
     logger: LoggerConfig = MISSING
     """The loggers."""
+    device: str = "cpu"
+    """Where training happens: modules, losses, optimisers, replay buffers; each batch is
+    moved there once (``cuda``, ``cuda:1``, ``cpu``)."""
+    callbacks: list[Any] = field(default_factory=list)
+    """The run's callbacks (:mod:`marlkit.train.callbacks`): dotted names or ``{_target_:
+    <dotted name>, **arguments}``; ``EarlyStopping`` and ``MetricRatio`` by their bare names."""
 
     def __post_init__(self) -> None:
         check_int("seed", self.seed, low=0)
         check_int("threads", self.threads, low=1, allow_none=True)
+        check_device("device", self.device)
         env_config(self.env)
 
 

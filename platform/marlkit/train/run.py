@@ -14,7 +14,12 @@ are the same for every algorithm, and live here:
   (exploration off, filmed, the evaluation env seeded with ``eval_seed``), the metrics
   logged, a checkpoint every ``checkpoint_every`` iterations and at the last;
 * **the end**: :meth:`TrainingRun.finish` writes ``summary.json``, ``reward.png`` and
-  ``rollout.mp4`` (:func:`~marlkit.record.summarise_run`) and closes the loggers.
+  ``rollout.mp4`` (:func:`~marlkit.record.summarise_run`) and closes the loggers;
+* **callbacks** (:mod:`marlkit.train.callbacks`): the user's hooks, called at each of these
+  events; one may stop the run (:meth:`TrainingRun.stop`: early stopping);
+* **the device**: with ``device``, each batch is moved there once, as it comes (the buffers
+  that take it, the losses and their minibatches live there), and the policy is evaluated on the
+  evaluation env's device through one move of each step's data each way.
 
 Example (a random policy "trained" for two iterations)::
 
@@ -35,6 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 
 from marlkit._checks import check_int
@@ -42,6 +48,7 @@ from marlkit._files import FolderInUse, lock_folder
 from marlkit._utils import get_logger
 from marlkit.envs import EnvBase
 from marlkit.record.loggers import Backend, MultiLogger, make_logger
+from marlkit.train.callbacks import Callback, CallbackError, callback_name
 from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state
 from marlkit.train.episodes import episode_metrics
 from marlkit.train.evaluation import (
@@ -80,7 +87,7 @@ def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 #: The lock file of a run's folder (:func:`_lock_folder`): the first thing a run writes there.
 _LOCK = ".marlkit-run.lock"
 #: The entries a run adds to every checkpoint itself.
-_OWN_ENTRIES = ("rng", "iteration", "time", "config", "policy")
+_OWN_ENTRIES = ("rng", "iteration", "time", "config", "policy", "callbacks")
 #: What a run writes into its folder: any of them marks a folder that holds a run (a folder
 #: that Hydra has just made for a mistyped ``resume=`` holds none; a run logging only to
 #: TensorBoard or wandb, killed before its first checkpoint, holds one of those two; a run
@@ -98,6 +105,35 @@ def _run_entries_in(folder: pathlib.Path) -> str:
 def _folder_holds_a_run(folder: pathlib.Path) -> bool:
     """Whether ``folder`` holds a training run (see :data:`_RUN_ENTRIES`)."""
     return bool(_run_entries_in(folder))
+
+
+def _as_device(device: str | torch.device | None) -> torch.device | None:
+    """``device`` as a ``torch.device`` (``None`` stays ``None``).
+
+    Raises:
+        TypeError: neither a string nor a device.
+        ValueError: a string that names no device.
+    """
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a str or a torch.device, got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device {device!r} is not a torch device: {err}") from None
+
+
+def _on_device(policy: Policy, device: torch.device) -> Policy:
+    """``policy`` reading and writing data of another device: each call moves the step's data
+    to ``device`` and the result back to where it came from."""
+
+    def moved(td: TensorDictBase) -> TensorDictBase:
+        where = td.device
+        out = policy(td.to(device))
+        return out.to(where) if where is not None else out
+
+    return moved
 
 
 class RunFolderInUse(FolderInUse):
@@ -199,10 +235,18 @@ class TrainingRun:
         backends: the loggers (:func:`~marlkit.record.make_logger`; ``"auto"``: CSV, and
             TensorBoard and wandb when installed).
         project, config: the wandb project and the run's config (logged by wandb).
+        device: where training happens: each batch is moved there once, as
+            :meth:`batches` yields it (``None``: batches stay where the collector stored them);
+            the script puts its modules, losses and optimisers there. The policy is evaluated
+            on :attr:`eval_env`'s device's data, moved to ``device`` and back at each step.
+        callbacks: :class:`~marlkit.train.callbacks.Callback` objects, called at each event
+            (in this order); one with ``state_dict``/``load_state_dict`` is checkpointed.
 
     Raises:
         TypeError: ``eval_steps``, ``eval_every``, ``checkpoint_every``, ``video_envs`` or
             ``eval_seed`` that is not an int.
+        TypeError: ``callbacks`` holding what is not a ``Callback``; ``device`` that is not a
+            device (``ValueError`` for a string that names none).
         ValueError: ``eval_every`` negative; ``eval_steps``, ``checkpoint_every`` or
             ``video_envs`` below 1; ``video`` with an ``eval_env`` that does not render
             ``rgb_array`` frames (raised here, not at the first evaluation); ``resume=<folder>``
@@ -234,8 +278,27 @@ class TrainingRun:
         backends: Sequence[Backend] | Backend | str = "auto",
         project: str = "marlkit",
         config: Mapping[str, Any] | None = None,
+        device: str | torch.device | None = None,
+        callbacks: Sequence[Callback] = (),
     ):
         self.run_dir = pathlib.Path(run_dir)
+        #: Where training happens (``None``: where the collector's batches are).
+        self.device = _as_device(device)
+        for index, callback in enumerate(callbacks):
+            if not isinstance(callback, Callback):
+                raise TypeError(
+                    f"callbacks[{index}] must be a marlkit.train.callbacks.Callback, got "
+                    f"{type(callback).__name__}: {callback!r}"
+                )
+        #: The callbacks, in the order they are called.
+        self.callbacks: list[Callback] = list(callbacks)
+        #: Why a callback stopped the run (:meth:`stop`); ``None`` while it goes on.
+        self.stop_reason: str | None = None
+        #: Frames collected so far (``end_iteration``'s ``frames``).
+        self.frames = 0
+        #: Batches moved to :attr:`device` by :meth:`batches` (one per batch that was elsewhere).
+        self.batches_moved = 0
+        self._set_up = False
         self.eval_env = eval_env
         self.eval_steps = check_int("eval_steps", eval_steps, low=1)
         self.eval_seed = check_int("eval_seed", eval_seed, low=0, allow_none=True)
@@ -347,6 +410,23 @@ class TrainingRun:
             state["policy"] = self._policy.state_dict()
         return {**state, "rng": rng_state()}
 
+    def _callback_states(self) -> dict[str, Any]:
+        """``{"callbacks": {"<index>:<class>": state}}`` of the callbacks with a
+        ``state_dict``; ``{}`` for none."""
+        states = {
+            callback_name(c, i): c.state_dict()  # type: ignore[attr-defined]
+            for i, c in enumerate(self.callbacks)
+            if callable(getattr(c, "state_dict", None))
+        }
+        return {"callbacks": states} if states else {}
+
+    def _load_callbacks(self, state: Mapping[str, Any]) -> None:
+        saved = state.get("callbacks", {})
+        for index, callback in enumerate(self.callbacks):
+            name = callback_name(callback, index)
+            if name in saved and callable(getattr(callback, "load_state_dict", None)):
+                self._call_one(index, callback, "load_state_dict", saved[name])
+
     def _load_tracked(self, state: Mapping[str, Any]) -> None:
         missing = [name for name in (*self._parts, "rng") if name not in state]
         if missing:
@@ -386,6 +466,7 @@ class TrainingRun:
             self._compare_config(state.get("config"))
             if self._parts:
                 self._load_tracked(state)
+            self._load_callbacks(state)
         elif self.resume:
             _logger.warning(
                 "resuming %s: it holds no checkpoint yet (killed before its first): training "
@@ -395,7 +476,52 @@ class TrainingRun:
         csv = self.logger.csv
         if csv is not None:
             csv.truncate(self.iteration)
+        self._setup()
         return state
+
+    # ------------------------------------------------------------------ callbacks
+    def stop(self, reason: str) -> None:
+        """End the run after the iteration in progress: it is evaluated, logged and
+        checkpointed as a last one, :meth:`batches` yields no more, and the script writes its
+        summary (:meth:`finish`, which records ``reason`` as ``"stopped"``). Callbacks call it
+        (early stopping); a second call keeps the first reason."""
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            _logger.info(
+                "%s: stopping after iteration %d: %s", self.run_dir, self.iteration, reason
+            )
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a callback asked the run to stop (:meth:`stop`)."""
+        return self.stop_reason is not None
+
+    def _call_one(self, index: int, callback: Callback, hook: str, *args: Any) -> None:
+        try:
+            getattr(callback, hook)(*args)
+        except Exception as err:
+            self.close()  # the loggers' files and the folder's lock: nothing left held
+            raise CallbackError(
+                f"callback {callback_name(callback, index)} ({callback!r}) raised in {hook} at "
+                f"iteration {self.iteration}: {type(err).__name__}: {err}; the run's loggers and "
+                f"folder lock are released ({self.run_dir})"
+            ) from err
+
+    def _call(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of every callback with ``(self, *args)``.
+
+        Raises:
+            CallbackError: a callback raised (the run is closed first).
+        """
+        for index, callback in enumerate(self.callbacks):
+            self._call_one(index, callback, hook, self, *args)
+
+    def _setup(self) -> None:
+        if not self._set_up:
+            self._set_up = True
+            self._call("on_setup")
 
     def _compare_config(self, saved: Any) -> None:
         """Warn about every setting that differs from the checkpoint's config (but where the
@@ -428,7 +554,9 @@ class TrainingRun:
 
     # ------------------------------------------------------------------ the loop
     def batches(self, collector: Iterable[TensorDictBase]) -> Iterator[TensorDictBase]:
-        """The collector's batches, each timed from the end of the previous iteration."""
+        """The collector's batches, each timed from the end of the previous iteration, moved
+        to :attr:`device` (once each) and shown to the callbacks (``on_batch_collected``);
+        they end early when a callback stops the run (:meth:`stop`)."""
         self.total_iterations = getattr(collector, "num_batches", None)
         frames, total = getattr(collector, "frames", None), getattr(collector, "total_frames", None)
         # the budget that collected `frames` ended within its last batch: only a total below
@@ -443,18 +571,27 @@ class TrainingRun:
                 total,
                 frames,
             )
+        self._setup()
         self._batch_came = time.perf_counter()
         for batch in collector:
+            if self.device is not None and batch.device != self.device:
+                batch = batch.to(self.device)  # once per batch: minibatches are drawn there
+                self.batches_moved += 1
             now = time.perf_counter()
             self._collection_time = now - self._batch_came
             self._batch_came = now
+            self._call("on_batch_collected", batch)
             yield batch
+            if self.stopped:
+                return
             self._batch_came = time.perf_counter()
 
     @property
     def last(self) -> bool:
-        """Whether the iteration being ended is the collector's last."""
-        return self.total_iterations is not None and self.iteration >= self.total_iterations
+        """Whether the iteration being ended is the last: the collector's last, or a callback
+        stopped the run."""
+        done = self.total_iterations is not None and self.iteration >= self.total_iterations
+        return done or self.stopped
 
     def end_iteration(
         self,
@@ -499,21 +636,25 @@ class TrainingRun:
             **episode_metrics(batch),
             **episode_wins(batch),  # "won": the win rate, for envs with a root won flag
         )
-        last = self.last
-        if last or (self.eval_every and self.iteration % self.eval_every == 0):
+        self.frames = frames
+        self._call("on_train_step", batch, out)  # may add metrics, may stop the run
+        if self.last or (self.eval_every and self.iteration % self.eval_every == 0):
             out.update(self.evaluate(policy, f"eval-{self.iteration:04d}"))
+            self._call("on_evaluation_end", out)  # may stop the run
         self.logger.log(out, step=self.iteration)
-        if last or self.iteration % self.checkpoint_every == 0:
-            self.checkpointer.save(
+        if self.last or self.iteration % self.checkpoint_every == 0:
+            path = self.checkpointer.save(
                 self.iteration,
                 {
                     **(state() if state is not None else self._tracked_state()),
                     "iteration": self.iteration,
                     "time": out["time"],
                     **self._config_entry(),
+                    **self._callback_states(),
                 },
                 buffers=buffers if buffers is not None else self._buffers,
             )
+            self._call("on_checkpoint", path)
         return out
 
     def progress(self, out: Mapping[str, Any]) -> str:
@@ -535,11 +676,12 @@ class TrainingRun:
         ``eval/``; with ``"both"``, the sampled (``"random"``) one prefixed ``eval_random/``."""
         results: dict[str, Evaluation] = {}
         out: dict[str, float] = {}
+        acting = self._evaluated_policy(policy)
         for mode in self.eval_modes:
             first = not results
             results[mode] = evaluate(
                 self.eval_env,
-                policy,
+                acting,
                 steps=self.eval_steps,
                 exploration=mode,
                 video=self.run_dir / "videos" / f"{tag}.mp4" if self.video and first else None,
@@ -553,33 +695,45 @@ class TrainingRun:
         self._evaluated = (self.iteration, results)
         return out
 
+    def _evaluated_policy(self, policy: Policy) -> Policy:
+        """``policy`` as the evaluation env calls it: through a move of each step's data to
+        :attr:`device` and back when the env is elsewhere."""
+        if policy is None or self.device is None or self.eval_env.device == self.device:
+            return policy
+        return _on_device(policy, self.device)
+
     # ------------------------------------------------------------------ the end
     def finish(self, policy: Policy, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Write the summary (trained vs random policy, the curve, the video; see
         :func:`~marlkit.record.summarise_run`) and close the loggers; returns the summary.
 
         The last iteration's evaluation, when it made one, is the summary's ``"trained"`` (and
-        its video the ``rollout.mp4``): the same policy is not evaluated twice."""
+        its video the ``rollout.mp4``): the same policy is not evaluated twice. The callbacks'
+        ``on_train_end`` get the summary; a run a callback stopped has ``"stopped"`` (why) in
+        it."""
         csv = self.logger.csv
         done = (
             self._evaluated[1] if self._evaluated and self._evaluated[0] == self.iteration else {}
         )
+        stopped = {} if self.stop_reason is None else {"stopped": self.stop_reason}
         try:
-            return summarise_run(
+            summary = summarise_run(
                 self.run_dir,
                 self.eval_env,
-                policy,
+                self._evaluated_policy(policy),
                 steps=self.eval_steps,
                 rows=csv.rows() if csv is not None else [],
                 video=self.video,
                 video_envs=self.video_envs,
                 fps=self.fps,
-                info={**dict(info or {}), "iterations": self.iteration},
+                info={**dict(info or {}), "iterations": self.iteration, **stopped},
                 seed=self.eval_seed,
                 exploration=self.eval_exploration,
                 trained=done.get(self.eval_modes[0]),
                 trained_random=done.get("random") if len(self.eval_modes) > 1 else None,
             )
+            self._call("on_train_end", summary)
+            return summary
         finally:
             self.close()
 

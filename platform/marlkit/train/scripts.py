@@ -23,9 +23,11 @@ from marlkit._utils import import_optional
 from marlkit.collectors import CollectorBase, make_collector
 from marlkit.data.exploration import Exploration, set_exploration
 from marlkit.envs import EnvBase, InitTracker, TransformedEnv
+from marlkit.envs.registry import accepted_kwargs
 from marlkit.native import set_threads
 from marlkit.replay import GroupReplayBuffers, ReplayBuffer, Sampler, TensorStorage
 from marlkit.train.builders import make_env
+from marlkit.train.callbacks import check_callbacks, make_callbacks
 from marlkit.train.checkpoint import Checkpointer
 from marlkit.train.config import ConfigError, check_config, env_config
 from marlkit.train.run import TrainingRun
@@ -40,6 +42,7 @@ __all__ = [
     "make_config_collector",
     "open_run",
     "start",
+    "to_training_device",
 ]
 
 #: The evaluation envs' seed is the run's seed plus this: apart from the training envs'
@@ -62,9 +65,12 @@ def start(cfg: Any) -> Callable[[], EnvBase]:
     of the training envs.
 
     Raises:
-        ConfigError: the first key whose value is out of range, named in full.
+        ConfigError: the first key whose value is out of range, named in full; a device this
+            machine lacks (``device=cuda`` without CUDA); a callback that does not resolve or
+            whose arguments do not fit it.
     """
     check_config(cfg)
+    check_callbacks(_plain(cfg.get("callbacks", [])))
     set_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     return env_factory(cfg, cfg.env.num_envs, cfg.seed)
@@ -93,6 +99,7 @@ def env_factory(
     for section, given in (("kwargs", env.kwargs), ("eval_kwargs", env.eval_kwargs)):
         _refuse_own_arguments(section, given)
     kwargs = {**env.kwargs, **(env.eval_kwargs if evaluation else {})}
+    kwargs.update(_env_device(env.name, env.device, kwargs))
     make: Callable[..., TransformedEnv] = make_env  # make_episodic, then env.transforms
     if str(_plain(cfg).get("model", {}).get("memory", "none")) != "none":
         make = functools.partial(_flag_episode_starts, make_env)
@@ -137,6 +144,43 @@ def _refuse_own_arguments(section: str, kwargs: Mapping[str, Any]) -> None:
             )
 
 
+def _env_device(name: str, device: str | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``device`` keyword argument that puts env ``name`` on ``env.device`` (``{}`` for
+    null, or for ``cpu`` with an env that takes no device: it runs there anyway).
+
+    Raises:
+        ConfigError: ``env.device`` other than ``cpu`` for an env that takes no ``device``, or
+            an ``env.kwargs.device`` that says otherwise.
+    """
+    if device is None:
+        return {}
+    given = kwargs.get("device")
+    if given is not None and torch.device(str(given)) != torch.device(device):
+        raise ConfigError(
+            f"env.device={device} and env.kwargs.device={given} disagree: set env.device only"
+        )
+    accepted = accepted_kwargs(name)
+    if accepted is not None and "device" not in accepted:
+        if torch.device(device).type == "cpu":
+            return {}
+        raise ConfigError(
+            f"env.device={device}: env {name!r} takes no device argument (it simulates on the "
+            "cpu): leave env.device out (device=cuda still trains on the GPU, each batch moved "
+            "there once)"
+        )
+    return {"device": device}
+
+
+def to_training_device(cfg: Any, *modules: torch.nn.Module) -> torch.device:
+    """Move ``modules`` (the policy, the losses with their networks and targets; before their
+    optimisers are built) to the config's training ``device`` (``cpu`` for a config without
+    one); returns it."""
+    device = torch.device(str(cfg.get("device", "cpu")))
+    for module in modules:
+        module.to(device)
+    return device
+
+
 def _flag_episode_starts(
     make: Callable[..., TransformedEnv], *args: Any, **kwargs: Any
 ) -> TransformedEnv:
@@ -150,7 +194,8 @@ def make_config_collector(
     cfg: Any, env: EnvBase, env_fn: Callable[[], EnvBase], policy: Any, **kwargs: Any
 ) -> CollectorBase:
     """The collector of ``collector.kind`` (``single`` steps ``env``; the others make their
-    envs with ``env_fn`` in their workers), seeded with ``seed``; ``kwargs`` go to it
+    envs with ``env_fn`` in their workers), seeded with ``seed``, its policy on
+    ``collector.device`` (null: the policy's device); ``kwargs`` go to it
     (``init_random_frames``, ...)."""
     kind = cfg.collector.kind
     source: Any = env if kind == "single" else env_fn  # the single collector takes an env too
@@ -162,6 +207,7 @@ def make_config_collector(
         cfg.collector.total_frames,
         num_workers=cfg.collector.num_workers,
         seed=cfg.seed,
+        **({"device": device} if (device := cfg.collector.get("device")) is not None else {}),
         **kwargs,
     )
 
@@ -188,7 +234,8 @@ def open_run(cfg: Any) -> TrainingRun:
     """The :class:`TrainingRun` of the config: its folder (``run_dir``; ``resume`` goes on with
     it), the evaluation env (``eval.num_envs`` envs with ``env.eval_kwargs``, seeded apart from
     the training envs, the same episodes at every evaluation), the evaluation, checkpoint and
-    logger settings, and the config itself (saved with each checkpoint)."""
+    logger settings, the config itself (saved with each checkpoint), the training ``device``
+    (each batch moved there once) and the ``callbacks``."""
     eval_seed = cfg.seed + EVAL_SEED_OFFSET
     return TrainingRun(
         cfg.run_dir,
@@ -206,6 +253,8 @@ def open_run(cfg: Any) -> TrainingRun:
         backends=_plain(cfg.logger)["backends"],
         project=cfg.logger.project,
         config=_plain(cfg),
+        device=str(cfg.get("device", "cpu")),
+        callbacks=make_callbacks(_plain(cfg.get("callbacks", []))),
     )
 
 
