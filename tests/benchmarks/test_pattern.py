@@ -25,6 +25,7 @@ FLAGS = {
     "adapters_jaxmarl.py": COMMON,
     "collectors.py": COMMON,
     "env_step.py": ("--rounds", "--round-seconds", "--threads"),
+    "gpu_check.py": COMMON,
     "losses.py": COMMON,
     "modules.py": COMMON,
     "mpe_reference.py": (),
