@@ -8,6 +8,8 @@
   exploration off (optionally filmed), and the run's summary next to a random policy.
 * :func:`episode_metrics`, :func:`episode_returns`, :func:`reward_groups`: per-group episode
   rewards of a collector batch.
+* :class:`Callback` (:mod:`marlkit.train.callbacks`): the user's hooks at a run's events;
+  :class:`EarlyStopping`, :class:`MetricRatio` (a custom metric), :class:`CallbackError`.
 * :func:`gradient_steps`: optimiser steps of a loss on a buffer's samples; :func:`update_groups`
   runs them for every group, with :func:`adam_per_group` and :func:`soft_updates`.
 * :mod:`marlkit.train.config`: the scripts' typed configs (the sections of their Hydra
@@ -24,6 +26,7 @@ It builds on :mod:`marlkit.record` (videos, loggers, plots), never the other way
 
 from __future__ import annotations
 
+from marlkit.train.callbacks import Callback, CallbackError, EarlyStopping, MetricRatio
 from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state
 from marlkit.train.episodes import episode_metrics, episode_returns, reward_groups
 from marlkit.train.evaluation import Evaluation, evaluate, summarise_run
@@ -32,10 +35,14 @@ from marlkit.train.run import RunFolderInUse, TrainingRun
 from marlkit.train.updates import adam_per_group, gradient_steps, soft_updates, update_groups
 
 __all__ = [
+    "Callback",
+    "CallbackError",
     "Checkpointer",
+    "EarlyStopping",
     "Evaluation",
     "Experiment",
     "Grid",
+    "MetricRatio",
     "RunFolderInUse",
     "TrainingRun",
     "adam_per_group",
