@@ -15,7 +15,7 @@ import marlkit
 from marlkit.collectors import Collector
 from marlkit.envs import Compose, RewardSum, StepCounter, TransformedEnv
 from marlkit.modules import Categorical as CategoricalDist
-from marlkit.modules import MultiAgentMLP, ProbabilisticActor, StateValueCritic
+from marlkit.modules import MultiAgentMLP, ProbabilisticActor, StateValueCritic, TanhNormal
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import TrainingRun, adam_per_group, update_groups
@@ -90,6 +90,20 @@ def test_to_training_device_moves_every_module():
     assert to_training_device({"device": "meta"}, policy, loss) == torch.device("meta")
     assert policy.weight.device.type == "meta" and loss.bias.device.type == "meta"
     assert to_training_device({}, torch.nn.Linear(1, 1)) == torch.device("cpu")
+
+
+def test_to_training_device_moves_the_bounds_a_distribution_holds():
+    # per-agent bounds (not one number) are tensors of the distribution's fixed arguments, which
+    # nn.Module.to does not move: a TanhNormal on cuda would meet bounds on the cpu
+    actor = ProbabilisticActor(
+        MultiAgentMLP(4, 4, 2, depth=0),
+        group="agents",
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": -torch.ones(2, 2), "high": torch.ones(2, 2)},
+    )
+    to_training_device({"device": "meta"}, torch.nn.ModuleList([actor]))
+    (sampler,) = [m for m in actor.modules() if hasattr(m, "distribution_kwargs")]
+    assert {v.device.type for v in sampler.distribution_kwargs.values()} == {"meta"}
 
 
 # ------------------------------------------------------------------------------ TrainingRun

@@ -174,10 +174,17 @@ def _env_device(name: str, device: str | None, kwargs: Mapping[str, Any]) -> dic
 def to_training_device(cfg: Any, *modules: torch.nn.Module) -> torch.device:
     """Move ``modules`` (the policy, the losses with their networks and targets; before their
     optimisers are built) to the config's training ``device`` (``cpu`` for a config without
-    one); returns it."""
+    one); returns it. The tensors of probabilistic modules' ``distribution_kwargs`` (a
+    ``TanhNormal``'s per-agent bounds) go too: ``nn.Module.to`` does not see them."""
     device = torch.device(str(cfg.get("device", "cpu")))
     for module in modules:
         module.to(device)
+        for sub in module.modules():
+            fixed = getattr(sub, "distribution_kwargs", None)
+            if isinstance(fixed, dict):
+                for name, value in fixed.items():
+                    if isinstance(value, torch.Tensor):
+                        fixed[name] = value.to(device)
     return device
 
 
