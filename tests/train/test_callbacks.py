@@ -145,6 +145,10 @@ def test_early_stopping_ends_the_run_cleanly_with_checkpoint_and_summary(tmp_pat
     resumed.restore()
     resumed.close()
     assert (again.best, again.wait) == (10.0, 2)
+    # resumed as a whole, the stopped run trains no more: it writes its summary again
+    run, summary = loop(tmp_path, [EarlyStopping("train/loss", patience=2)], total=8, resume=True)
+    assert run.iteration == 3 and summary["stopped"].startswith("EarlyStopping: train/loss")
+    assert len(read_metrics(tmp_path / "metrics.csv")) == 3
 
 
 def test_early_stopping_on_an_evaluation_metric_and_a_threshold(tmp_path):

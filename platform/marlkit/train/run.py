@@ -87,7 +87,7 @@ def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 #: The lock file of a run's folder (:func:`_lock_folder`): the first thing a run writes there.
 _LOCK = ".marlkit-run.lock"
 #: The entries a run adds to every checkpoint itself.
-_OWN_ENTRIES = ("rng", "iteration", "time", "config", "policy", "callbacks")
+_OWN_ENTRIES = ("rng", "iteration", "time", "config", "policy", "callbacks", "stopped")
 #: What a run writes into its folder: any of them marks a folder that holds a run (a folder
 #: that Hydra has just made for a mistyped ``resume=`` holds none; a run logging only to
 #: TensorBoard or wandb, killed before its first checkpoint, holds one of those two; a run
@@ -467,6 +467,8 @@ class TrainingRun:
             if self._parts:
                 self._load_tracked(state)
             self._load_callbacks(state)
+            if isinstance(state.get("stopped"), str):  # a callback ended it: nothing to go on with
+                self.stop_reason = state["stopped"]
         elif self.resume:
             _logger.warning(
                 "resuming %s: it holds no checkpoint yet (killed before its first): training "
@@ -484,7 +486,8 @@ class TrainingRun:
         """End the run after the iteration in progress: it is evaluated, logged and
         checkpointed as a last one, :meth:`batches` yields no more, and the script writes its
         summary (:meth:`finish`, which records ``reason`` as ``"stopped"``). Callbacks call it
-        (early stopping); a second call keeps the first reason."""
+        (early stopping); a second call keeps the first reason. The checkpoint keeps it: the
+        run resumed trains no more and writes its summary again."""
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")
         if self.stop_reason is None:
@@ -573,6 +576,14 @@ class TrainingRun:
             )
         self._setup()
         self._batch_came = time.perf_counter()
+        if self.stopped:
+            _logger.warning(
+                "%s was stopped at iteration %d (%s): nothing more is trained",
+                self.run_dir,
+                self.iteration,
+                self.stop_reason,
+            )
+            return
         for batch in collector:
             if self.device is not None and batch.device != self.device:
                 batch = batch.to(self.device)  # once per batch: minibatches are drawn there
@@ -651,6 +662,7 @@ class TrainingRun:
                     "time": out["time"],
                     **self._config_entry(),
                     **self._callback_states(),
+                    **({"stopped": self.stop_reason} if self.stopped else {}),
                 },
                 buffers=buffers if buffers is not None else self._buffers,
             )
