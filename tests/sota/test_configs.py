@@ -35,6 +35,7 @@ SCRIPT_OF = {
     "demo": "mappo_ippo",
     "mappo_fast": "mappo_ippo",
     "mappo_ippo": "mappo_ippo",
+    "mappo_smax": "mappo_ippo",
     "qmix_vdn": "qmix_vdn",
     "qmix_mpe": "qmix_vdn",
     "qmix_lbf": "qmix_vdn",

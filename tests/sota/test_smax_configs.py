@@ -1,0 +1,74 @@
+"""``configs/mappo_smax.yaml`` (issue 38): JaxMARL's SMAX MAPPO recipe in marlkit's keys, and a
+run on native SMAX that logs its win rates (training, greedy and sampled evaluations)."""
+
+from __future__ import annotations
+
+import pytest
+
+from marlkit.record import read_metrics
+from marlkit.train.config import check_config
+
+from ._scripts import run, summary
+from .test_configs import _compose
+
+#: JaxMARL's baselines/MAPPO/config/mappo_homogenous_rnn_smax.yaml (commit c793d09)
+JAXMARL = {
+    "NUM_ENVS": 128,
+    "NUM_STEPS": 128,
+    "GRU_HIDDEN_DIM": 128,
+    "FC_DIM_SIZE": 128,
+    "UPDATE_EPOCHS": 4,
+    "NUM_MINIBATCHES": 4,
+    "LR": 0.002,
+    "MAX_GRAD_NORM": 0.25,
+    "GAMMA": 0.99,
+    "GAE_LAMBDA": 0.95,
+    "CLIP_EPS": 0.2,
+    "ENT_COEF": 0.0,
+    "VF_COEF": 0.5,
+}
+
+
+def test_mappo_smax_is_jaxmarls_recipe_in_marlkits_keys():
+    cfg = _compose("mappo_smax")
+    check_config(cfg)
+    j = JAXMARL
+    assert cfg.env.name == "smax/3m" and cfg.env.num_envs == j["NUM_ENVS"]
+    assert cfg.collector.frames_per_batch == j["NUM_ENVS"] * j["NUM_STEPS"]
+    assert cfg.collector.total_frames % cfg.collector.frames_per_batch == 0
+    assert cfg.model.memory == "gru" and cfg.model.memory_hidden == j["GRU_HIDDEN_DIM"]
+    assert cfg.model.seq_len == j["NUM_STEPS"]  # whole rows, as JaxMARL replays them
+    assert cfg.policy.num_cells == cfg.critic.num_cells == j["FC_DIM_SIZE"]
+    assert cfg.critic.centralised
+    assert cfg.train.epochs == j["UPDATE_EPOCHS"]
+    assert cfg.train.minibatch_size * j["NUM_MINIBATCHES"] == cfg.collector.frames_per_batch
+    assert (cfg.train.lr, cfg.train.max_grad_norm) == (j["LR"], j["MAX_GRAD_NORM"])
+    assert (cfg.loss.gamma, cfg.loss.lmbda) == (j["GAMMA"], j["GAE_LAMBDA"])
+    assert (cfg.loss.clip_epsilon, cfg.loss.entropy_coef) == (j["CLIP_EPS"], j["ENT_COEF"])
+    assert cfg.loss.critic_coef == j["VF_COEF"] and cfg.loss.loss_critic_type == "l2"
+    assert cfg.loss.normalize_advantage  # JaxMARL normalises each minibatch's advantages
+    for env in ("smax/2s3z", "smax/5m_vs_6m"):
+        check_config(_compose("mappo_smax", [f"env={env}"]))
+
+
+@pytest.mark.slow  # one small batch of a recurrent MAPPO and three evaluations: ~20 s
+def test_mappo_smax_logs_training_greedy_and_sampled_win_rates(tmp_path):
+    budget = [
+        "env.num_envs=4",
+        "collector.frames_per_batch=256",  # 4 envs x 64 steps
+        "collector.total_frames=512",
+        "model.seq_len=32",
+        "train.minibatch_size=128",
+        "train.epochs=1",
+        "eval.exploration=both",
+        "eval.num_envs=4",
+    ]
+    out = run("mappo_ippo", tmp_path, budget, config="mappo_smax").stdout
+    assert "iteration 2: frames 512" in out
+    info = summary(tmp_path)
+    for section in ("trained", "trained_random", "random"):
+        assert 0.0 <= info[section]["won"] <= 1.0
+    last = read_metrics(tmp_path / "metrics.csv")[-1]
+    assert last["eval/won"] == info["trained"]["won"]
+    assert last["eval_random/won"] == info["trained_random"]["won"]
+    assert 0.0 <= last["won"] <= 1.0  # episodes of 64 steps ended in the batch (at most 100)
