@@ -72,3 +72,28 @@ def test_mappo_smax_logs_training_greedy_and_sampled_win_rates(tmp_path):
     assert last["eval/won"] == info["trained"]["won"]
     assert last["eval_random/won"] == info["trained_random"]["won"]
     assert 0.0 <= last["won"] <= 1.0  # episodes of 64 steps ended in the batch (at most 100)
+
+
+def test_qmix_smax_mixes_on_the_world_state_and_picks_only_allowed_actions():
+    from marlkit.data.exploration import set_exploration
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _script_module
+
+    cfg = _compose("qmix_smax")
+    check_config(cfg)
+    assert cfg.env.name == "smax/3m" and cfg.loss.mixer_state == "state"
+    assert cfg.model.memory == "gru" and cfg.model.seq_len * cfg.env.num_envs == 800
+    assert cfg.collector.frames_per_batch == 800 and cfg.train.minibatch_size == 32 * 100
+    module = _script_module("qmix_vdn")
+    env = env_factory(cfg, 4, seed=0)()
+    policy = module.make_policy(env, cfg)
+    mixer = module.make_mixer(env, "ally", cfg.loss)
+    assert "state" in mixer.in_keys
+    td = env.reset()
+    for mode in ("random", "deterministic") * 10:  # exploring (eps = 1 at first) and greedy
+        with set_exploration(mode):
+            td = policy(td)
+        allowed = td["ally", "action_mask"].gather(-1, td["ally", "action"][..., None])
+        assert allowed.all(), mode
+        td = env.step(td)["next"]
