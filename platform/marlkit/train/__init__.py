@@ -19,6 +19,8 @@
   several scripts build alike.
 * :class:`Experiment`, :class:`Grid`: task x algorithm x seed grids of the scripts' runs, on
   local processes or Ray, resumable (:mod:`marlkit.train.experiment`, ``docs/experiments.md``).
+* :func:`load_results`, :func:`write_report`: a grid's results and their statistics (rliable),
+  marl-eval JSON and report (:mod:`marlkit.train.report`, ``docs/statistics.md``).
 
 It builds on :mod:`marlkit.record` (videos, loggers, plots), never the other way round. See
 ``docs/training.md``.
@@ -31,6 +33,7 @@ from marlkit.train.checkpoint import Checkpointer, rng_state, set_rng_state
 from marlkit.train.episodes import episode_metrics, episode_returns, reward_groups
 from marlkit.train.evaluation import Evaluation, evaluate, summarise_run
 from marlkit.train.experiment import Experiment, Grid
+from marlkit.train.report import load_results, write_report
 from marlkit.train.run import RunFolderInUse, TrainingRun
 from marlkit.train.updates import adam_per_group, gradient_steps, soft_updates, update_groups
 
@@ -50,10 +53,12 @@ __all__ = [
     "episode_returns",
     "evaluate",
     "gradient_steps",
+    "load_results",
     "reward_groups",
     "rng_state",
     "set_rng_state",
     "soft_updates",
     "summarise_run",
     "update_groups",
+    "write_report",
 ]

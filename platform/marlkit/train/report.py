@@ -59,7 +59,7 @@ from numpy.typing import NDArray
 
 from marlkit._checks import check_int, check_real
 from marlkit._utils import import_optional
-from marlkit.record import plot_with_bands, read_metrics
+from marlkit.record import read_metrics
 
 __all__ = [
     "AGGREGATES",
@@ -770,6 +770,34 @@ def _plot_aggregates(agg: Mapping[str, Mapping[str, Interval]], path: pathlib.Pa
     figure.savefig(path)
 
 
+def _plot_curves(
+    curves: Mapping[str, tuple[NDArray[np.float64], Interval]],
+    path: pathlib.Path,
+    task: str,
+    metric: str,
+) -> None:
+    figure, ax = _figure("the report")
+    for i, (algo, (x, est)) in enumerate(curves.items()):
+        # markers and error bars too: a run evaluated only at its end is one point
+        ax.errorbar(
+            x,
+            est.point,
+            yerr=[est.point - est.low, est.high - est.point],
+            fmt="-o",
+            markersize=3,
+            capsize=3,
+            label=algo,
+            color=f"C{i}",
+        )
+        ax.fill_between(x, est.low, est.high, alpha=0.2, color=f"C{i}")
+    ax.set_title(task)
+    ax.set_xlabel("frames")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    figure.savefig(path)
+
+
 def _plot_profiles(
     taus: NDArray[np.float64], profiles: Mapping[str, Interval], path: pathlib.Path
 ) -> None:
@@ -913,13 +941,7 @@ def write_report(
             notes.append(f"no curve for {task}: {err}")
             continue
         name = f"curve-{i}-{_file_name(task)}.png"
-        plot_with_bands(
-            {a: (x, est.point, est.low, est.high) for a, (x, est) in curves.items()},
-            figures / name,
-            xlabel="frames",
-            ylabel=task_metric,
-            title=task,
-        )
+        _plot_curves(curves, figures / name, task, task_metric)
         images.append((f"{task}: evaluation {task_metric}, mean over seeds", f"report/{name}"))
     header = ["task", "metric", *algos]
     tables.append(("Final score per task: mean over seeds [interval] (seeds)", header, final_rows))
