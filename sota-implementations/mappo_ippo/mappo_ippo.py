@@ -59,6 +59,7 @@ from marlkit.train.config import (
     check_real,
     register_schema,
 )
+from marlkit.train.precision import set_precision
 from marlkit.train.scripts import (
     finish,
     group_buffers,
@@ -314,6 +315,7 @@ def main(cfg: DictConfig) -> None:
     )
     to_training_device(cfg, policy, losses, *gaes.values())  # `device`, before the optimisers
     optims = adam_per_group(losses, cfg.train.lr)
+    precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
     # train.compile: the loss's forward and backward through torch.compile (inductor), the
     # same parameters; compiled on the first minibatch
     loss_fns = {g: torch.compile(losses[g]) if cfg.train.compile else losses[g] for g in groups}
@@ -363,6 +365,7 @@ def main(cfg: DictConfig) -> None:
     # --- the end: the trained policy next to a random one, the curve, summary.json
     variant = "MAPPO" if cfg.critic.centralised else "IPPO"
     info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
+    info["precision"] = precision  # bf16, or fp32 where the hardware has no bf16
     print("\n".join(finish(run, policy, collector, info)))
 
 

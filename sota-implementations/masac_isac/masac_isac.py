@@ -46,6 +46,7 @@ from marlkit.train.config import (
     check_real,
     register_schema,
 )
+from marlkit.train.precision import set_precision
 from marlkit.train.scripts import (
     finish,
     group_buffers,
@@ -151,6 +152,7 @@ def main(cfg: DictConfig) -> None:
     to_training_device(cfg, policy, losses)  # `device`, before the optimisers
     updaters = soft_updates(losses, cfg.loss.tau)
     optims = adam_per_group(losses, cfg.train.lr)
+    precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
     sampler = functools.partial(RandomSampler, seed=cfg.seed)
     buffers = group_buffers(groups, cfg.buffer.size, sampler, cfg.train.minibatch_size)
     random_frames = cfg.collector.init_random_frames  # collected with random actions first
@@ -187,6 +189,7 @@ def main(cfg: DictConfig) -> None:
     # --- the end: the trained policy next to a random one, the curve, summary.json
     variant = "MASAC" if cfg.critic.centralised else "ISAC"
     info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
+    info["precision"] = precision  # bf16, or fp32 where the hardware has no bf16
     print("\n".join(finish(run, policy, collector, info)))
 
 

@@ -41,6 +41,7 @@ from marlkit.collectors import CollectorKind
 from marlkit.envs.transforms import make_transforms
 from marlkit.record.loggers import Backend
 from marlkit.train.evaluation import EVAL_EXPLORATIONS
+from marlkit.train.precision import PRECISIONS
 
 __all__ = [
     "ActorCriticRunConfig",
@@ -303,11 +304,16 @@ class TrainConfig:
     """Adam's learning rate."""
     max_grad_norm: float = MISSING
     """Gradients are clipped to this norm (a negative one would flip every update)."""
+    precision: str = "fp32"
+    """``fp32`` or ``bf16``: the networks' forward passes in the gradient steps under bf16
+    autocast, weights, optimiser and loss maths in fp32 (:mod:`marlkit.train.precision`);
+    fp32 with a warning where the hardware has no bf16."""
 
     def __post_init__(self) -> None:
         check_int("minibatch_size", self.minibatch_size, low=1)
         check_real("lr", self.lr)
         check_real("max_grad_norm", self.max_grad_norm)
+        check_choice("precision", self.precision, PRECISIONS)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from marlkit.modules import EGreedy, QValueActor, annealing_steps
 from marlkit.modules.rnn import recurrent_network, set_recurrent_mode
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train.builders import q_actor
+from marlkit.train.precision import set_precision
 from marlkit.train.scripts import finish, group_buffers, loss_keys, make_config_collector, open_run
 from marlkit.train.sequences import split_sequences
 from marlkit.train.updates import adam_per_group, soft_updates, update_groups
@@ -102,6 +103,7 @@ def train_q_learning(
     explorers = {g: cast(EGreedy, explorer) for g, explorer in zip(groups, policy.module)}
     updaters = soft_updates(losses, cfg.loss.tau)
     optims = adam_per_group(losses, cfg.train.lr)
+    precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
     frames = cfg.collector.frames_per_batch
     recurrent = _memory(cfg) != "none"
     per_item = cfg.model.seq_len if recurrent else 1  # items: windows of seq_len steps
@@ -156,4 +158,5 @@ def train_q_learning(
         print(run.progress(out), flush=True)
 
     info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
+    info["precision"] = precision  # bf16, or fp32 where the hardware has no bf16
     return finish(run, policy, collector, info)

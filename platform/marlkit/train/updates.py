@@ -13,6 +13,7 @@ from tensordict import TensorDictBase
 from marlkit._checks import check_int, check_real
 from marlkit.objectives import SoftUpdate
 from marlkit.replay import GroupReplayBuffers
+from marlkit.train.precision import autocast_scope
 
 __all__ = ["adam_per_group", "gradient_steps", "soft_updates", "update_groups"]
 
@@ -65,7 +66,8 @@ def gradient_steps(
     params = [p for group in optim.param_groups for p in group["params"]]
     sums: dict[str, torch.Tensor] = {}
     for _ in range(steps):
-        terms = loss(sample())
+        with autocast_scope():  # the networks set_precision hooked run in bf16 here, only here
+            terms = loss(sample())
         optim.zero_grad()
         objective(terms).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
