@@ -8,6 +8,7 @@ Q-network, loss and replay buffer per agent group.
     python sota-implementations/iql/iql.py loss.double_dqn=true
     python sota-implementations/iql/iql.py collector=multisync
     python sota-implementations/iql/iql.py resume=runs/iql/<stamp>
+    python sota-implementations/iql/iql.py model.kind=gnn                     # another encoder
 
 The recipe (``configs/iql.yaml``) is that of ``qmix_vdn.py`` without a mixer (TorchRL's
 ``multiagent/iql.py`` at a CPU budget): per batch of 60 envs x 100 steps, a replay buffer
@@ -30,13 +31,12 @@ from tensordict.nn import TensorDictSequential
 from marlkit.envs import EnvBase
 from marlkit.objectives import DQNLoss
 from marlkit.train.config import QLearningRunConfig, register_schema
-from marlkit.train.q_learning import egreedy_q_policy, train_q_learning
+from marlkit.train.q_learning import QModelConfig, egreedy_q_policy, train_q_learning
 from marlkit.train.scripts import (
     load_policy,
     start,
     to_training_device,
 )
-from marlkit.train.sequences import MemoryConfig
 
 
 @dataclass
@@ -44,8 +44,9 @@ class IqlConfig(QLearningRunConfig):
     """The keys of ``configs/iql.yaml``, their types and ranges (checked before anything runs):
     the Q-learning procedure's, with no mixer, and memory."""
 
-    model: MemoryConfig = field(default_factory=MemoryConfig)
-    """Memory in the agents' Q-network (``model.memory=gru``: PyMARL's recurrent agents)."""
+    model: QModelConfig = field(default_factory=QModelConfig)
+    """Memory in the agents' Q-network (``model.memory=gru``: PyMARL's recurrent agents) and
+    its encoder (``model.kind=cnn|deepsets|attention|gnn``)."""
 
 
 register_schema("iql_schema", IqlConfig)

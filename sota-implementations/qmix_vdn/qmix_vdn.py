@@ -10,6 +10,8 @@ and replay buffer per agent group.
     python sota-implementations/qmix_vdn/qmix_vdn.py collector=multisync
     python sota-implementations/qmix_vdn/qmix_vdn.py resume=runs/qmix_vdn/<stamp>
     python sota-implementations/qmix_vdn/qmix_vdn.py model.memory=gru model.memory_hidden=64
+    python sota-implementations/qmix_vdn/qmix_vdn.py model.kind=gnn                # another encoder
+    python sota-implementations/qmix_vdn/qmix_vdn.py --config-name qmix_lbf        # EPyMARL's QMIX
 
 The recipe (``configs/qmix_vdn.yaml``) is TorchRL's ``multiagent/qmix_vdn.py`` at a CPU budget:
 per batch of 60 envs x 100 steps, a replay buffer holding that one batch, ``epochs`` passes of
@@ -40,13 +42,12 @@ from marlkit.train.config import (
     check_int,
     register_schema,
 )
-from marlkit.train.q_learning import egreedy_q_policy, train_q_learning
+from marlkit.train.q_learning import QModelConfig, egreedy_q_policy, train_q_learning
 from marlkit.train.scripts import (
     load_policy,
     start,
     to_training_device,
 )
-from marlkit.train.sequences import MemoryConfig
 
 
 @dataclass
@@ -75,8 +76,9 @@ class QmixVdnConfig(QLearningRunConfig):
 
     loss: QmixVdnLossConfig = MISSING
     """The mixer and the loss."""
-    model: MemoryConfig = field(default_factory=MemoryConfig)
-    """Memory in the agents' Q-network (``model.memory=gru``: PyMARL's recurrent agents)."""
+    model: QModelConfig = field(default_factory=QModelConfig)
+    """Memory in the agents' Q-network (``model.memory=gru``: PyMARL's recurrent agents) and
+    its encoder (``model.kind=cnn|deepsets|attention|gnn``)."""
 
 
 register_schema("qmix_vdn_schema", QmixVdnConfig)  # configs/qmix_vdn.yaml's defaults
@@ -104,9 +106,10 @@ def make_mixer(env: EnvBase, group: str, cfg: DictConfig) -> Mixer:
     if cfg.mixer == "vdn":
         return VDNMixer(n_agents, group=group)
     if cfg.mixer_state == "observation":
-        obs = env.observation_spec[group, "observation"].shape[-1]
+        # [n, *obs]: vectors, or images and grids (model.kind=cnn) flattened by the mixer
+        obs = env.observation_spec[group, "observation"].shape[len(env.batch_size) :]
         return QMixer(
-            (n_agents, obs),
+            tuple(obs),
             cfg.mixing_embed_dim,
             n_agents,
             group=group,

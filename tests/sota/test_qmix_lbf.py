@@ -1,5 +1,6 @@
 """``configs/qmix_lbf.yaml``: QMIX on LBF with EPyMARL's QMIX hyperparameters (its
-``src/config/algs/qmix.yaml`` and ``default.yaml``) in marlkit's keys, and a run of it."""
+``src/config/algs/qmix.yaml`` and ``default.yaml``) in marlkit's keys, and a run of it (VDN:
+``loss.mixer=vdn``, EPyMARL's ``algs/vdn.yaml`` differing only there)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ def test_qmix_lbf_has_epymarls_qmix_hyperparameters():
     cfg = _compose("qmix_lbf")
     assert cfg.env.name == "lbforaging/Foraging-8x8-2p-2f-coop-v3"
     assert cfg.env.kwargs.time_limit == 50 and cfg.env.kwargs.common_reward
-    # a recurrent agent of 64 units: fc1, the GRU, fc2 (EPyMARL's RNNAgent), whole episodes
-    assert (cfg.model.memory, cfg.model.memory_hidden, cfg.policy.depth) == ("gru", 64, 0)
-    assert cfg.model.seq_len == cfg.env.kwargs.time_limit and cfg.model.burn_in == 0
+    # EPyMARL's RNNAgent with use_rnn: False (algs/qmix.yaml, vdn.yaml): fc1, fc, fc2 of 64
+    assert (cfg.model.memory, cfg.model.kind) == ("none", "mlp")
+    assert (cfg.policy.depth, cfg.policy.num_cells, cfg.policy.share_params) == (2, 64, True)
+    # standardise_rewards: True
+    assert cfg.loss.standardise_rewards
     # lr 5e-4, grad norm 10, gamma 0.99, double Q, mixing embedding 32
     assert (cfg.train.lr, cfg.train.max_grad_norm, cfg.loss.gamma) == (5e-4, 10.0, 0.99)
     assert cfg.loss.double_dqn and cfg.loss.mixer == "qmix" and cfg.loss.mixing_embed_dim == 32
@@ -53,7 +56,8 @@ def test_qmix_lbf_runs(tmp_path):
     out = run("qmix_vdn", run_dir, budget, config="qmix_lbf").stdout
     assert "iteration 2: frames 200" in out
     rows = read_metrics(run_dir / "metrics.csv")
-    assert [r["replay/agents/size"] for r in rows] == [2, 4]  # windows of one episode each
+    assert [r["replay/agents/size"] for r in rows] == [100, 200]  # steps
+    assert all(r["train/agents/reward_std"] > 0 for r in rows)  # rewards standardised
     info = summary(run_dir)
     assert info["env"] == "lbforaging/Foraging-8x8-2p-2f-coop-v3" and info["frames"] == 200
     assert info["trained"]["episode_length"] == 50.0

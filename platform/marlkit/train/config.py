@@ -549,6 +549,9 @@ class QLossConfig(TargetLossConfig):
     double_dqn: bool = MISSING
     """The target's action from the online network (argmax), its value from the target
     network; false: both from the target network (TorchRL's default)."""
+    standardise_rewards: bool = False
+    """Rewards standardised by their running mean and variance over the minibatches trained
+    on (EPyMARL's ``standardise_rewards``, on in its QMIX, VDN and IQL configs)."""
 
 
 @dataclass

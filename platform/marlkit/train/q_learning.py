@@ -12,26 +12,57 @@ recurrent_network`, the buffers hold windows of ``model.seq_len`` steps (``buffe
 and ``train.minibatch_size`` still count steps), and the losses run in recurrent mode: the
 online and the target network unrolled over each window, the targets one step on from the
 target network's states.
+
+With ``loss.standardise_rewards`` (EPyMARL's ``standardise_rewards``, on in its QMIX, VDN and
+IQL configs) each group's loss reads its minibatch's rewards standardised by a
+:class:`~marlkit.objectives.standardise.RewardStandardiser`, whose running mean and variance
+every minibatch updates first and the checkpoints save.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 from tensordict.nn import TensorDictSequential
 
+from marlkit.data.keys import NEXT, REWARD
 from marlkit.envs import EnvBase
 from marlkit.modules import EGreedy, QValueActor, annealing_steps
+from marlkit.modules.models import MODEL_KINDS
 from marlkit.modules.rnn import recurrent_network, set_recurrent_mode
+from marlkit.objectives.standardise import RewardStandardiser
 from marlkit.replay import SamplerWithoutReplacement
-from marlkit.train.builders import q_actor
+from marlkit.train.builders import encoder_network, q_actor
+from marlkit.train.config import check_choice
 from marlkit.train.precision import set_precision
 from marlkit.train.scripts import finish, group_buffers, loss_keys, make_config_collector, open_run
-from marlkit.train.sequences import split_sequences
+from marlkit.train.sequences import MemoryConfig, split_sequences
 from marlkit.train.updates import adam_per_group, soft_updates, update_groups
 
-__all__ = ["egreedy_q_policy", "train_q_learning"]
+__all__ = ["QModelConfig", "egreedy_q_policy", "reward_standardisers", "train_q_learning"]
+
+
+@dataclass
+class QModelConfig(MemoryConfig):
+    """``model`` of the Q-learning scripts: memory in the agents' Q-network (see
+    :class:`~marlkit.train.sequences.MemoryConfig`) and its encoder."""
+
+    kind: str = "mlp"
+    """The Q-network's encoder: ``mlp`` (the ``policy`` MLP), ``cnn``, ``deepsets``,
+    ``attention`` or ``gnn`` (:class:`marlkit.modules.ModelConfig`'s kinds, with its defaults
+    for the encoder's own sizes), then ``policy.depth`` layers of ``policy.num_cells`` (or,
+    with ``memory``, the cell and a linear head) to one value per action."""
+    inputs: list[str] | None = None
+    """The group's entries the encoder reads in place of its observation (e.g. SMAX's
+    ``[entities, own]`` with ``kind=deepsets``); see :class:`marlkit.modules.ModelConfig`."""
+    entity_mask: str | None = None
+    """The group's bool entry masking the entity sets (e.g. SMAX's ``entity_mask``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("kind", self.kind, MODEL_KINDS)
 
 
 def egreedy_q_policy(env: EnvBase, cfg: Any, algorithm: str) -> TensorDictSequential:
@@ -58,13 +89,30 @@ def _memory(cfg: Any) -> str:
     return str(cfg.get("model", {}).get("memory", "none"))
 
 
+def _kind(cfg: Any) -> str:
+    """``model.kind`` (``mlp`` for configs without it)."""
+    return str(cfg.get("model", {}).get("kind", "mlp"))
+
+
 def _q_network(env: EnvBase, group: str, cfg: Any, algorithm: str) -> QValueActor:
     """:func:`~marlkit.train.builders.q_actor` (which refuses continuous actions, naming
-    ``algorithm``), or with ``model.memory`` the recurrent Q-network of the same size."""
+    ``algorithm``), or with ``model.memory`` the recurrent Q-network of the same size, or with
+    ``model.kind`` another encoder (:func:`~marlkit.train.builders.encoder_network`; a kind
+    the observations do not fit is refused, naming the entry and the shape it reads)."""
     actor = q_actor(env, group, cfg.policy, algorithm)
+    spec = env.action_spec[group, "action"]
+    if _kind(cfg) != "mlp":
+        network = encoder_network(
+            env,
+            group,
+            cfg.policy,
+            cfg.model,
+            n_outputs=actor.n_actions or spec.n,
+            out_keys=[actor.action_value_key],
+        )
+        return QValueActor(network, group=group, spec=spec)
     if _memory(cfg) == "none":
         return actor
-    spec = env.action_spec[group, "action"]
     network = recurrent_network(
         env.observation_spec[group, "observation"].shape[-1],
         actor.n_actions or spec.n,
@@ -78,6 +126,28 @@ def _q_network(env: EnvBase, group: str, cfg: Any, algorithm: str) -> QValueActo
         num_cells=cfg.policy.num_cells,
     )
     return QValueActor(network, group=group, spec=spec)
+
+
+def reward_standardisers(losses: torch.nn.ModuleDict) -> torch.nn.ModuleDict:
+    """Per group, a :class:`~marlkit.objectives.standardise.RewardStandardiser` of the reward
+    entries its loss reads (``("next", ..., "reward")`` among its ``in_keys``)."""
+    return torch.nn.ModuleDict(
+        {
+            group: RewardStandardiser(
+                [
+                    key
+                    for key in loss.in_keys
+                    if isinstance(key, tuple) and key[0] == NEXT and key[-1] == REWARD
+                ]
+            )
+            for group, loss in losses.items()
+        }
+    )
+
+
+def _standardised(loss: Any, standardise: RewardStandardiser) -> Any:
+    """``loss`` reading its input's rewards standardised (the statistics updated first)."""
+    return lambda td: loss(standardise(td))
 
 
 def train_q_learning(
@@ -95,7 +165,7 @@ def train_q_learning(
     contents (``buffer.capacity`` items), then each group takes ``train.epochs`` passes of
     ``frames_per_batch // train.minibatch_size`` Adam steps (``train.lr``, gradient norm
     clipped to ``train.max_grad_norm``), each followed by a soft target update
-    (``loss.tau``); eps anneals by the batch's frames; the run logs, evaluates (greedy) and
+    (``loss.tau``), its rewards standardised first with ``loss.standardise_rewards``; eps anneals by the batch's frames; the run logs, evaluates (greedy) and
     checkpoints (networks, optimisers, eps, buffers, collector). ``variant`` goes to
     ``summary.json``.
     """
@@ -115,6 +185,10 @@ def train_q_learning(
     )
     # with memory, the losses unroll the networks over windows (recurrent mode)
     loss_fns = {g: set_recurrent_mode(recurrent)(loss) for g, loss in losses.items()}
+    standardisers = reward_standardisers(losses)
+    standardise = bool(cfg.loss.get("standardise_rewards", False))
+    if standardise:  # EPyMARL's standardise_rewards: running statistics of the sampled rewards
+        loss_fns = {g: _standardised(fn, standardisers[g]) for g, fn in loss_fns.items()}
     collector = make_config_collector(cfg, env, env_fn, policy)
 
     run = open_run(cfg)
@@ -125,6 +199,7 @@ def train_q_learning(
             "exploration": torch.nn.ModuleDict(explorers),
             "optims": optims,
             "collector": collector,
+            **({"reward_standardisers": standardisers} if standardise else {}),
         },
         buffers={"replay": buffers},
         policy=policy,
@@ -141,6 +216,13 @@ def train_q_learning(
             buffers.extend(data.reshape(-1))
         metrics = {"eps": float(explorers[groups[0]].eps)}  # this batch's
         metrics.update({f"replay/{g}/size": len(buffers[g]) for g in groups})
+        if standardise:  # the scale the losses' rewards are divided by
+            metrics.update(
+                {
+                    f"train/{g}/reward_std": float(s.stats.var.sqrt())
+                    for g, s in standardisers.items()
+                }
+            )
         clip = cfg.train.max_grad_norm
         metrics |= update_groups(
             loss_fns,  # the losses, in their mode

@@ -1,0 +1,105 @@
+"""The Q-learning scripts' ``model.kind`` (issue 37: an encoder per observation kind, as
+MAPPO's, through ``marlkit.train.builders.encoder_network``) and ``loss.standardise_rewards``
+(EPyMARL's running reward statistics, carried by the checkpoints)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from marlkit.record import read_metrics
+from marlkit.train.checkpoint import Checkpointer
+from marlkit.train.config import ConfigError, check_config
+
+from ._scripts import ALGORITHMS, run
+from .test_configs import _compose, _script_module
+
+SMAX_SETS = ("model.kind=deepsets", "model.inputs=[entities,own]", "model.entity_mask=entity_mask")
+
+
+def _policy_and_losses(name: str, overrides: list[str]):
+    """The script's policy and per-group losses, built from its composed config."""
+    from marlkit.train.scripts import env_factory
+
+    cfg = _compose(name, overrides)
+    check_config(cfg)
+    module = _script_module(name)
+    env = env_factory(cfg, 3, seed=0)()
+    return env, cfg, module, module.make_policy(env, cfg)
+
+
+def test_qmix_reads_navigation_through_a_gnn_and_its_mixer_trains_on_it():
+    from marlkit.modules.graph import MultiAgentGNN
+    from marlkit.objectives import QMixerLoss
+
+    env, cfg, module, policy = _policy_and_losses("qmix_vdn", ["model.kind=gnn"])
+    assert any(isinstance(m, MultiAgentGNN) for m in policy.modules())
+    td = env.rollout(4, policy)  # [3 envs, 4 steps], eps-greedy actions of the GNN's values
+    assert td["agents", "action_value"].shape == (3, 4, 3, 5)
+    q_net = policy.module[0].module
+    loss = QMixerLoss(q_net, module.make_mixer(env, "agents", cfg.loss), gamma=0.9)
+    terms = loss(td.reshape(-1))
+    terms["loss"].backward()
+    grads = [
+        p.grad for m in q_net.modules() if isinstance(m, MultiAgentGNN) for p in m.parameters()
+    ]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_iql_reads_smax_unit_lists_as_sets_and_acts_within_the_mask():
+    from marlkit.modules.entities import DeepSets
+
+    env, _, _, policy = _policy_and_losses("iql", ["env=smax/3m", *SMAX_SETS])
+    assert any(isinstance(m, DeepSets) for m in policy.modules())
+    assert ("ally", "observation") not in policy.in_keys
+    td = env.reset()
+    for _ in range(4):
+        td = policy(td)
+        allowed = td["ally", "action_mask"].gather(-1, td["ally", "action"][..., None])
+        assert allowed.all()
+        td = env.step(td)["next"]
+
+
+def test_a_kind_the_observation_does_not_fit_is_refused_naming_the_key():
+    match = r"model=cnn expects observations \[\*B, n, C, H, W\]; got observation \[\*B, 3, "
+    for name in ("qmix_vdn", "iql"):
+        with pytest.raises(ValueError, match=match):
+            _policy_and_losses(name, ["model.kind=cnn"])
+    with pytest.raises(ConfigError, match=r"model.kind must be one of \['mlp', 'cnn'"):
+        _policy_and_losses("qmix_vdn", ["model.kind=transformer"])
+
+
+@pytest.mark.slow  # two script runs: about 25 s on 2 loaded cores
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("qmix_vdn", ("model.kind=gnn", "model.memory=gru", "model.memory_hidden=8")),
+        ("iql", ("env=smax/3m", "env.num_envs=8", *SMAX_SETS)),
+    ],
+)
+def test_each_q_script_trains_an_iteration_with_another_encoder(tmp_path, name, kind):
+    budget = (*ALGORITHMS[name].budget, "collector.total_frames=400", "eval.video=false")
+    extra = ("env.max_steps=25",) if name == "qmix_vdn" else ("model.seq_len=5",)
+    out = run(name, tmp_path / "run", (*budget, *kind, *extra)).stdout
+    assert "iteration 1: frames 400" in out
+    last = read_metrics(tmp_path / "run" / "metrics.csv")[-1]
+    group = "agents" if name == "qmix_vdn" else "ally"
+    assert abs(last[f"train/{group}/loss"]) < float("inf")
+
+
+@pytest.mark.slow  # a run and its resumption: about 25 s on 2 loaded cores
+def test_standardised_rewards_are_logged_and_their_statistics_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    budget = (*ALGORITHMS["qmix_vdn"].budget, "eval.video=false", "loss.standardise_rewards=true")
+    run("qmix_vdn", run_dir, budget)
+    state = Checkpointer(run_dir / "checkpoints").load()
+    stats = {k: v for k, v in state["reward_standardisers"].items() if k.endswith("count")}
+    # 2 iterations x 2 epochs x (400 // 200) minibatches of 200 steps x 3 agents, pooled
+    assert float(stats["agents.stats.count"]) == pytest.approx(2 * 4 * 200 * 3 + 1e-4)
+    rows = read_metrics(run_dir / "metrics.csv")
+    assert all(r["train/agents/reward_std"] > 0 for r in rows)
+    more = (*budget, "collector.total_frames=1200", f"resume={run_dir}")
+    run("qmix_vdn", run_dir, more)
+    state = Checkpointer(run_dir / "checkpoints").load()
+    count = state["reward_standardisers"]["agents.stats.count"]
+    assert float(count) == pytest.approx(3 * 4 * 200 * 3 + 1e-4)  # went on, not restarted
