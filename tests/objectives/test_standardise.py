@@ -74,7 +74,7 @@ def test_state_dict_carries_the_statistics():
 
 def test_bad_values_are_refused_naming_what_was_wrong():
     stats = RunningMeanStd()
-    with pytest.raises(TypeError, match="floating-point tensor, got torch.int64"):
+    with pytest.raises(TypeError, match=r"floating-point tensor, got torch\.int64"):
         stats.update(torch.ones(3, 1, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\[N, \.\.\., 1\] \(trailing \(1,\)\), got \(3, 2\)"):
         stats.update(torch.ones(3, 2))
@@ -82,7 +82,7 @@ def test_bad_values_are_refused_naming_what_was_wrong():
         stats.update(torch.tensor([[1.0], [float("nan")]]))
     with pytest.raises(ValueError, match="is empty"):
         stats.update(torch.ones(0, 1))
-    with pytest.raises(ValueError, match="epsilon must be a finite number > 0, got 0.0"):
+    with pytest.raises(ValueError, match=r"epsilon must be a finite number > 0, got 0\.0"):
         RunningMeanStd(epsilon=0.0)
     with pytest.raises(ValueError, match="shape must have positive entries"):
         RunningMeanStd(shape=(0,))

@@ -132,6 +132,13 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
         with initialize_config_dir(config_dir=str(configs_before_schemas), version_base="1.3"):
             before = _values(compose(name, [f"env={env}"], return_hydra_config=True))
         assert now["eval"].pop("exploration") == "deterministic"
+        # issue 39: devices, callbacks and precision, whose defaults are the runs as before
+        assert now.pop("device") == "cpu" and now.pop("callbacks") == []
+        assert now["env"].pop("device") is None and now["collector"].pop("device") is None
+        assert now["train"].pop("precision", "fp32") == "fp32"
+        # issue 37: EPyMARL's reward standardisation, off unless a config turns it on
+        if "loss" in now:
+            assert now["loss"].pop("standardise_rewards", False) is False
         if "model" in now:  # model (issue 37): no memory, the networks as before
             model = now.pop("model")
             assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"

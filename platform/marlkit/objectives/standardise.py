@@ -1,7 +1,8 @@
 """Reward standardisation by a running mean and variance, as EPyMARL's ``standardise_rewards``
 (its ``components/standarize_stream.py``, from fast-marl; exact running moments, where
-:class:`~marlkit.modules.ValueNorm` keeps MAPPO's exponential averages of value targets): every training batch first updates
-the statistics with its rewards, then its rewards become ``(r - mean) / sqrt(var)``.
+:class:`~marlkit.modules.ValueNorm` keeps MAPPO's exponential averages of value targets):
+every training batch first updates the statistics with its rewards, then its rewards become
+``(r - mean) / sqrt(var)``.
 
 :class:`RunningMeanStd` holds the statistics as buffers (``state_dict`` saves them, so a
 resumed run goes on with the same scale); :class:`RewardStandardiser` applies one to the reward
@@ -68,7 +69,8 @@ class RunningMeanStd(torch.nn.Module):
         k = len(self.shape)
         if values.dim() < k + 1 or tuple(values.shape[values.dim() - k :]) != self.shape:
             raise ValueError(
-                f"RunningMeanStd: {name} must have shape [N, ..., {', '.join(map(str, self.shape))}]"
+                f"RunningMeanStd: {name} must have shape "
+                f"[N, ..., {', '.join(map(str, self.shape))}]"
                 f" (trailing {self.shape}), got {tuple(values.shape)}"
             )
         if values.numel() == 0:

@@ -136,7 +136,7 @@ def reward_standardisers(losses: torch.nn.ModuleDict) -> torch.nn.ModuleDict:
             group: RewardStandardiser(
                 [
                     key
-                    for key in loss.in_keys
+                    for key in cast(list[Any], loss.in_keys)
                     if isinstance(key, tuple) and key[0] == NEXT and key[-1] == REWARD
                 ]
             )
@@ -165,9 +165,9 @@ def train_q_learning(
     contents (``buffer.capacity`` items), then each group takes ``train.epochs`` passes of
     ``frames_per_batch // train.minibatch_size`` Adam steps (``train.lr``, gradient norm
     clipped to ``train.max_grad_norm``), each followed by a soft target update
-    (``loss.tau``), its rewards standardised first with ``loss.standardise_rewards``; eps anneals by the batch's frames; the run logs, evaluates (greedy) and
-    checkpoints (networks, optimisers, eps, buffers, collector). ``variant`` goes to
-    ``summary.json``.
+    (``loss.tau``), its rewards standardised first with ``loss.standardise_rewards``; eps
+    anneals by the batch's frames; the run logs, evaluates (greedy) and checkpoints (networks,
+    optimisers, eps, buffers, collector). ``variant`` goes to ``summary.json``.
     """
     groups = env.groups
     explorers = {g: cast(EGreedy, explorer) for g, explorer in zip(groups, policy.module)}
@@ -188,7 +188,10 @@ def train_q_learning(
     standardisers = reward_standardisers(losses)
     standardise = bool(cfg.loss.get("standardise_rewards", False))
     if standardise:  # EPyMARL's standardise_rewards: running statistics of the sampled rewards
-        loss_fns = {g: _standardised(fn, standardisers[g]) for g, fn in loss_fns.items()}
+        loss_fns = {
+            g: _standardised(fn, cast(RewardStandardiser, standardisers[g]))
+            for g, fn in loss_fns.items()
+        }
     collector = make_config_collector(cfg, env, env_fn, policy)
 
     run = open_run(cfg)
@@ -219,7 +222,7 @@ def train_q_learning(
         if standardise:  # the scale the losses' rewards are divided by
             metrics.update(
                 {
-                    f"train/{g}/reward_std": float(s.stats.var.sqrt())
+                    f"train/{g}/reward_std": float(cast(RewardStandardiser, s).stats.var.sqrt())
                     for g, s in standardisers.items()
                 }
             )
