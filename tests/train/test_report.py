@@ -339,13 +339,22 @@ def test_write_report_writes_markdown_pngs_html_and_json(grid):
     exported = json.loads(paths["marl_eval"].read_text())
     assert exported == rp.marl_eval_json(rp.load_results(grid))
 
+    # written again for one algorithm: the figure of a comparison no longer made is gone
+    def only_a(entries):
+        entries[:] = [e for e in entries if e["algorithm"] == "A"]
+
+    _index(grid, only_a)
+    rp.write_report(grid, reps=REPS)
+    assert not (grid / "report" / "improvement.png").exists()
+    assert (grid / "report" / "profiles.png").exists()
+
 
 def test_report_without_references_has_no_statistics_across_tasks(tmp_path):
     finals = {(t, a, s): float(s) for t in ("t1", "t2") for a in ("A", "<b>B</b>") for s in (0, 1)}
     grid = write_grid(tmp_path / "g", finals, {"t1": (0.0, 1.0)})
     paths = rp.write_report(grid, reps=REPS)
     text = paths["markdown"].read_text()
-    assert "no statistics across tasks without every task's references" in text
+    assert "no statistics across tasks: not every task has references" in text
     assert "Normalised scores" not in text and not (grid / "report" / "aggregates.png").exists()
     page = paths["html"].read_text()
     assert "&lt;b&gt;B&lt;/b&gt;" in page and "<b>B</b>" not in page  # names are escaped
@@ -415,6 +424,9 @@ def test_bad_scores_and_run_folders(grid):
     summary.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="has no '<group>/episode_reward'"):
         rp.load_results(grid)
+    summary.write_text('{"trained": ')
+    with pytest.raises(ValueError, match=r"t1_A_s0/summary\.json' is not valid JSON"):
+        rp.load_results(grid)
     os.remove(summary)
     with pytest.raises(FileNotFoundError, match=r"'t1_A_s0' is marked done .* does not exist"):
         rp.load_results(grid)
@@ -447,3 +459,17 @@ def test_bad_statistics_arguments(grid, tmp_path):
         rp.aggregate_scores(rp.load_results(pending))
     with pytest.raises(ValueError, match=r"no run of the grid .* is done yet"):
         rp.write_report(pending)
+
+
+def test_an_algorithm_failing_on_a_task_still_gets_its_per_task_report(tmp_path):
+    finals: dict[tuple[str, str, int], float | None] = {
+        (t, a, s): 0.5 for t in ("t1", "t2") for a in ("A", "B") for s in (0, 1)
+    }
+    finals[("t2", "B", 0)] = finals[("t2", "B", 1)] = None  # B failed on t2 with every seed
+    grid = write_grid(tmp_path / "g", finals, {"t1": (0.0, 1.0), "t2": (0.0, 1.0)})
+    with pytest.raises(ValueError, match=r"algorithm 'B' has no seed done on every task"):
+        rp.aggregate_scores(rp.load_results(grid), reps=REPS)
+    text = rp.write_report(grid, reps=REPS)["markdown"].read_text()
+    assert "no statistics across tasks: algorithm 'B' has no seed done on every task" in text
+    assert "| t1 | agents/episode_reward | 0.500 [0.500, 0.500] (2) | 0.500 [" in text
+    assert "| t2 | agents/episode_reward | 0.500 [0.500, 0.500] (2) | - |" in text

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import importlib
 import json
 import math
 import os
@@ -244,12 +245,11 @@ def find_scripts(start: str | os.PathLike[str] | None = None) -> pathlib.Path:
 def _yaml() -> Any:
     """PyYAML (Hydra's dependency: the scripts' extra)."""
     try:
-        import yaml
+        return importlib.import_module("yaml")  # no type stubs: Any
     except ImportError as err:
         raise ImportError(
             "grids need PyYAML, as the scripts do: pip install 'marlkit[train]'"
         ) from err
-    return yaml
 
 
 def _top_configs(scripts: pathlib.Path) -> dict[str, Mapping[str, Any]]:

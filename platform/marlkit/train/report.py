@@ -320,7 +320,10 @@ def _read_run(entry: Mapping[str, Any]) -> RunResult:
                 f"run {entry['name']!r} is marked done in {INDEX} but {str(summary_path)!r} does "
                 "not exist"
             )
-        summary = json.loads(summary_path.read_text())
+        try:
+            summary = json.loads(summary_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{str(summary_path)!r} is not valid JSON: {err}") from err
         trained = summary.get("trained") if isinstance(summary, dict) else None
         if not isinstance(trained, dict):
             raise ValueError(f"{str(summary_path)!r} has no 'trained' evaluation")
@@ -620,8 +623,7 @@ def probability_of_improvement(
     independent-bootstrap intervals (rliable's ``probability_of_improvement``).
 
     Args:
-        pairs: ``(X, Y)`` pairs; default every ordered pair of the first algorithm with each
-            other, or every unordered pair for up to 4 algorithms.
+        pairs: ``(X, Y)`` pairs; default: every pair, X before Y in the grid's order.
 
     Returns:
         ``{(X, Y): Interval}`` (floats).
@@ -918,6 +920,9 @@ def write_report(
     kwargs: dict[str, Any] = {"reps": reps, "confidence": confidence, "seed": seed}
     figures = grid / "report"
     figures.mkdir(exist_ok=True)
+    for old in figures.glob("*.png"):  # a previous report's figures (of tasks gone, say)
+        if old.name.startswith("curve-") or old.stem in ("aggregates", "profiles", "improvement"):
+            old.unlink()
     images: list[tuple[str, str]] = []
     tables: list[tuple[str, list[str], list[list[str]]]] = []
     done, total = len(results.done), len(results.runs)
@@ -926,40 +931,11 @@ def write_report(
     ]
     if results.not_done:
         tables.append(_not_done_table(results))
-    algos = results.algorithms
-    final_rows = []
-    for i, task in enumerate(results.tasks):
-        task_metric = results.metric_of(task, metric)
-        row = [task, task_metric]
-        for algo in algos:
-            runs = [r for r in results.done if r.task == task and r.algorithm == algo]
-            row.append(_task_cell([r.score(task_metric) for r in runs], kwargs) if runs else "-")
-        final_rows.append(row)
-        try:
-            curves = task_curves(results, task, metric=metric, **kwargs)
-        except ValueError as err:
-            notes.append(f"no curve for {task}: {err}")
-            continue
-        name = f"curve-{i}-{_file_name(task)}.png"
-        _plot_curves(curves, figures / name, task, task_metric)
-        images.append((f"{task}: evaluation {task_metric}, mean over seeds", f"report/{name}"))
-    header = ["task", "metric", *algos]
-    tables.append(("Final score per task: mean over seeds [interval] (seeds)", header, final_rows))
+    tables.append(_per_task(results, metric, kwargs, figures, images, notes))
     if normalised:
-        try:
-            _, left_out = results.score_matrices(metric, normalised=True)
-        except ValueError as err:
-            notes.append(f"no statistics across tasks: {err}")
-            normalised = False
-    if normalised:
-        for algo, seeds in left_out.items():
-            if seeds:
-                notes.append(f"{algo}: seeds {seeds} left out of the statistics across tasks")
-        _across_tasks(results, metric, kwargs, figures, tables, images)
-        refs = ", ".join(f"{t}: {lo:g} to {hi:g}" for t, (lo, hi) in results.references.items())
-        notes.append(f"normalised as (score - random) / (reference - random); {refs}")
+        _across_tasks(results, metric, kwargs, figures, tables, images, notes)
     else:
-        notes.append("no statistics across tasks without every task's references")
+        notes.append("no statistics across tasks: not every task has references")
 
     paths = {
         "markdown": grid / "report.md",
@@ -1001,6 +977,35 @@ def _not_done_table(results: Results) -> tuple[str, list[str], list[list[str]]]:
     return ("Runs not done", header, rows)
 
 
+def _per_task(
+    results: Results,
+    metric: str | None,
+    kwargs: Mapping[str, Any],
+    figures: pathlib.Path,
+    images: list[tuple[str, str]],
+    notes: list[str],
+) -> tuple[str, list[str], list[list[str]]]:
+    """Each task's final scores (the table returned) and curves (into ``images``)."""
+    rows = []
+    for i, task in enumerate(results.tasks):
+        task_metric = results.metric_of(task, metric)
+        row = [task, task_metric]
+        for algo in results.algorithms:
+            runs = [r for r in results.done if r.task == task and r.algorithm == algo]
+            row.append(_task_cell([r.score(task_metric) for r in runs], kwargs) if runs else "-")
+        rows.append(row)
+        try:
+            curves = task_curves(results, task, metric=metric, **kwargs)
+        except ValueError as err:
+            notes.append(f"no curve for {task}: {err}")
+            continue
+        name = f"curve-{i}-{_file_name(task)}.png"
+        _plot_curves(curves, figures / name, task, task_metric)
+        images.append((f"{task}: evaluation {task_metric}, mean over seeds", f"report/{name}"))
+    header = ["task", "metric", *results.algorithms]
+    return ("Final score per task: mean over seeds [interval] (seeds)", header, rows)
+
+
 def _across_tasks(
     results: Results,
     metric: str | None,
@@ -1008,7 +1013,19 @@ def _across_tasks(
     figures: pathlib.Path,
     tables: list[tuple[str, list[str], list[list[str]]]],
     images: list[tuple[str, str]],
+    notes: list[str],
 ) -> None:
+    """The statistics across tasks: tables, figures and notes."""
+    try:
+        _, left_out = results.score_matrices(metric, normalised=True)
+    except ValueError as err:
+        notes.append(f"no statistics across tasks: {err}")
+        return
+    for algo, seeds in left_out.items():
+        if seeds:
+            notes.append(f"{algo}: seeds {seeds} left out of the statistics across tasks")
+    refs = ", ".join(f"{t}: {lo:g} to {hi:g}" for t, (lo, hi) in results.references.items())
+    notes.append(f"normalised as (score - random) / (reference - random); {refs}")
     agg = aggregate_scores(results, metric=metric, **kwargs)
     rows = [[a, *(_fmt(agg[a][m]) for m in AGGREGATES)] for a in agg]
     tables.append(("Normalised scores across tasks", ["algorithm", *AGGREGATES], rows))
