@@ -29,6 +29,7 @@ FLAGS = {
     "losses.py": COMMON,
     "modules.py": COMMON,
     "mpe_reference.py": (),
+    "precision.py": COMMON,
     "render.py": ("--rounds", "--round-seconds", "--threads"),
     "replay.py": COMMON,
     "results.py": ("--threads",),
