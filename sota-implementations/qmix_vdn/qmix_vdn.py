@@ -61,12 +61,19 @@ class QmixVdnLossConfig(QLossConfig):
     env's global ``"state"``, where it has one)."""
     mixing_embed_dim: int = MISSING
     """QMIX's mixing embedding size."""
+    hypernet_layers: int = 1
+    """Layers of QMIX's weight hypernetworks: 1 (PyMARL's QMixer) or 2 (EPyMARL's default,
+    ``Linear -> ReLU -> Linear``)."""
+    hypernet_embed: int = 64
+    """The hidden width of QMIX's 2-layer weight hypernetworks (EPyMARL: 64)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("mixer", self.mixer, ("qmix", "vdn"))
         check_choice("mixer_state", self.mixer_state, ("observation", "state"))
         check_int("mixing_embed_dim", self.mixing_embed_dim, low=1)
+        check_int("hypernet_layers", self.hypernet_layers, low=1, high=2)
+        check_int("hypernet_embed", self.hypernet_embed, low=1)
 
 
 @dataclass
@@ -105,6 +112,10 @@ def make_mixer(env: EnvBase, group: str, cfg: DictConfig) -> Mixer:
     n_agents = len(env.group_map[group])
     if cfg.mixer == "vdn":
         return VDNMixer(n_agents, group=group)
+    hypernets = {
+        "hypernet_layers": cfg.get("hypernet_layers", 1),
+        "hypernet_embed": cfg.get("hypernet_embed", 64),
+    }
     if cfg.mixer_state == "observation":
         # [n, *obs]: vectors, or images and grids (model.kind=cnn) flattened by the mixer
         obs = env.observation_spec[group, "observation"].shape[len(env.batch_size) :]
@@ -114,6 +125,7 @@ def make_mixer(env: EnvBase, group: str, cfg: DictConfig) -> Mixer:
             n_agents,
             group=group,
             state_key=(group, "observation"),
+            **hypernets,
         )
     if "state" not in env.state_spec:
         raise ValueError(
@@ -121,7 +133,7 @@ def make_mixer(env: EnvBase, group: str, cfg: DictConfig) -> Mixer:
             "use loss.mixer_state=observation"
         )
     shape = env.state_spec["state"].shape[len(env.batch_size) :]
-    return QMixer(shape, cfg.mixing_embed_dim, n_agents, group=group)
+    return QMixer(shape, cfg.mixing_embed_dim, n_agents, group=group, **hypernets)
 
 
 @hydra.main(config_path="../configs", config_name="qmix_vdn", version_base="1.3")

@@ -78,3 +78,54 @@ def test_errors_name_the_key_and_expected_shape() -> None:
         VDNMixer(0)
     with pytest.raises(ValueError, match="mixing_embed_dim"):
         QMixer([6], 0, n_agents=2)
+
+
+def test_qmixer_with_two_layer_hypernetworks_is_monotonic() -> None:
+    """EPyMARL's default mixer: ``Linear(state, embed) -> ReLU -> Linear`` for both weight
+    hypernetworks; the weights stay non-negative, so dQ_tot / dq_i >= 0 still."""
+    torch.manual_seed(0)
+    mixer = QMixer([10], 16, n_agents=4, hypernet_layers=2, hypernet_embed=24)
+    w1, w_final = mixer.hyper_w_1, mixer.hyper_w_final
+    assert isinstance(w1, torch.nn.Sequential) and isinstance(w_final, torch.nn.Sequential)
+    assert [tuple(p.shape) for p in w1.parameters()] == [(24, 10), (24,), (64, 24), (64,)]
+    assert [tuple(p.shape) for p in w_final.parameters()] == [(24, 10), (24,), (16, 24), (16,)]
+    assert isinstance(mixer.hyper_b_1, torch.nn.Linear)  # the bias stays one layer
+    values = torch.randn(256, 4, 1, requires_grad=True)
+    out = mixer(_td(values, 3 * torch.randn(256, 10)))["chosen_action_value"]
+    assert out.shape == (256, 1)
+    (grad,) = torch.autograd.grad(out.sum(), values)
+    assert bool((grad >= 0).all()) and bool((grad > 0).any())
+    lead = (2, 3)
+    out = mixer(_td(torch.randn(*lead, 4, 1), torch.randn(*lead, 10)))["chosen_action_value"]
+    assert out.shape == (*lead, 1)
+
+
+def test_qmixer_default_is_the_one_layer_mixer_bit_for_bit() -> None:
+    """``hypernet_layers=1`` (the default) builds the layers the QMixer always built, in the
+    same order: the same seed gives the same weights (hypernet_embed unused)."""
+    nn = torch.nn
+    torch.manual_seed(3)
+    before = [nn.Linear(6, 8 * 3), nn.Linear(6, 8), nn.Linear(6, 8)]
+    before += [nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1))]
+    expected = [t for m in before for t in m.state_dict().values()]
+    for kwargs in ({}, {"hypernet_layers": 1, "hypernet_embed": 5}):
+        torch.manual_seed(3)
+        mixer = QMixer([6], 8, n_agents=3, **kwargs)
+        assert list(mixer.state_dict()) == [
+            "hyper_w_1.weight", "hyper_w_1.bias", "hyper_w_final.weight", "hyper_w_final.bias",
+            "hyper_b_1.weight", "hyper_b_1.bias", "V.0.weight", "V.0.bias", "V.2.weight",
+            "V.2.bias",
+        ]  # fmt: skip
+        for a, b in zip(mixer.state_dict().values(), expected, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_qmixer_refuses_bad_hypernetwork_layers() -> None:
+    with pytest.raises(ValueError, match=r"QMixer: hypernet_layers must be an int in \[1, 2\]"):
+        QMixer([6], 8, n_agents=2, hypernet_layers=3)
+    with pytest.raises(ValueError, match=r"QMixer: hypernet_layers must be an int in \[1, 2\]"):
+        QMixer([6], 8, n_agents=2, hypernet_layers=0)
+    with pytest.raises(TypeError, match="QMixer: hypernet_layers must be an int"):
+        QMixer([6], 8, n_agents=2, hypernet_layers=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="QMixer: hypernet_embed must be an int >= 1, got 0"):
+        QMixer([6], 8, n_agents=2, hypernet_layers=2, hypernet_embed=0)

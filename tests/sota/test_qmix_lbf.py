@@ -26,6 +26,8 @@ def test_qmix_lbf_has_epymarls_qmix_hyperparameters():
     # lr 5e-4, grad norm 10, gamma 0.99, double Q, mixing embedding 32
     assert (cfg.train.lr, cfg.train.max_grad_norm, cfg.loss.gamma) == (5e-4, 10.0, 0.99)
     assert cfg.loss.double_dqn and cfg.loss.mixer == "qmix" and cfg.loss.mixing_embed_dim == 32
+    # the mixer's weight hypernetworks: hypernet_layers: 2, hypernet_embed: 64
+    assert (cfg.loss.hypernet_layers, cfg.loss.hypernet_embed) == (2, 64)
     # eps 1.0 -> 0.05 over 50k steps
     annealed = cfg.exploration.annealing_fraction * cfg.collector.total_frames
     assert (cfg.exploration.eps_init, cfg.exploration.eps_end, annealed) == (1.0, 0.05, 50000)

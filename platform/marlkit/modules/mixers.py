@@ -94,6 +94,12 @@ class QMixer(Mixer):
     ``Q_tot = w2(s) . elu(W1(s) q + b1(s)) + V(s)`` with ``W1 = |hyper_w1(s)|`` and ``w2 =
     |hyper_w2(s)|``: non-negative weights, so ``dQ_tot / dq_i >= 0`` for every agent.
 
+    The weight hypernetworks ``hyper_w1`` and ``hyper_w2`` are one linear layer of the state
+    (``hypernet_layers=1``, PyMARL's QMixer), or two with a ReLU between them
+    (``hypernet_layers=2``: ``Linear(state, hypernet_embed) -> ReLU -> Linear``, EPyMARL's
+    default, ``hypernet_layers: 2, hypernet_embed: 64`` in its ``algs/qmix.yaml``). The bias
+    ``b1(s)`` is one linear layer and ``V(s)`` two (``Linear -> ReLU -> Linear``) either way.
+
     The hypernetworks read ``state_key`` (``[*B, *state_shape]``, flattened): the root
     ``"state"`` by default; where the env has no state, pass ``state_key=(group,
     "observation")`` and ``state_shape=(n_agents, obs_dim)`` to condition on the agents'
@@ -105,10 +111,13 @@ class QMixer(Mixer):
         n_agents: agents in the group.
         group, local_value_key, global_value_key: see :class:`Mixer`.
         state_key: what the hypernetworks read (default ``"state"``).
+        hypernet_layers: layers of the weight hypernetworks, 1 or 2.
+        hypernet_embed: the hidden width of the 2-layer weight hypernetworks (unused with
+            ``hypernet_layers=1``).
 
     Raises:
-        ValueError: a bad shape or width; when called, a state or values of the wrong shape
-            (the message names the key and the expected shape).
+        ValueError: a bad shape, width or number of hypernetwork layers; when called, a state
+            or values of the wrong shape (the message names the key and the expected shape).
         KeyError: a missing key (when called).
 
     Examples:
@@ -120,6 +129,12 @@ class QMixer(Mixer):
         ...                  "state": torch.randn(4, 10)}, [4])
         >>> mixer(td)["chosen_action_value"].shape
         torch.Size([4, 1])
+        >>> QMixer([10], 32, n_agents=3, hypernet_layers=2, hypernet_embed=64).hyper_w_1
+        Sequential(
+          (0): Linear(in_features=10, out_features=64, bias=True)
+          (1): ReLU()
+          (2): Linear(in_features=64, out_features=96, bias=True)
+        )
     """
 
     def __init__(
@@ -132,6 +147,8 @@ class QMixer(Mixer):
         state_key: NestedKey = STATE,
         local_value_key: NestedKey | None = None,
         global_value_key: NestedKey = CHOSEN_ACTION_VALUE,
+        hypernet_layers: int = 1,
+        hypernet_embed: int = 64,
     ):
         super().__init__(
             n_agents,
@@ -146,14 +163,26 @@ class QMixer(Mixer):
             )
         self.state_dim = math.prod(self.state_shape)
         self.embed_dim = check_int("mixing_embed_dim", mixing_embed_dim, low=1, owner="QMixer")
+        self.hypernet_layers = check_int(
+            "hypernet_layers", hypernet_layers, low=1, high=2, owner="QMixer"
+        )
+        self.hypernet_embed = check_int("hypernet_embed", hypernet_embed, low=1, owner="QMixer")
         self.state_key = state_key
         in_keys: list[Any] = [*self.in_keys, state_key]
         self.in_keys = in_keys
         s, e = self.state_dim, self.embed_dim
-        self.hyper_w_1 = nn.Linear(s, e * n_agents)
-        self.hyper_w_final = nn.Linear(s, e)
+        # created in this order whatever the layers, so hypernet_layers=1 draws the same weights
+        # from the same seed as the 1-layer QMixer always did
+        self.hyper_w_1 = self._hypernet(s, e * n_agents)
+        self.hyper_w_final = self._hypernet(s, e)
         self.hyper_b_1 = nn.Linear(s, e)
         self.V = nn.Sequential(nn.Linear(s, e), nn.ReLU(), nn.Linear(e, 1))
+
+    def _hypernet(self, state_dim: int, out: int) -> nn.Module:
+        if self.hypernet_layers == 1:
+            return nn.Linear(state_dim, out)
+        h = self.hypernet_embed
+        return nn.Sequential(nn.Linear(state_dim, h), nn.ReLU(), nn.Linear(h, out))
 
     def mix(self, local_values: torch.Tensor, tensordict: TensorDictBase) -> torch.Tensor:
         expected = f"[*B, {', '.join(map(str, self.state_shape))}]"

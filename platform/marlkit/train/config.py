@@ -86,9 +86,11 @@ class ConfigError(ValueError):
     """A config value of the wrong type or range; the message names its key."""
 
 
-def check_int(key: str, value: Any, *, low: int, allow_none: bool = False) -> Any:
-    """:func:`marlkit._checks.check_int` for a config key: an ``int >= low`` (or ``None`` with
-    ``allow_none``), never a bool or a float.
+def check_int(
+    key: str, value: Any, *, low: int, high: int | None = None, allow_none: bool = False
+) -> Any:
+    """:func:`marlkit._checks.check_int` for a config key: an ``int >= low`` (and ``<= high``
+    when given; or ``None`` with ``allow_none``), never a bool or a float.
 
     Raises:
         ConfigError: e.g. ``"epochs must be an int >= 1, got 0"``.
@@ -100,7 +102,7 @@ def check_int(key: str, value: Any, *, low: int, allow_none: bool = False) -> An
         marlkit.train.config.ConfigError: epochs must be an int >= 1, got 0
     """
     try:
-        return _checks.check_int(key, value, low=low, allow_none=allow_none)
+        return _checks.check_int(key, value, low=low, high=high, allow_none=allow_none)
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None
 
