@@ -227,6 +227,12 @@ class _Substrate:
             env.close()
             raise
 
+    @property
+    def upstream_simulator(self) -> Any:
+        """MeltingPot's own substrate under this shim (``check_adapter`` names it where a
+        seed does not replay)."""
+        return self._env
+
     def observation_space(self, agent: str) -> Any:
         return self._observation_spaces[agent]
 
