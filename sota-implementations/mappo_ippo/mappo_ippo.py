@@ -19,6 +19,8 @@ With ``model.memory=gru|lstm`` the actor (and the critic) carry a recurrent stat
 steps (:func:`marlkit.train.sequences.split_sequences`), replayed in recurrent mode.
 With ``model.kind=cnn|deepsets|attention|gnn`` the actor and the critic read the observation
 through that encoder (:func:`marlkit.train.builders.encoder_network`, docs/models.md).
+With ``seeds_in_process=K`` it trains ``K`` seeds' runs in this one process, each as it would
+train alone, in ``<run_dir>/seed_<s>/`` (:mod:`marlkit.train.seeds`, docs/training.md).
 """
 
 # No `from __future__ import annotations`: the config dataclasses below need real annotations
@@ -32,6 +34,7 @@ import torch
 from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 
+from marlkit.collectors import make_collector
 from marlkit.data.specs import Categorical
 from marlkit.envs import EnvBase
 from marlkit.modules import Categorical as CategoricalDist
@@ -46,6 +49,7 @@ from marlkit.modules import (
 from marlkit.modules.actors import distribution_keys
 from marlkit.modules.models import MODEL_KINDS
 from marlkit.modules.rnn import recurrent_modules, recurrent_network, set_recurrent_mode
+from marlkit.modules.seeds import seedwise_sampling, stack_seeds
 from marlkit.objectives import GAE, ClipPPOLoss
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
@@ -55,12 +59,14 @@ from marlkit.train.config import (
     EpochsTrainConfig,
     check_choice,
     check_fraction,
+    check_int,
     check_not_above,
     check_real,
     register_schema,
 )
 from marlkit.train.precision import set_precision
 from marlkit.train.scripts import (
+    env_factory,
     finish,
     group_buffers,
     load_policy,
@@ -69,6 +75,18 @@ from marlkit.train.scripts import (
     open_run,
     start,
     to_training_device,
+)
+from marlkit.train.seeds import (
+    SeedBuffers,
+    SeedRuns,
+    SeedState,
+    check_seeds_config,
+    collector_streams,
+    run_seeds,
+    seed_config,
+    seed_env,
+    seed_width,
+    update_seed_groups,
 )
 from marlkit.train.sequences import MemoryConfig, split_sequences
 
@@ -141,9 +159,14 @@ class MappoIppoConfig(ActorCriticRunConfig):
     """The optimiser and the epochs per batch."""
     model: PPOMemoryConfig = field(default_factory=PPOMemoryConfig)
     """Memory in the networks."""
+    seeds_in_process: int = 1
+    """Train this many seeds' runs in this one process (``seed``, ``seed + w``, ...: see
+    :func:`marlkit.train.seeds.run_seeds`), their networks stacked, each in
+    ``<run_dir>/seed_<s>/`` as its own run would train; 1: one run, in ``run_dir``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_int("seeds_in_process", self.seeds_in_process, low=1)
         check_not_above(  # an epoch would be one minibatch of the whole batch
             "train.minibatch_size",
             self.train.minibatch_size,
@@ -285,9 +308,104 @@ def trained_policy(env: EnvBase, run_dir: str, exploration: str = "deterministic
     return load_policy(run_dir, env, make_policy, exploration)  # type: ignore[arg-type]
 
 
+def make_loss(actor: Any, critic: Any, group: str, cfg: DictConfig, **kwargs: Any) -> ClipPPOLoss:
+    """The group's PPO loss of ``loss``'s settings."""
+    return ClipPPOLoss(
+        actor,
+        critic,
+        group=group,
+        clip_epsilon=cfg.loss.clip_epsilon,
+        entropy_coef=cfg.loss.entropy_coef,
+        critic_coef=cfg.loss.critic_coef,
+        loss_critic_type=cfg.loss.loss_critic_type,
+        normalize_advantage=cfg.loss.normalize_advantage,
+        **kwargs,
+    )
+
+
+def objective(terms: Any) -> Any:
+    """What PPO minimises: the objective, critic and entropy losses summed."""
+    return terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
+
+
+def train_seeds(cfg: DictConfig) -> None:
+    """``seeds_in_process=K``: K seeds' runs in this process (:mod:`marlkit.train.seeds`).
+    Each seed's env, policy and critics are made under its seed as its own run makes them, then
+    stacked; each seed's run lives in ``<run_dir>/seed_<s>/``."""
+    n_seeds = check_seeds_config(cfg)
+
+    def build(seed: int) -> tuple[EnvBase, TensorDictSequential, dict[str, Any]]:
+        torch.manual_seed(seed)  # as start() seeds a run of its own
+        env = env_factory(cfg, cfg.env.num_envs, seed)()
+        return (
+            env,
+            make_policy(env, cfg),
+            {g: make_critic(env, g, cfg.critic, cfg.model) for g in env.groups},
+        )
+
+    first = build(cfg.seed)
+    seeds = run_seeds(cfg.seed, n_seeds, seed_width(first[0]))
+    built = [first, *(build(s) for s in seeds[1:])]
+    groups = first[0].groups
+    streams = collector_streams(seeds)  # each seed's draws where its own collector starts them
+    policy = seedwise_sampling(stack_seeds([b[1] for b in built]), streams)
+    actors = dict(zip(groups, policy.module))
+    critics = {g: stack_seeds([b[2][g] for b in built]) for g in groups}
+    gaes = {
+        g: GAE(cfg.loss.gamma, cfg.loss.lmbda, value_network=critics[g], group=g) for g in groups
+    }
+    losses = torch.nn.ModuleDict(
+        {g: make_loss(actors[g], critics[g], g, cfg, separate_dims=1) for g in groups}
+    )
+    optims = adam_per_group(losses, cfg.train.lr)  # elementwise: each seed's state in its slices
+    frames = cfg.collector.frames_per_batch
+    buffers = SeedBuffers(groups, seeds, frames, cfg.train.minibatch_size)
+    collector = make_collector(
+        "single",
+        seed_env([b[0] for b in built]),  # [K, num_envs], each env seeded as its run's
+        policy,
+        n_seeds * frames,
+        n_seeds * cfg.collector.total_frames,
+        seed=cfg.seed,
+    )
+    runs = SeedRuns(
+        [open_run(seed_config(cfg, s)) for s in seeds],
+        collector,
+        [SeedState(k, losses, optims, streams) for k in range(n_seeds)],
+        [b[1] for b in built],
+        policy,
+    )
+    runs.restore()
+
+    steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
+    keys = loss_keys(losses.values())
+    for batch in runs.batches():  # [K, num_envs, T]
+        with torch.no_grad():
+            for g in groups:
+                gaes[g](batch)
+        buffers.empty()
+        buffers.extend(batch.select(*keys, strict=False))
+        metrics = update_seed_groups(
+            losses,
+            optims,
+            buffers,
+            steps,
+            max_grad_norm=cfg.train.max_grad_norm,
+            objective=objective,
+        )
+        print(runs.progress(runs.end_iteration(batch, metrics)), flush=True)
+
+    variant = "MAPPO" if cfg.critic.centralised else "IPPO"
+    info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
+    info.update(precision="fp32", seeds_in_process=n_seeds)
+    print("\n".join(runs.finish(info)))
+
+
 @hydra.main(config_path="../configs", config_name="mappo_ippo", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     env_fn = start(cfg)  # the config's ranges checked, threads, seed
+    if cfg.seeds_in_process > 1:
+        return train_seeds(cfg)
     env = env_fn()  # for the specs; the single collector steps this one
     groups = env.groups
 
@@ -298,21 +416,7 @@ def main(cfg: DictConfig) -> None:
     gaes = {
         g: GAE(cfg.loss.gamma, cfg.loss.lmbda, value_network=critics[g], group=g) for g in groups
     }
-    losses = torch.nn.ModuleDict(
-        {
-            g: ClipPPOLoss(
-                actors[g],
-                critics[g],
-                group=g,
-                clip_epsilon=cfg.loss.clip_epsilon,
-                entropy_coef=cfg.loss.entropy_coef,
-                critic_coef=cfg.loss.critic_coef,
-                loss_critic_type=cfg.loss.loss_critic_type,
-                normalize_advantage=cfg.loss.normalize_advantage,
-            )
-            for g in groups
-        }
-    )
+    losses = torch.nn.ModuleDict({g: make_loss(actors[g], critics[g], g, cfg) for g in groups})
     to_training_device(cfg, policy, losses, *gaes.values())  # `device`, before the optimisers
     optims = adam_per_group(losses, cfg.train.lr)
     precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
@@ -356,7 +460,7 @@ def main(cfg: DictConfig) -> None:
             buffers,
             steps,
             max_grad_norm=cfg.train.max_grad_norm,
-            objective=lambda t: t["loss_objective"] + t["loss_critic"] + t["loss_entropy"],
+            objective=objective,
         )
         collector.update_policy_weights_()
         out = run.end_iteration(batch, metrics, policy=policy, frames=collector.frames)

@@ -67,10 +67,17 @@ class PPOKeys:
         )
 
 
-def _masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+def _masked_mean(x: torch.Tensor, w: torch.Tensor | None, keep: int = 0) -> torch.Tensor:
+    """The mean of ``x`` over present agents (``w``), within each slice of its first ``keep``
+    dims (``[*x.shape[:keep]]``; a scalar for 0)."""
+    if keep == 0:
+        if w is None:
+            return x.mean()
+        return (x * w).sum() / w.sum().clamp(min=1.0)
+    dims = tuple(range(keep, x.dim()))
     if w is None:
-        return x.mean()
-    return (x * w).sum() / w.sum().clamp(min=1.0)
+        return x.mean(dims)
+    return (x * w).sum(dims) / w.expand_as(x).sum(dims).clamp(min=1.0)
 
 
 def _coefficient(
@@ -125,16 +132,21 @@ class ClipPPOLoss(TensorDictModuleBase):
             before the comparison (update it yourself once per batch, see ``docs/algorithms.md``).
         entropy_samples: samples for the entropy estimate of distributions without a closed
             form (``TanhNormal``).
+        separate_dims: the first this many batch dims index independent problems (the seeds
+            of :mod:`marlkit.train.seeds`, ``[K, *B]``): every mean and the advantages'
+            standardisation run within each of their slices, and every term has those dims
+            (``[K]``), so the sum of the terms over the seeds gives each seed's networks the
+            gradient of its own loss.
         entropy_coeff, critic_coeff: TorchRL 0.14's names of ``entropy_coef`` and
             ``critic_coef``, accepted so that code ported from TorchRL runs unchanged; give each
             weight under one name (TorchRL's per-head ``entropy_coeff`` mapping is not taken).
 
     Returns (from ``forward``):
-        A TensorDict (no batch dims) with ``loss_objective``, ``loss_critic``,
-        ``loss_entropy``, ``entropy`` and the detached diagnostics ``clip_fraction`` (share of
-        ratios outside the clip range), ``kl_approx`` (``mean((r - 1) - log r)``, Schulman's
-        unbiased, non-negative estimator of ``KL(old || new)``) and ``explained_variance``
-        (``1 - Var(target - V) / Var(target)``).
+        A TensorDict (no batch dims; with ``separate_dims``, those dims) with
+        ``loss_objective``, ``loss_critic``, ``loss_entropy``, ``entropy`` and the detached
+        diagnostics ``clip_fraction`` (share of ratios outside the clip range), ``kl_approx``
+        (``mean((r - 1) - log r)``, Schulman's unbiased, non-negative estimator of
+        ``KL(old || new)``) and ``explained_variance`` (``1 - Var(target - V) / Var(target)``).
 
     Raises:
         TypeError: an actor without ``get_dist``; a weight given under both its names
@@ -159,6 +171,7 @@ class ClipPPOLoss(TensorDictModuleBase):
         loss_critic_type: Literal["l2", "smooth_l1", "l1"] = "l2",
         value_norm: ValueNorm | None = None,
         entropy_samples: int = 1,
+        separate_dims: int = 0,
         entropy_coeff: float | None = None,
         critic_coeff: float | None = None,
     ):
@@ -189,6 +202,7 @@ class ClipPPOLoss(TensorDictModuleBase):
         self.loss_critic_type = loss_critic_type
         self.value_norm = value_norm
         self.entropy_samples = check_int("entropy_samples", entropy_samples, low=1)
+        self.separate_dims = check_int("separate_dims", separate_dims, low=0)
         self.tensor_keys = PPOKeys.for_group(group)
         self._refresh_keys()
 
@@ -256,10 +270,11 @@ class ClipPPOLoss(TensorDictModuleBase):
         if not self.normalize_advantage:
             return adv
         ones = torch.ones_like(adv) if w is None else w
+        keep = self.separate_dims
         if self.normalize_advantage_per_agent:
-            dims = (*tuple(range(adv.dim() - 2)), adv.dim() - 1)
+            dims = (*tuple(range(keep, adv.dim() - 2)), adv.dim() - 1)
         else:
-            dims = tuple(range(adv.dim()))
+            dims = tuple(range(keep, adv.dim()))
         count = ones.sum(dims, keepdim=True).clamp(min=1.0)
         mean = (adv * ones).sum(dims, keepdim=True) / count
         var = (((adv - mean) ** 2) * ones).sum(dims, keepdim=True) / (count - 1).clamp(min=1.0)
@@ -298,7 +313,7 @@ class ClipPPOLoss(TensorDictModuleBase):
             self._check_shape(old, k.value, tuple(target.shape))
             clipped = old + (value - old).clamp(-self.clip_value, self.clip_value)
             dist = torch.maximum(dist, self._distance(clipped, goal))
-        return self.critic_coef * _masked_mean(dist, w), value
+        return self.critic_coef * _masked_mean(dist, w, self.separate_dims), value
 
     # ------------------------------------------------------------------ forward
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -312,6 +327,12 @@ class ClipPPOLoss(TensorDictModuleBase):
                 f"{list(adv.shape)}"
             )
         shape = tuple(adv.shape)
+        keep = self.separate_dims
+        if adv.dim() - 2 < keep:
+            raise ValueError(
+                f"ClipPPOLoss: separate_dims={keep} needs {keep} batch dims before the agents', "
+                f"got {k.advantage!r} of shape {list(shape)}"
+            )
         target = self._get(tensordict, k.value_target, "value_target")
         self._check_shape(target, k.value_target, shape)
         old_lp = self._get(tensordict, k.sample_log_prob, "sample_log_prob")
@@ -357,23 +378,24 @@ class ClipPPOLoss(TensorDictModuleBase):
                 self.value_norm.denormalize(value) if self.value_norm is not None else value
             ).detach()
             ones = torch.ones_like(target) if w is None else w
-            count = ones.sum().clamp(min=1.0)
-            t_mean = (target * ones).sum() / count
-            var_t = (((target - t_mean) ** 2) * ones).sum() / count
+            dims = tuple(range(keep, target.dim()))  # every dim without separate_dims
+            count = ones.sum(dims, keepdim=True).clamp(min=1.0)
+            t_mean = (target * ones).sum(dims, keepdim=True) / count
+            var_t = (((target - t_mean) ** 2) * ones).sum(dims) / count.reshape(shape[:keep])
             err = target - pred
-            e_mean = (err * ones).sum() / count
-            var_e = (((err - e_mean) ** 2) * ones).sum() / count
+            e_mean = (err * ones).sum(dims, keepdim=True) / count
+            var_e = (((err - e_mean) ** 2) * ones).sum(dims) / count.reshape(shape[:keep])
             explained = 1 - var_e / var_t.clamp(min=1e-8)
-        entropy_mean = _masked_mean(entropy, w)
+        entropy_mean = _masked_mean(entropy, w, keep)
         return TensorDict(
             {
-                "loss_objective": -_masked_mean(gain, w),
+                "loss_objective": -_masked_mean(gain, w, keep),
                 "loss_critic": loss_critic,
                 "loss_entropy": -self.entropy_coef * entropy_mean,
                 "entropy": entropy_mean.detach(),
-                "clip_fraction": _masked_mean(clipped, w),
-                "kl_approx": _masked_mean(kl, w),
+                "clip_fraction": _masked_mean(clipped, w, keep),
+                "kl_approx": _masked_mean(kl, w, keep),
                 "explained_variance": explained,
             },
-            batch_size=[],
+            batch_size=shape[:keep],
         )

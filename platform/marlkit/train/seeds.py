@@ -1,0 +1,520 @@
+"""Many seeds in one process (``seeds_in_process=K``): ``K`` independent runs of a training
+script trained together, each as it would train alone.
+
+* **seeds**: the ``K`` runs' seeds are :func:`run_seeds`: ``seed, seed + w, seed + 2w, ...``
+  with ``w`` the seeds one run's env takes (``env.num_envs`` for the Python adapters, whose
+  instances are seeded ``seed + i``; 1 for the batched simulators), so that no two of the
+  ``K`` runs' envs share a seed, as marlkit's batched envs chain theirs;
+* **networks**: each seed's policy and critics are built under ``torch.manual_seed`` of its
+  seed, exactly as its own run builds them, then stacked on a leading seed dim
+  (:func:`marlkit.modules.seeds.stack_seeds`: one batched matmul per layer for every seed);
+* **envs**: one env per seed (seeded as its own run's), stepped together as a
+  :class:`~marlkit.envs.SerialEnv` (batch ``[K, num_envs]``); each seed's actions are drawn on
+  its own random stream (:func:`~marlkit.modules.seeds.seedwise_sampling`), started where its
+  own run's collector starts it;
+* **updates**: one replay buffer per seed and group, each sampled by the sampler its own run
+  would have (same seed), the minibatches stacked ``[K, minibatch]``; the losses keep the seed
+  dim (``ClipPPOLoss(separate_dims=1)``) and their sum over the seeds is back-propagated, so
+  each seed's parameters get the gradient of its own loss; :func:`clip_grad_norm_per_seed_`
+  clips each seed's gradient norm on its own; Adam is elementwise, so one Adam over the stacked
+  parameters keeps, in each seed's slices, the state that seed's own Adam would have;
+* **runs**: :class:`SeedRuns`, one :class:`~marlkit.train.TrainingRun` per seed in
+  ``<run_dir>/seed_<s>/`` (its own metrics, evaluations, checkpoints and summary, its config
+  saying ``seed=<s>``): each seed's folder is a run folder as its own run would leave, which
+  :func:`~marlkit.train.scripts.load_policy` reads; its checkpoints hold its share of the
+  stacked state (:class:`SeedState`), and together they resume the stack.
+
+A seed alone and the same seed inside a stack take the same first updates (tested; within
+float rounding: the stacked layers run ``baddbmm`` where one network runs ``addmm``); later
+they drift apart by rounding only, so the runs are identical in distribution.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from marlkit._utils import import_optional
+from marlkit.collectors import CollectorBase
+from marlkit.collectors._base import seed_rngs
+from marlkit.data._fast import stack_tensordicts
+from marlkit.envs import EnvBase, SerialEnv
+from marlkit.modules.seeds import SeedStreams, copy_seed_, seed_parameters
+from marlkit.replay import (
+    GroupReplayBuffers,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
+    TensorStorage,
+)
+from marlkit.train.config import ConfigError
+from marlkit.train.precision import autocast_scope
+from marlkit.train.run import TrainingRun
+
+__all__ = [
+    "SEEDS_KEY",
+    "SeedBuffers",
+    "SeedRuns",
+    "SeedState",
+    "check_seeds_config",
+    "clip_grad_norm_per_seed_",
+    "collector_streams",
+    "run_seeds",
+    "seed_config",
+    "seed_env",
+    "seed_gradient_steps",
+    "seed_width",
+    "update_seed_groups",
+]
+
+#: The config key.
+SEEDS_KEY = "seeds_in_process"
+
+
+def check_seeds_config(cfg: Any) -> int:
+    """``seeds_in_process`` of a script's config, checked against the options a stack of seeds
+    does not support yet; returns it (1: one seed, the script's usual run).
+
+    Raises:
+        ConfigError: ``seeds_in_process`` below 1 or not an int; with more than one, any of
+            ``collector.kind`` other than ``single``, ``callbacks``, ``device``,
+            ``env.device`` or ``collector.device`` other than ``cpu``,
+            ``train.precision=bf16``, ``train.compile``, ``model.memory`` other than
+            ``none``, ``model.kind`` other than ``mlp`` (each named with its value).
+    """
+    k = cfg.get(SEEDS_KEY, 1)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"{SEEDS_KEY} must be an int >= 1, got {k!r}")
+    if k == 1:
+        return k
+    model = cfg.get("model") or {}
+    train = cfg.get("train") or {}
+    collector = cfg.get("collector") or {}
+    env = cfg.get("env") or {}
+    refused = [
+        ("collector.kind", collector.get("kind", "single"), "single"),
+        ("device", str(cfg.get("device", "cpu")), "cpu"),
+        ("env.device", str(env.get("device") or "cpu"), "cpu"),
+        ("collector.device", str(collector.get("device") or "cpu"), "cpu"),
+        ("train.precision", train.get("precision", "fp32"), "fp32"),
+        ("train.compile", bool(train.get("compile", False)), False),
+        ("model.memory", model.get("memory", "none"), "none"),
+        ("model.kind", model.get("kind", "mlp"), "mlp"),
+    ]
+    for key, value, supported in refused:
+        if value != supported:
+            raise ConfigError(
+                f"{SEEDS_KEY}={k} does not support {key}={value} yet (only {key}={supported}): "
+                f"run the seeds as separate runs, or leave {key} at {supported}"
+            )
+    if list(cfg.get("callbacks") or []):
+        raise ConfigError(
+            f"{SEEDS_KEY}={k} does not support callbacks yet (a callback stopping one seed "
+            "would stop a slice of a stack): run the seeds as separate runs"
+        )
+    return k
+
+
+def seed_config(cfg: Any, seed: int) -> Any:
+    """The config of seed ``seed``'s run in a stack: ``cfg`` (resolved) with ``seed``, and
+    ``run_dir`` and ``resume`` (when set) the folder ``seed_<seed>`` inside theirs."""
+    omegaconf = import_optional("omegaconf", extra="train", purpose="the training scripts")
+    plain = omegaconf.OmegaConf.to_container(cfg, resolve=True)
+    plain["seed"] = seed
+    plain["run_dir"] = str(pathlib.Path(plain["run_dir"]) / f"seed_{seed}")
+    if plain.get("resume") is not None:
+        plain["resume"] = str(pathlib.Path(plain["resume"]) / f"seed_{seed}")
+    return omegaconf.OmegaConf.create(plain)
+
+
+def seed_width(env: EnvBase) -> int:
+    """How many seeds ``env`` (seeded) took: its ``seed_range``'s width (1 when unknown)."""
+    seeds = env.seed_range
+    return 1 if seeds is None else max(1, seeds[1] - seeds[0])
+
+
+def run_seeds(seed: int, n_seeds: int, width: int) -> list[int]:
+    """The ``n_seeds`` runs' seeds: ``seed + k * width`` (``width``: :func:`seed_width` of the
+    first run's env), so that no two runs' envs share a seed."""
+    return [seed + k * width for k in range(n_seeds)]
+
+
+def collector_streams(seeds: Sequence[int]) -> SeedStreams:
+    """Each seed's random stream where its own run's collector starts it
+    (:meth:`~marlkit.collectors.CollectorBase.set_seed`: seeded from the run's seed); the
+    global generators are left as they were."""
+    states = []
+    with torch.random.fork_rng(devices=[]):
+        for seed in seeds:
+            seed_rngs(seed)
+            states.append(torch.get_rng_state())
+    return SeedStreams(states)
+
+
+def seed_env(envs: Sequence[EnvBase]) -> SerialEnv:
+    """The seeds' envs (seed ``k``'s at index ``k``, each made and seeded as its own run makes
+    it) stepped together: batch ``[K, *env.batch_size]``. Their seed ranges follow one another
+    (:func:`run_seeds`), so :meth:`~marlkit.envs.SerialEnv.set_seed` of the first seed gives
+    each its own again."""
+    return SerialEnv(len(envs), [lambda env=env: env for env in envs])
+
+
+def _seed_buffer(make: Callable[[int], ReplayBuffer], seed: int, group: str) -> ReplayBuffer:
+    return make(seed)
+
+
+class SeedBuffers:
+    """One replay buffer per seed and group, each with the sampler its seed's own run has
+    (:class:`~marlkit.replay.SamplerWithoutReplacement` seeded with the seed); minibatches are
+    the seeds' samples stacked ``[K, batch_size]``.
+
+    Args:
+        groups: the agent groups.
+        seeds: the runs' seeds.
+        capacity: items per buffer (one seed's batch).
+        batch_size: items of each seed's minibatch.
+    """
+
+    def __init__(self, groups: Sequence[str], seeds: Sequence[int], capacity: int, batch_size: int):
+        self.seeds = list(seeds)
+
+        def buffer(seed: int) -> ReplayBuffer:
+            sampler = SamplerWithoutReplacement(seed=seed)
+            return ReplayBuffer(TensorStorage(capacity), sampler, batch_size=batch_size)
+
+        self.buffers = [
+            GroupReplayBuffers(groups, functools.partial(_seed_buffer, buffer, seed))
+            for seed in self.seeds
+        ]
+
+    def empty(self) -> None:
+        for buffers in self.buffers:
+            buffers.empty()
+
+    def extend(self, data: TensorDictBase) -> None:
+        """Seed ``k``'s items ``data[k]`` (flattened) into seed ``k``'s buffers."""
+        for k, buffers in enumerate(self.buffers):
+            buffers.extend(data[k].reshape(-1))
+
+    def sampler(self, group: str) -> Callable[[], TensorDictBase]:
+        """The stacked minibatches of ``group``: ``[K, batch_size]``."""
+        parts = [buffers[group] for buffers in self.buffers]
+        return lambda: stack_tensordicts([part.sample() for part in parts], 0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"samplers": [b.state_dict() for b in self.buffers]}
+
+
+def clip_grad_norm_per_seed_(
+    params: Sequence[torch.Tensor], n_seeds: int, max_norm: float
+) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` for each seed on its own: the gradients of
+    seed-stacked ``params`` (seed-major on their first dim) scaled so that each seed's norm is
+    at most ``max_norm``. Returns each seed's norm before clipping, ``[K]``."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(n_seeds)
+    norms = torch.stack(
+        [
+            torch.linalg.vector_norm(g.detach().unflatten(0, (n_seeds, -1)).flatten(1), dim=1)
+            for g in grads
+        ]
+    )  # [params, K]
+    total = torch.linalg.vector_norm(norms, dim=0)
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.detach().unflatten(0, (n_seeds, -1)).mul_(coef.view(n_seeds, *([1] * g.dim())))
+    return total
+
+
+def seed_gradient_steps(
+    loss: Callable[[TensorDictBase], TensorDictBase],
+    optim: torch.optim.Optimizer,
+    sample: Callable[[], TensorDictBase],
+    steps: int,
+    *,
+    n_seeds: int,
+    max_grad_norm: float,
+    objective: Callable[[TensorDictBase], torch.Tensor],
+) -> list[dict[str, float]]:
+    """:func:`~marlkit.train.gradient_steps` of a stack of seeds: ``loss`` returns terms with
+    the seed dim (``[K]``), their ``objective`` summed over the seeds is back-propagated, each
+    seed's gradient is clipped on its own (:func:`clip_grad_norm_per_seed_`) and ``optim``
+    steps. Returns, per seed, the last step's scalar terms and ``"grad_norm"``."""
+    params = [p for group in optim.param_groups for p in group["params"]]
+    norms = torch.zeros(n_seeds)
+    terms: TensorDictBase | None = None
+    for _ in range(steps):
+        with autocast_scope():
+            terms = loss(sample())
+        optim.zero_grad()
+        objective(terms).sum().backward()
+        norms = clip_grad_norm_per_seed_(params, n_seeds, max_grad_norm)
+        optim.step()
+    out: list[dict[str, float]] = [{} for _ in range(n_seeds)]
+    if terms is None:
+        return out
+    for name, value in terms.items():
+        if isinstance(value, torch.Tensor) and tuple(value.shape) == (n_seeds,):
+            for k, v in enumerate(value.detach().double().tolist()):
+                out[k][name] = v
+    for k, v in enumerate(norms.double().tolist()):
+        out[k]["grad_norm"] = v
+    return out
+
+
+def update_seed_groups(
+    losses: Mapping[str, nn.Module],
+    optims: Mapping[str, torch.optim.Optimizer],
+    buffers: SeedBuffers,
+    steps: int,
+    *,
+    max_grad_norm: float,
+    objective: Callable[[TensorDictBase], torch.Tensor],
+) -> list[dict[str, float]]:
+    """:func:`seed_gradient_steps` of each group's loss on its stacked samples; per seed,
+    ``{"train/<group>/<term>": value}`` as :func:`~marlkit.train.update_groups` gives one run."""
+    n_seeds = len(buffers.seeds)
+    metrics: list[dict[str, float]] = [{} for _ in range(n_seeds)]
+    for group, loss in losses.items():
+        per_seed = seed_gradient_steps(
+            loss,
+            optims[group],
+            buffers.sampler(group),
+            steps,
+            n_seeds=n_seeds,
+            max_grad_norm=max_grad_norm,
+            objective=objective,
+        )
+        for k, terms in enumerate(per_seed):
+            metrics[k].update({f"train/{group}/{name}": v for name, v in terms.items()})
+    return metrics
+
+
+def _seed_slice(value: torch.Tensor, like: torch.Tensor, n_seeds: int, k: int) -> torch.Tensor:
+    """Seed ``k``'s slice of ``value`` when it is shaped as the parameter ``like``, else
+    ``value`` (a step count)."""
+    if value.shape == like.shape and value.dim() > 0:
+        return value.detach().unflatten(0, (n_seeds, -1))[k].clone()
+    return value.detach().clone()
+
+
+class SeedState:
+    """Seed ``k``'s share of a stack's training state, a checkpoint part (``state_dict`` /
+    ``load_state_dict``) of seed ``k``'s run: its slices of the stacked modules' parameters and
+    of their optimisers' state, and its random stream.
+
+    Args:
+        k: the seed's index in the stack.
+        modules: the stacked modules (``{name: module}``, e.g. each group's loss).
+        optims: ``{name: optimiser}`` over those modules' parameters (one per group).
+        streams: the seeds' random streams.
+    """
+
+    def __init__(
+        self,
+        k: int,
+        modules: Mapping[str, nn.Module],
+        optims: Mapping[str, torch.optim.Optimizer],
+        streams: SeedStreams,
+    ):
+        self.k, self.modules, self.optims, self.streams = k, modules, optims, streams
+        self.n_seeds = streams.n_seeds
+        for module in modules.values():
+            seed_parameters(module)  # each seed-major on its first dim
+
+    def state_dict(self) -> dict[str, Any]:
+        k, n = self.k, self.n_seeds
+        params = {
+            name: {pname: _seed_slice(p, p, n, k) for pname, p in module.named_parameters()}
+            for name, module in self.modules.items()
+        }
+        optims = {}
+        for name, optim in self.optims.items():
+            optims[name] = [
+                {key: _seed_slice(v, p, n, k) for key, v in optim.state[p].items()}
+                if p in optim.state
+                else {}
+                for group in optim.param_groups
+                for p in group["params"]
+            ]
+        return {"params": params, "optims": optims, "stream": self.streams.states[k].clone()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        k, n = self.k, self.n_seeds
+        with torch.no_grad():
+            for name, module in self.modules.items():
+                saved = state["params"][name]
+                for pname, p in module.named_parameters():
+                    p.unflatten(0, (n, -1))[k].copy_(saved[pname])
+        for name, optim in self.optims.items():
+            params = [p for group in optim.param_groups for p in group["params"]]
+            for p, saved in zip(params, state["optims"][name], strict=True):
+                if not saved:
+                    continue
+                current = optim.state.setdefault(p, {})
+                for key, value in saved.items():
+                    if value.dim() > 0:
+                        if key not in current:
+                            current[key] = torch.zeros_like(p)
+                        current[key].unflatten(0, (n, -1))[k].copy_(value)
+                    else:  # the step count: every seed steps together
+                        current[key] = value.clone().to(p.device)
+        self.streams.states[k] = state["stream"].clone()
+
+
+class _Feed:
+    """What :meth:`TrainingRun.batches` reads of a collector, for one seed of a stack: its
+    share of the frames, and the batch the stack's collector gave (set before each step)."""
+
+    def __init__(self, collector: CollectorBase, n_seeds: int):
+        self._collector, self._n = collector, n_seeds
+        self.batch: TensorDictBase | None = None
+        self.num_batches = getattr(collector, "num_batches", None)
+        self.frames_per_batch = collector.frames_per_batch // n_seeds
+        total = collector.total_frames
+        self.total_frames = total // n_seeds if total > 0 else total
+
+    @property
+    def frames(self) -> int:
+        return self._collector.frames // self._n
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while self.batch is not None:
+            yield self.batch
+
+
+class SeedRuns:
+    """The ``K`` seeds' :class:`~marlkit.train.TrainingRun` objects, fed by the stack's
+    collector: each seed's run sees its slice of every batch (``batch[k]``) and logs,
+    evaluates, checkpoints and summarises as its own run would, in its own folder.
+
+    Each run's ``collection_time``/``training_time`` are the stack's (the seeds are collected
+    and trained together), so its ``frames_per_s`` is its own frames per second of the stack's
+    wall time.
+
+    Args:
+        runs: seed ``k``'s run at index ``k``, each made with its seed's config.
+        collector: the stack's collector (batches ``[K, *env_batch, T]``).
+        states: each seed's checkpoint part (:class:`SeedState`).
+        policies: each seed's plain policy (evaluated, and saved as its checkpoint's
+            ``"policy"``); :meth:`end_iteration` copies the stack's weights into them first.
+        stacked_policy: the stack's policy (:func:`~marlkit.modules.seeds.stack_seeds` of
+            ``policies``), whose slices the plain policies get.
+    """
+
+    def __init__(
+        self,
+        runs: Sequence[TrainingRun],
+        collector: CollectorBase,
+        states: Sequence[SeedState],
+        policies: Sequence[nn.Module],
+        stacked_policy: nn.Module,
+    ):
+        self.runs, self.collector = list(runs), collector
+        self.policies, self.stacked_policy = list(policies), stacked_policy
+        self.n_seeds = len(self.runs)
+        for run, state, policy in zip(self.runs, states, self.policies, strict=True):
+            run.track({"seed": state, "collector": collector}, policy=policy)
+
+    def restore(self) -> None:
+        """Restore every seed's run (its share of the stack) from its latest checkpoint.
+
+        Raises:
+            RuntimeError: the seeds' latest checkpoints are of different iterations (a process
+                killed between two seeds' checkpoints): the message names them.
+        """
+        for run in self.runs:
+            run.restore()
+        iterations = {run.run_dir.name: run.iteration for run in self.runs}
+        if len(set(iterations.values())) > 1:
+            raise RuntimeError(
+                f"the seeds' checkpoints are of different iterations ({iterations}): the stack "
+                "resumes only from one iteration of every seed; delete the later checkpoints "
+                "(checkpoints/step-<n>) so that each seed's latest is the same"
+            )
+
+    def batches(self) -> Iterator[TensorDictBase]:
+        """The collector's batches ``[K, ...]``, each seed's slice shown to its run first."""
+        feeds = [_Feed(self.collector, self.n_seeds) for _ in self.runs]
+        iterators = [
+            cast(Generator[TensorDictBase, None, None], run.batches(feed))
+            for run, feed in zip(self.runs, feeds, strict=True)
+        ]
+        try:
+            started = time.perf_counter()
+            for batch in self.collector:
+                came = time.perf_counter()
+                for k, (run, feed, it) in enumerate(zip(self.runs, feeds, iterators)):
+                    feed.batch = batch[k]
+                    next(it)
+                    # the stack's times (the runs' own clocks see only their turn)
+                    run._collection_time, run._batch_came = came - started, came
+                yield batch
+                started = time.perf_counter()
+        finally:
+            for feed, it in zip(feeds, iterators):
+                feed.batch = None
+                it.close()
+
+    def end_iteration(
+        self, batch: TensorDictBase, metrics: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Each seed's :meth:`~marlkit.train.TrainingRun.end_iteration` with its slice of
+        ``batch``, its ``metrics`` and its plain policy (given the stack's weights first)."""
+        outs = []
+        for k, run in enumerate(self.runs):
+            self._sync(k)
+            outs.append(
+                run.end_iteration(
+                    batch[k], metrics[k], policy=self.policies[k], frames=self._frames()
+                )
+            )
+        return outs
+
+    def _frames(self) -> int:
+        return self.collector.frames // self.n_seeds
+
+    def _sync(self, k: int) -> None:
+        """Seed ``k``'s plain policy given its slice of the stacked policy's weights."""
+        copy_seed_(self.stacked_policy, self.policies[k], k)
+
+    def progress(self, outs: Sequence[Mapping[str, Any]]) -> str:
+        """A console line: the iteration, the frames and each seed's episode rewards."""
+        rewards = {
+            run.run_dir.name: {
+                key: round(value, 3)
+                for key, value in out.items()
+                if key.endswith("episode_reward") or key.split("/")[-1] == "won"
+            }
+            for run, out in zip(self.runs, outs)
+        }
+        return f"iteration {self.runs[0].iteration}: frames {self._frames()} per seed {rewards}"
+
+    def finish(self, info: Mapping[str, Any]) -> list[str]:
+        """End every seed's run (its summary with ``info``, its frames and seed), shut the
+        collector and the evaluation envs down; returns the lines to print."""
+        lines = []
+        try:
+            for k, run in enumerate(self.runs):
+                self._sync(k)
+                summary = run.finish(self.policies[k], info={**info, "frames": self._frames()})
+                lines.append(f"{run.run_dir.name}: {json.dumps(summary['trained'])}")
+        finally:
+            self.collector.shutdown()
+            for run in self.runs:
+                run.eval_env.close()
+                run.close()
+        parent = self.runs[0].run_dir.parent
+        lines.append(f"outputs in {parent}/seed_<s>/ for seeds {self.seed_names()}")
+        return lines
+
+    def seed_names(self) -> list[str]:
+        return [run.run_dir.name for run in self.runs]
