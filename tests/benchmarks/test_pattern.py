@@ -34,6 +34,7 @@ FLAGS = {
     "replay.py": COMMON,
     "results.py": ("--threads",),
     "scaling.py": ("--threads",),
+    "seeds.py": ("--only", "--rounds", "--threads"),
     "segment_tree.py": ("--rounds", "--threads"),
     "smax.py": COMMON,
     "threads.py": ("--rounds", "--round-seconds"),  # it varies the kernels' threads itself
