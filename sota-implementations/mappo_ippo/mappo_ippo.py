@@ -79,9 +79,11 @@ from marlkit.train.scripts import (
 from marlkit.train.seeds import (
     SeedBuffers,
     SeedRuns,
+    SeedSplit,
     SeedState,
     check_seeds_config,
     collector_streams,
+    one_env_for_seeds,
     run_seeds,
     seed_config,
     seed_env,
@@ -360,10 +362,18 @@ def train_seeds(cfg: DictConfig) -> None:
     optims = adam_per_group(losses, cfg.train.lr)  # elementwise: each seed's state in its slices
     frames = cfg.collector.frames_per_batch
     buffers = SeedBuffers(groups, seeds, frames, cfg.train.minibatch_size)
+    envs = [b[0] for b in built]
+    split = one_env_for_seeds(envs[0])  # Python adapters: one env of K x num_envs instances
+    if split:
+        for env in envs:
+            env.close()
+        stack_env: EnvBase = env_factory(cfg, n_seeds * cfg.env.num_envs, seeds[0])()
+    else:
+        stack_env = seed_env(envs)  # [K, num_envs], each env seeded as its run's
     collector = make_collector(
         "single",
-        seed_env([b[0] for b in built]),  # [K, num_envs], each env seeded as its run's
-        policy,
+        stack_env,
+        SeedSplit(policy, n_seeds) if split else policy,
         n_seeds * frames,
         n_seeds * cfg.collector.total_frames,
         seed=cfg.seed,
@@ -374,6 +384,7 @@ def train_seeds(cfg: DictConfig) -> None:
         [SeedState(k, losses, optims, streams) for k in range(n_seeds)],
         [b[1] for b in built],
         policy,
+        split=split,
     )
     runs.restore()
 

@@ -62,10 +62,12 @@ __all__ = [
     "SEEDS_KEY",
     "SeedBuffers",
     "SeedRuns",
+    "SeedSplit",
     "SeedState",
     "check_seeds_config",
     "clip_grad_norm_per_seed_",
     "collector_streams",
+    "one_env_for_seeds",
     "run_seeds",
     "seed_config",
     "seed_env",
@@ -168,6 +170,37 @@ def seed_env(envs: Sequence[EnvBase]) -> SerialEnv:
 
 def _seed_buffer(make: Callable[[int], ReplayBuffer], seed: int, group: str) -> ReplayBuffer:
     return make(seed)
+
+
+def one_env_for_seeds(env: EnvBase) -> bool:
+    """Whether the seeds' envs can be one env of ``K * num_envs`` entries seeded with the first
+    seed: ``env`` (through its transforms) is a batch of separate simulators seeded ``seed +
+    index`` (``seeded_per_instance``: the Python adapters), so entries ``k * n`` to
+    ``(k + 1) * n - 1`` of it are seed ``k``'s ``n`` envs, seeded as its own run seeds them
+    (:func:`run_seeds` spaces the seeds by ``n``). It saves the per-call cost of ``K`` envs."""
+    while True:
+        if getattr(type(env), "seeded_per_instance", False):
+            return True
+        inner = getattr(env, "base_env", None)
+        if not isinstance(inner, EnvBase):
+            return False
+        env = inner
+
+
+class SeedSplit(nn.Module):
+    """A stacked policy (:func:`~marlkit.modules.seeds.stack_seeds`) acting in one env of the
+    ``K`` seeds' envs side by side (:func:`one_env_for_seeds`): each call reads the root
+    ``[K * n, ...]`` as ``[K, n, ...]`` and writes the policy's outputs back into it."""
+
+    def __init__(self, policy: nn.Module, n_seeds: int):
+        super().__init__()
+        self.policy, self.n_seeds = policy, n_seeds
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        shape = tensordict.batch_size
+        inner = tensordict.reshape(self.n_seeds, -1, *shape[1:])
+        out = self.policy(inner)
+        return tensordict.update(out.reshape(shape))
 
 
 class SeedBuffers:
@@ -408,6 +441,8 @@ class SeedRuns:
             ``"policy"``); :meth:`end_iteration` copies the stack's weights into them first.
         stacked_policy: the stack's policy (:func:`~marlkit.modules.seeds.stack_seeds` of
             ``policies``), whose slices the plain policies get.
+        split: the collector's batches are ``[K * n, T]`` (one env for every seed:
+            :func:`one_env_for_seeds`): :meth:`batches` yields them as ``[K, n, T]``.
     """
 
     def __init__(
@@ -417,8 +452,9 @@ class SeedRuns:
         states: Sequence[SeedState],
         policies: Sequence[nn.Module],
         stacked_policy: nn.Module,
+        split: bool = False,
     ):
-        self.runs, self.collector = list(runs), collector
+        self.runs, self.collector, self.split = list(runs), collector, split
         self.policies, self.stacked_policy = list(policies), stacked_policy
         self.n_seeds = len(self.runs)
         for run, state, policy in zip(self.runs, states, self.policies, strict=True):
@@ -452,6 +488,8 @@ class SeedRuns:
             started = time.perf_counter()
             for batch in self.collector:
                 came = time.perf_counter()
+                if self.split:  # [K * n, T] -> [K, n, T]
+                    batch = batch.reshape(self.n_seeds, -1, *batch.batch_size[1:])
                 for k, (run, feed, it) in enumerate(zip(self.runs, feeds, iterators)):
                     feed.batch = batch[k]
                     next(it)
