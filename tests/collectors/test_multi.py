@@ -473,6 +473,23 @@ def test_a_worker_that_fails_to_construct_or_hangs() -> None:
     assert collector.is_shut_down and wait_gone(pids) == []
 
 
+def slow_to_build():  # type: ignore[no-untyped-def]
+    time.sleep(1.5)  # a simulator that takes longer to build than the commands' timeout
+    return nav()()
+
+
+def test_a_worker_slower_to_start_than_the_timeout_is_not_hung() -> None:
+    # a 1-s timeout is for commands; starting may take START_TIMEOUT (a loaded machine takes
+    # seconds to spawn a process and import torch)
+    collector = MultiSyncCollector(
+        [nav(), slow_to_build], None, frames_per_batch=8, timeout=1, **FAST
+    )
+    try:
+        assert collector.next().numel() == 8
+    finally:
+        collector.shutdown()
+
+
 def silent_for(err: pytest.ExceptionInfo[WorkerError]) -> float:
     """How long the error says the hung worker was silent."""
     found = re.search(r"silent for (\d+\.\d) s since asked", str(err.value))

@@ -489,7 +489,8 @@ class MultiSyncCollector(_MultiCollector):
         start_method: ``"spawn"`` (default), ``"forkserver"`` or ``"fork"``.
         timeout: seconds a worker may be silent once asked for its batch (or anything else)
             before it is reported hung; each worker's clock runs from when it was asked, so a
-            hung worker is reported while the others keep answering.
+            hung worker is reported while the others keep answering. Starting (the process,
+            its imports, the env) may take up to ``START_TIMEOUT`` (60 s) when that is longer.
         torch_threads: torch threads in each worker.
         worker_cpus: ``None`` (default: the OS places the workers), ``"auto"`` (worker ``i``
             pinned to the ``i``-th CPU this process may use) or one CPU, or set of CPUs, per

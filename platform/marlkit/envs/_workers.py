@@ -339,6 +339,12 @@ def _load_exception(blob: bytes | None) -> BaseException | None:
 _MAX_POLLERS = 64
 
 
+#: Seconds a worker may take to start, at least, whatever the pool's ``timeout``: a process
+#: spawned, torch imported and a simulator built take seconds on a loaded machine, where a
+#: ``timeout`` of a second or two is meant for commands.
+START_TIMEOUT = 60.0
+
+
 class WorkerPool:
     """Worker processes, one per payload, each answering commands over its own pipe.
 
@@ -346,8 +352,9 @@ class WorkerPool:
         owner: what the pool serves, for messages (``"the ParallelEnv"``).
         payloads: one :func:`serialise_setup` payload per worker.
         start_method: ``"spawn"`` (default: safe with threads), ``"forkserver"`` or ``"fork"``.
-        timeout: seconds a worker may take to answer once asked (or to start) before it is
-            reported hung, counted for each worker from when it was asked.
+        timeout: seconds a worker may take to answer once asked before it is reported hung,
+            counted for each worker from when it was asked; to start, at least
+            :data:`START_TIMEOUT`.
         torch_threads: torch threads inside each worker.
         worker_cpus: ``None`` (the OS places the workers), ``"auto"`` (worker ``i`` on the
             ``i``-th CPU this process may use) or one CPU, or set of CPUs, per worker; see
@@ -388,6 +395,8 @@ class WorkerPool:
         #: When each worker awaited (a command sent, or starting) was asked: its deadline is
         #: ``timeout`` seconds later.
         self._asked: dict[int, float] = {}
+        #: Each awaited worker's limit when it is not ``timeout`` (starting workers).
+        self._limits: dict[int, float] = {}
         self._encoded: dict[str, bytes] = {}
         self._pollers: dict[frozenset[int], tuple[Any, dict[int, tuple[int, bool]]]] = {}
         self.closed = False
@@ -410,6 +419,7 @@ class WorkerPool:
                 )
                 proc.start()
                 self._asked[i] = time.monotonic()
+                self._limits[i] = max(self.timeout, START_TIMEOUT)
                 child.close()
                 self._procs.append(proc)
                 self._conns.append(parent)
@@ -457,6 +467,7 @@ class WorkerPool:
             self._died(i, what, err)
         self._pending.add(i)
         self._asked[i] = time.monotonic()
+        self._limits.pop(i, None)
 
     def receive(self, i: int, what: str) -> Any:
         """Worker ``i``'s answer to its last command.
@@ -478,6 +489,7 @@ class WorkerPool:
             self._died(i, what, err)
         self._pending.discard(i)
         self._asked.pop(i, None)
+        self._limits.pop(i, None)
         if status != "ok":
             summary, remote_tb, blob = payload
             message = f"worker {i} failed during {what}: {summary}"
@@ -540,7 +552,7 @@ class WorkerPool:
         """
         while True:
             now = time.monotonic()
-            due = min(self._asked.get(i, now) for i in order) + self.timeout
+            due = min(self._asked.get(i, now) + self._limit(i) for i in order)
             ready, dead = self._woken(order, max(0.0, due - now))
             now = time.monotonic()
             late = [
@@ -548,7 +560,7 @@ class WorkerPool:
                 for i in order
                 if i not in ready
                 and i not in dead
-                and now - self._asked.get(i, now) >= self.timeout
+                and now - self._asked.get(i, now) >= self._limit(i)
             ]
             if ready and not late:  # an answer, even from a worker that died just after it
                 return ready
@@ -556,6 +568,10 @@ class WorkerPool:
                 self._died(i, what)
             if late:
                 self._hung(late, what, now)
+
+    def _limit(self, i: int) -> float:
+        """Seconds worker ``i`` may take to answer what it was last asked."""
+        return self._limits.get(i, self.timeout)
 
     def _hung(self, late: list[int], what: str, now: float) -> NoReturn:
         """Shut the pool down and raise the error that names the ``late`` workers, their pids
@@ -569,7 +585,7 @@ class WorkerPool:
         )
         self.shutdown()
         raise WorkerError(
-            f"{who} {what} within {self.timeout:g} s (silent for {silent} since asked); "
+            f"{who} {what} within {self._limit(late[0]):g} s (silent for {silent} since asked); "
             f"{self.owner} is shut down",
             worker=late[0],
         )
@@ -646,6 +662,7 @@ class WorkerPool:
         self._conns, self._procs = [], []
         self._pollers.clear()
         self._asked.clear()
+        self._limits.clear()
 
 
 def _resume(proc: Any) -> None:

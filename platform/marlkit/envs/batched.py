@@ -421,6 +421,8 @@ class ParallelEnv(_BatchedEnv):
         start_method: ``"spawn"`` (default, safe with threads), ``"forkserver"`` or ``"fork"``.
         timeout: seconds a worker may take to answer a command before it is reported hung
             (``WorkerError`` naming it, its pid and how long it was silent; the env is closed).
+            Starting (the process, its imports, the env) may take up to ``START_TIMEOUT``
+            (60 s) when that is longer.
         torch_threads: torch threads inside each worker.
         worker_cpus: where the workers run: ``None`` (default: the OS places them), ``"auto"``
             (worker ``i`` pinned to the ``i``-th CPU this process may use), or one CPU index,
