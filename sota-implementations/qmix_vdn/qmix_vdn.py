@@ -40,6 +40,7 @@ from marlkit.train.config import (
     QLossConfig,
     check_choice,
     check_int,
+    check_real,
     register_schema,
 )
 from marlkit.train.q_learning import QModelConfig, egreedy_q_policy, train_q_learning
@@ -66,6 +67,8 @@ class QmixVdnLossConfig(QLossConfig):
     ``Linear -> ReLU -> Linear``)."""
     hypernet_embed: int = 64
     """The hidden width of QMIX's 2-layer weight hypernetworks (EPyMARL: 64)."""
+    mixer_state_scale: float = 1.0
+    """QMIX's hypernetworks read the state divided by this (1: as it comes, as EPyMARL)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,6 +77,7 @@ class QmixVdnLossConfig(QLossConfig):
         check_int("mixing_embed_dim", self.mixing_embed_dim, low=1)
         check_int("hypernet_layers", self.hypernet_layers, low=1, high=2)
         check_int("hypernet_embed", self.hypernet_embed, low=1)
+        check_real("mixer_state_scale", self.mixer_state_scale)
 
 
 @dataclass
@@ -115,6 +119,7 @@ def make_mixer(env: EnvBase, group: str, cfg: DictConfig) -> Mixer:
     hypernets = {
         "hypernet_layers": cfg.get("hypernet_layers", 1),
         "hypernet_embed": cfg.get("hypernet_embed", 64),
+        "state_scale": float(cfg.get("mixer_state_scale", 1.0)),
     }
     if cfg.mixer_state == "observation":
         # [n, *obs]: vectors, or images and grids (model.kind=cnn) flattened by the mixer

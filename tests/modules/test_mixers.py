@@ -129,3 +129,18 @@ def test_qmixer_refuses_bad_hypernetwork_layers() -> None:
         QMixer([6], 8, n_agents=2, hypernet_layers=2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="QMixer: hypernet_embed must be an int >= 1, got 0"):
         QMixer([6], 8, n_agents=2, hypernet_layers=2, hypernet_embed=0)
+
+
+def test_qmixer_state_scale_divides_what_the_hypernetworks_read() -> None:
+    torch.manual_seed(4)
+    plain = QMixer([6], 8, n_agents=3, hypernet_layers=2)
+    scaled = QMixer([6], 8, n_agents=3, hypernet_layers=2, state_scale=7)
+    scaled.load_state_dict(plain.state_dict())
+    q, s = torch.randn(5, 3, 1), 7 * torch.rand(5, 6)
+    torch.testing.assert_close(
+        scaled(_td(q, s))["chosen_action_value"], plain(_td(q, s / 7))["chosen_action_value"]
+    )
+    with pytest.raises(ValueError, match="QMixer: state_scale must be a finite number > 0"):
+        QMixer([6], 8, n_agents=3, state_scale=0.0)
+    with pytest.raises(ValueError, match="QMixer: state_scale must be a finite number > 0"):
+        QMixer([6], 8, n_agents=3, state_scale=float("inf"))

@@ -143,6 +143,7 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             # and QMIX's hypernetworks: one layer (PyMARL's) unless a config asks for two
             assert now["loss"].pop("hypernet_layers", 1) == 1
             assert now["loss"].pop("hypernet_embed", 64) == 64
+            assert now["loss"].pop("mixer_state_scale", 1.0) == 1.0
         if "model" in now:  # model (issue 37): no memory, the networks as before
             model = now.pop("model")
             assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"
@@ -359,6 +360,7 @@ def _refusal(name: str, override: str) -> str:
         ("maddpg_iddpg", "exploration.sigma_end=-1", ["exploration.sigma_end must be a finite"]),
         ("qmix_vdn", "loss.mixing_embed_dim=0", ["loss.mixing_embed_dim must be an int >= 1"]),
         ("qmix_vdn", "loss.hypernet_layers=3", ["loss.hypernet_layers must be an int in [1, 2]"]),
+        ("qmix_vdn", "loss.mixer_state_scale=0", ["loss.mixer_state_scale must be a finite"]),
         ("masac_isac", "loss.num_qvalue_nets=0", ["loss.num_qvalue_nets must be an int >= 1"]),
         ("masac_isac", "loss.tau=0", ["loss.tau must be a finite number in (0, 1], got 0.0"]),
         ("masac_isac", "loss.loss_function=l3", ["loss.loss_function must be one of ['l2'"]),

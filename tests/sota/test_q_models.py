@@ -105,17 +105,20 @@ def test_standardised_rewards_are_logged_and_their_statistics_resume(tmp_path):
     assert float(count) == pytest.approx(3 * 4 * 200 * 3 + 1e-4)  # went on, not restarted
 
 
-@pytest.mark.parametrize(("overrides", "layers"), [([], 1), (["loss.hypernet_layers=2"], 2)])
-def test_qmix_script_builds_the_hypernetworks_asked_for(overrides, layers):
-    """``loss.hypernet_layers``/``hypernet_embed`` reach the QMixer, on the agents'
-    observations (the default mixer_state) and on the env's state alike."""
+@pytest.mark.parametrize(
+    ("overrides", "layers", "scale"),
+    [([], 1, 1.0), (["loss.hypernet_layers=2", "loss.mixer_state_scale=7"], 2, 7.0)],
+)
+def test_qmix_script_builds_the_hypernetworks_asked_for(overrides, layers, scale):
+    """``loss.hypernet_layers``/``hypernet_embed``/``mixer_state_scale`` reach the QMixer, on
+    the agents' observations (the default mixer_state) and on the env's state alike."""
     from torch import nn
 
     env, cfg, module, _ = _policy_and_losses("qmix_vdn", [*overrides, "loss.hypernet_embed=24"])
     for state in ("observation", "state"):
         cfg.loss.mixer_state = state
         mixer = module.make_mixer(env, "agents", cfg.loss)
-        assert mixer.hypernet_layers == layers
+        assert mixer.hypernet_layers == layers and mixer.state_scale == scale
         w1 = mixer.hyper_w_1
         assert isinstance(w1, nn.Linear if layers == 1 else nn.Sequential)
         if layers == 2:

@@ -16,7 +16,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from marlkit._checks import check_int, check_ints
+from marlkit._checks import check_int, check_ints, check_real
 from marlkit.data.keys import CHOSEN_ACTION_VALUE, DEFAULT_GROUP, STATE, NestedKey, join_key
 from marlkit.modules._checks import check_trailing, get_tensor
 
@@ -100,7 +100,8 @@ class QMixer(Mixer):
     default, ``hypernet_layers: 2, hypernet_embed: 64`` in its ``algs/qmix.yaml``). The bias
     ``b1(s)`` is one linear layer and ``V(s)`` two (``Linear -> ReLU -> Linear``) either way.
 
-    The hypernetworks read ``state_key`` (``[*B, *state_shape]``, flattened): the root
+    The hypernetworks read ``state_key`` (``[*B, *state_shape]``, flattened, divided by
+    ``state_scale``): the root
     ``"state"`` by default; where the env has no state, pass ``state_key=(group,
     "observation")`` and ``state_shape=(n_agents, obs_dim)`` to condition on the agents'
     observations concatenated.
@@ -114,6 +115,10 @@ class QMixer(Mixer):
         hypernet_layers: layers of the weight hypernetworks, 1 or 2.
         hypernet_embed: the hidden width of the 2-layer weight hypernetworks (unused with
             ``hypernet_layers=1``).
+        state_scale: the hypernetworks read the state divided by this (default 1: as it
+            comes). A state of raw counts or coordinates (LBF's observations, 0 to 7) gives
+            hypernetwork outputs, and a team value, of tens at initialisation; its largest
+            value brings them to the agents' scale (``docs/results.md``, QMIX on LBF).
 
     Raises:
         ValueError: a bad shape, width or number of hypernetwork layers; when called, a state
@@ -149,6 +154,7 @@ class QMixer(Mixer):
         global_value_key: NestedKey = CHOSEN_ACTION_VALUE,
         hypernet_layers: int = 1,
         hypernet_embed: int = 64,
+        state_scale: float = 1.0,
     ):
         super().__init__(
             n_agents,
@@ -167,6 +173,7 @@ class QMixer(Mixer):
             "hypernet_layers", hypernet_layers, low=1, high=2, owner="QMixer"
         )
         self.hypernet_embed = check_int("hypernet_embed", hypernet_embed, low=1, owner="QMixer")
+        self.state_scale = check_real("state_scale", state_scale, low=0.0, owner="QMixer")
         self.state_key = state_key
         in_keys: list[Any] = [*self.in_keys, state_key]
         self.in_keys = in_keys
@@ -203,6 +210,8 @@ class QMixer(Mixer):
         lead = local_values.shape[:-2]
         q = local_values.reshape(-1, 1, self.n_agents)
         s = state.reshape(-1, self.state_dim).to(q.dtype)
+        if self.state_scale != 1.0:
+            s = s / self.state_scale
         w1 = self.hyper_w_1(s).abs().view(-1, self.n_agents, self.embed_dim)
         b1 = self.hyper_b_1(s).view(-1, 1, self.embed_dim)
         hidden = nn.functional.elu(torch.bmm(q, w1) + b1)
