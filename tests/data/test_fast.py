@@ -11,7 +11,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
 from marlkit.data import _fast
-from marlkit.data._fast import get_entry, set_leaf, unchecked_tensordict
+from marlkit.data._fast import get_entry, own_items, set_leaf, unchecked_tensordict
 
 
 def test_tensordict_is_the_version_its_private_api_was_checked_against() -> None:
@@ -87,3 +87,12 @@ def test_the_public_methods_serve_other_tensordicts() -> None:
     assert torch.equal(get_entry(lazy, ("g", "x")), lazy.get(("g", "x")))
     set_leaf(lazy, "b", torch.ones(2, 2, 1))
     assert lazy.get("b").shape == (2, 2, 1)
+
+
+def test_own_items_is_items() -> None:
+    td = TensorDict({"a": torch.zeros(2, 1), "g": {"x": torch.ones(2, 3)}}, [2])
+    own, public = dict(own_items(td)), dict(td.items())
+    assert own.keys() == public.keys() and own["a"] is public["a"]
+    assert isinstance(own["g"], TensorDict) and own["g"] is td.get("g")
+    lazy = torch.stack([td, td.clone()], 0)  # not a plain TensorDict: the public iterator
+    assert dict(own_items(lazy)).keys() == {"a", "g"}

@@ -370,6 +370,33 @@ def test_the_rule_matches_a_plain_loop_on_random_flags(host: bool, seed: int) ->
         )
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_root_only_shortcut_is_the_general_rule(seed: int) -> None:
+    # Simulators that decide whole envs (terminated and truncated at the root only, no group
+    # "mask") take a shortcut on the CPU: the same flags as the general path, both at once too.
+    import dataclasses
+
+    from marlkit.envs._done_rule import apply_done_rule, make_done_plan
+
+    env = _EndsEarly()
+    plan = make_done_plan(env.done_spec, env.observation_spec, env.batch_size, env.device)
+    assert plan.root_shortcut
+    general = dataclasses.replace(plan, root_shortcut=False)
+    gen = torch.Generator().manual_seed(seed)
+    term, trunc = (torch.rand(2, 1, generator=gen) < 0.5 for _ in range(2))
+    outs = []
+    for used in (plan, general):
+        out = TensorDict({"terminated": term.clone(), "truncated": trunc.clone()}, (2,))
+        out["a"] = TensorDict({"reward": torch.zeros(2, 1, 1)}, (2, 1))  # a group without flags
+        apply_done_rule(used, out, None)
+        outs.append(out)
+    assert set(outs[0].keys(True, True)) == set(outs[1].keys(True, True))
+    for key in outs[1].keys(True, True):
+        assert torch.equal(outs[0][key], outs[1][key]), key
+    assert torch.equal(outs[0]["b", "truncated"], trunc[:, None].expand(2, 2, 1))
+    assert torch.equal(outs[0]["truncated"], trunc & ~term)
+
+
 class _DoneOnly(EnvBase):
     """One group of two agents that declares only "done" (its terminations, by the done rule):
     agent i ends when its position passes 2 (actions add to it); with ``truncated``, the group

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["get_entry", "set_leaf", "stack_tensordicts", "unchecked_tensordict"]
+__all__ = ["get_entry", "own_items", "set_leaf", "stack_tensordicts", "unchecked_tensordict"]
 
 # tensordict's private API, which the fast paths below rely on: 2.5x (a nested constructor) to
 # 13x (a key lookup) faster than the public methods with tensordict 0.15.3. Private names change
@@ -62,6 +62,14 @@ def get_entry(td: Any, key: str | tuple[str, ...], default: Any = None) -> Any:
             return td._get_str(key, default)
         return td._get_tuple(key, default)
     return td.get(key, default)
+
+
+def own_items(td: Any) -> Any:
+    """``td.items()`` (a TensorDict's own entries, sub-TensorDicts as values), read from its
+    dict of entries where it has one: a fifth of the public iterator's time."""
+    if _OWN_ENTRIES and type(td) is TensorDict:
+        return td._tensordict.items()
+    return td.items()
 
 
 def set_leaf(td: Any, name: str, value: torch.Tensor) -> None:

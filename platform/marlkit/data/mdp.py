@@ -7,7 +7,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from marlkit.data._fast import unchecked_tensordict
+from marlkit.data._fast import get_entry, own_items, unchecked_tensordict
 from marlkit.data.keys import ACTION, DONE_KEYS, NEXT, REWARD, NestedKey
 
 __all__ = ["step_mdp", "step_mdp_fn"]
@@ -117,18 +117,18 @@ def _merge(
     except ``drop``, then ``root``'s entries that ``nxt`` lacks except ``skip``."""
     entries: dict[str, Any] = {}
     if nxt is not None:
-        for key, value in nxt.items():
+        for key, value in own_items(nxt):
             path = (*prefix, key)
             if path in drop:
                 continue
             if isinstance(value, TensorDictBase):
-                sub = root.get(key, None) if root is not None else None
+                sub = get_entry(root, key) if root is not None else None
                 value = _merge(
                     value, sub if isinstance(sub, TensorDictBase) else None, drop, skip, path
                 )
             entries[key] = value
     if root is not None:
-        for key, value in root.items():
+        for key, value in own_items(root):
             path = (*prefix, key)
             if key in entries or path in skip:
                 continue

@@ -57,6 +57,9 @@ class DonePlan:
     levels: tuple[LevelPlan, ...]
     root_keys: tuple[str, ...]
     ops: _Ops  # NumPy views on the CPU, tensors elsewhere
+    # On the host, every level [*B, n, 1] without a "mask": a step that reports terminated and
+    # truncated at the root only (Gymnasium, EPyMARL's format, VMAS) takes a shortcut.
+    root_shortcut: bool = False
 
 
 def make_done_plan(
@@ -79,7 +82,9 @@ def make_done_plan(
             )
         )
     root_keys = tuple(k for k in DONE_KEYS if k in declared)
-    return DonePlan(batch, tuple(levels), root_keys, _OPS[device.type == "cpu"])
+    host = device.type == "cpu"
+    shortcut = host and all(lv.agent_dim and lv.mask_key is None for lv in levels)
+    return DonePlan(batch, tuple(levels), root_keys, _OPS[host], shortcut)
 
 
 # ---------------------------------------------------------------------- the two array kinds
@@ -220,6 +225,8 @@ def apply_done_rule(
         ops.view(get_entry(next_td, TERMINATED)),
         ops.view(get_entry(next_td, TRUNCATED)),
     )
+    if _root_shortcut(plan, next_td, root):
+        return
     ended = _either(_either(root[0], root[1]), root[2])
     if not plan.levels:  # no groups: the root flags are the one agent's
         _apply_without_groups(plan, next_td, root, ended)
@@ -269,6 +276,48 @@ def apply_done_rule(
             else:
                 set_leaf(sub, name, ops.tensor(value))
     _write_root(plan, next_td, over, over & cut)
+
+
+def _root_shortcut(plan: DonePlan, next_td: TensorDictBase, root: tuple[Flags, ...]) -> bool:
+    """Apply :func:`_apply_root_only` where it fits (and say whether it did)."""
+    if not plan.root_shortcut or root[0] is not None or root[1] is None or root[2] is None:
+        return False
+    subs = [get_entry(next_td, level.key) for level in plan.levels]
+    for sub in subs:
+        if sub is not None and any(get_entry(sub, name) is not None for name in DONE_KEYS):
+            return False  # a group reports its own flags: the general rule
+    _apply_root_only(plan, next_td, subs, root[1], root[2])
+    return True
+
+
+def _apply_root_only(
+    plan: DonePlan,
+    next_td: TensorDictBase,
+    subs: list[TensorDictBase | None],
+    term: np.ndarray,
+    trunc: np.ndarray,
+) -> None:
+    """The rule where the simulator decided whole envs (``terminated`` and ``truncated``
+    ``[*B, 1]`` at the root, nothing per group) and no group has a ``"mask"``: what the general
+    path computes, in the fewest NumPy operations. Every agent gets its env's flags; the env is
+    over when either flag is set, truncated when truncated without terminating."""
+    over = term | trunc
+    per_level = {
+        DONE: over[..., None, :],
+        TERMINATED: term[..., None, :],
+        TRUNCATED: trunc[..., None, :],
+    }
+    for level, sub in zip(plan.levels, subs):
+        shape = tuple(level.shape)
+        for name in level.keys:
+            array = np.empty(shape, bool)
+            array[...] = per_level[name]  # [*B, 1, 1] to every agent: half np.repeat's time
+            value = torch.from_numpy(array)
+            if sub is None:
+                next_td.set(join_key(level.key, name), value)
+            else:
+                set_leaf(sub, name, value)
+    _write_root(plan, next_td, over, trunc & ~term)
 
 
 def _apply_without_groups(

@@ -51,7 +51,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from marlkit._checks import check_flag, check_int
-from marlkit.data._fast import stack_tensordicts
+from marlkit.data._fast import get_entry, set_leaf, stack_tensordicts
 from marlkit.data.composite import Composite
 from marlkit.data.keys import (
     ACTION_MASK,
@@ -407,7 +407,11 @@ class EnvBase(abc.ABC):
         self._check_open()
         if self.validate_actions:
             self._validate_action(tensordict)
-        tensordict.set(NEXT, self._wrapped_step(tensordict))
+        next_td = self._wrapped_step(tensordict)
+        if tensordict.batch_size == next_td.batch_size and tensordict.device == next_td.device:
+            set_leaf(tensordict, NEXT, next_td)  # of its batch and device: nothing to check
+        else:
+            tensordict.set(NEXT, next_td)  # checked (and refused where it does not fit)
         return tensordict
 
     def _wrapped_step(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -434,8 +438,10 @@ class EnvBase(abc.ABC):
         """
         tensordict = self.step(tensordict)
         root = self._step_mdp(tensordict)
-        done = root.get(DONE)
-        if bool(done.any()):
+        done = get_entry(root, DONE)
+        if done is None:
+            done = root.get(DONE)  # not found: the public method's KeyError
+        if bool(done.numpy().any() if done.device.type == "cpu" else done.any()):
             root.set(RESET, done.clone())
             reset_out = self.reset(root)
             root = root.exclude(RESET)
