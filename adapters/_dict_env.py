@@ -60,7 +60,7 @@ from marlkit.adapters._spaces import (
     spec_from_space,
     to_space,
 )
-from marlkit.data._fast import unchecked_tensordict
+from marlkit.data._fast import get_entry, unchecked_tensordict
 from marlkit.data.composite import Composite
 from marlkit.data.group_map import GroupMapLike, make_group_map
 from marlkit.data.keys import (
@@ -515,7 +515,9 @@ class DictEnv(EnvBase):
         actions are refused (``"raise"``) or replaced (``"mask"``) first, for every env at once."""
         action_of: dict[str, Callable[[int, int], Any]] = {}
         for group, layout in self._layouts.items():
-            action = tensordict.get((group, ACTION))
+            action = get_entry(tensordict, (group, ACTION))
+            if action is None:
+                action = tensordict.get((group, ACTION))  # absent: the public KeyError
             if layout.n_actions is not None:
                 classes = action.numpy(force=True)
                 if layout.masked:  # against the env's own masks, whatever the input carries

@@ -283,3 +283,29 @@ def test_env_outputs_have_torch_size_batch_sizes() -> None:
         for sub in tds:
             assert type(sub.batch_size) is torch.Size
         assert root.numel() == 2
+
+
+@pytest.mark.parametrize(
+    ("action_keys", "reward_keys"),
+    [
+        ([("agents", "action")], [("agents", "reward"), ("adversaries", "reward"), "reward"]),
+        ([("agents", "action"), "policy_state"], ["reward"]),  # a whole root entry skipped
+        (["agents"], [("agents", "reward"), "agents"]),  # a group taken whole, twice
+    ],
+)
+def test_step_mdp_fn_is_step_mdp_with_its_keys(action_keys, reward_keys) -> None:
+    # What envs call each step: the key lists resolved once into trees, the same result.
+    from marlkit.data.mdp import step_mdp_fn
+
+    td = _transition()
+    fast = step_mdp_fn(action_keys=action_keys, reward_keys=reward_keys)(td)
+    want = step_mdp(td, action_keys=action_keys, reward_keys=reward_keys)
+    assert _leaf_keys(fast) == _leaf_keys(want)
+    for key in _leaf_keys(want):
+        assert fast.get(key) is want.get(key), key  # the same tensors, not copies
+    assert fast.batch_size == want.batch_size
+    assert [fast[g].batch_size for g in ("agents", "adversaries") if g in want] == [
+        want[g].batch_size for g in ("agents", "adversaries") if g in want
+    ]
+    with pytest.raises(KeyError, match="step_mdp needs a transition with a 'next' entry"):
+        step_mdp_fn(action_keys=action_keys, reward_keys=reward_keys)(td.exclude("next"))

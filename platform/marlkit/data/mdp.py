@@ -85,16 +85,72 @@ def step_mdp_fn(
 ) -> Callable[[TensorDictBase], TensorDictBase]:
     """``step_mdp`` with its defaults (keep other entries, drop actions and rewards) for fixed
     key lists, resolved once: what an env calls every step."""
-    drop = set(_paths(reward_keys))
-    skip = {(NEXT,), *drop, *_paths(action_keys)}
+    drop = _tree(_paths(reward_keys))
+    skip = _tree([(NEXT,), *_paths(reward_keys), *_paths(action_keys)])
 
     def fn(tensordict: TensorDictBase) -> TensorDictBase:
-        nxt = tensordict.get(NEXT, None)
-        if nxt is None:
-            return step_mdp(tensordict)  # raises the explanatory KeyError
-        return _merge(nxt, tensordict, drop, skip, ())
+        nxt = get_entry(tensordict, NEXT)
+        if not isinstance(nxt, TensorDictBase):
+            return step_mdp(tensordict)  # raises the explanatory KeyError (or looks further)
+        return _merge_tree(nxt, tensordict, drop, skip)
 
     return fn
+
+
+#: A tree of key paths: ``{key: subtree}``, where ``None`` marks a path's last key (that
+#: entry, whatever it holds) and an empty dict no path below.
+_Tree = dict[str, Any]
+_NO_PATH: _Tree = {}
+
+
+def _tree(paths: Sequence[tuple[str, ...]]) -> _Tree:
+    tree: _Tree = {}
+    for path in paths:
+        node = tree
+        for key in path[:-1]:
+            below = node.get(key, _NO_PATH)
+            if below is None:  # a shorter path already takes the whole entry
+                break
+            node = node.setdefault(key, {})
+        else:
+            node[path[-1]] = None
+    return tree
+
+
+def _merge_tree(
+    nxt: TensorDictBase | None, root: TensorDictBase | None, drop: _Tree, skip: _Tree
+) -> TensorDictBase:
+    """:func:`_merge` with the paths as trees (what :func:`step_mdp_fn` resolves once): no key
+    tuples built per entry, each TensorDict's own entries read directly."""
+    entries: dict[str, Any] = {}
+    if nxt is not None:
+        for key, value in own_items(nxt):
+            dropped = drop.get(key, _NO_PATH)
+            if dropped is None:
+                continue
+            if isinstance(value, TensorDictBase):
+                sub = get_entry(root, key) if root is not None else None
+                skipped = skip.get(key, _NO_PATH)
+                value = _merge_tree(
+                    value,
+                    sub if isinstance(sub, TensorDictBase) else None,
+                    dropped,
+                    _NO_PATH if skipped is None else skipped,
+                )
+            entries[key] = value
+    if root is not None:
+        for key, value in own_items(root):
+            if key in entries:
+                continue
+            skipped = skip.get(key, _NO_PATH)
+            if skipped is None:
+                continue
+            if isinstance(value, TensorDictBase):
+                value = _merge_tree(None, value, drop.get(key) or _NO_PATH, skipped)
+            entries[key] = value
+    like = nxt if nxt is not None else root
+    assert like is not None  # one of them is always given
+    return _new_td(entries, like)
 
 
 def _paths(keys: Sequence[NestedKey]) -> list[tuple[str, ...]]:

@@ -87,6 +87,20 @@ class MissingActionError(InvalidActionError, KeyError):
         return str(self.args[0])
 
 
+def _set_flag(out: TensorDictBase, key: NestedKey, value: torch.Tensor) -> None:
+    """``out.set(key, value)`` for a done flag of the done spec's shape, unchecked where its
+    place is known to fit (a root flag ``[*B, 1]``, a group's ``[*B, n, 1]`` in the group's
+    sub-TensorDict ``[*B, n]``)."""
+    if isinstance(key, str):
+        set_leaf(out, key, value)
+        return
+    parent = get_entry(out, key[0] if len(key) == 2 else key[:-1])
+    if isinstance(parent, TensorDictBase) and parent.batch_size == value.shape[:-1]:
+        set_leaf(parent, key[-1], value)
+    else:
+        out.set(key, value)  # no sub-TensorDict yet (or another batch): the checked write
+
+
 class EnvBase(abc.ABC):
     """A batch of environments that reads and writes nested TensorDicts.
 
@@ -235,6 +249,9 @@ class EnvBase(abc.ABC):
 
         return self._cached("action_items", build)
 
+    def _done_items(self) -> list[tuple[NestedKey, TensorSpec]]:
+        return self._cached("done_items", lambda: list(self.done_spec.items(True, True)))
+
     def _done_levels(self) -> list[tuple[tuple[str, ...], torch.Size]]:
         return self._cached("done_levels", lambda: done_levels(self.done_spec))
 
@@ -268,7 +285,7 @@ class EnvBase(abc.ABC):
         mask = None
         for prefix, shape in self._done_levels():
             key = (*prefix, RESET) if prefix else RESET
-            value = tensordict.get(key, None)
+            value = get_entry(tensordict, key)
             if value is None:
                 continue
             if not isinstance(value, torch.Tensor) or value.dtype != torch.bool:
@@ -287,18 +304,17 @@ class EnvBase(abc.ABC):
     def _fill_reset_done(
         self, out: TensorDictBase, tensordict: TensorDictBase | None, env_mask: torch.Tensor | None
     ) -> None:
-        keys_out = None
-        for key, spec in self.done_spec.items(True, True):
-            if keys_out is None:
-                keys_out = set(out.keys(True, True))
-            if key in keys_out:
+        for key, spec in self._done_items():
+            if get_entry(out, key) is not None:  # the hook gave it
                 continue
-            value = torch.zeros(spec.shape, dtype=torch.bool, device=self.device)
+            value = None
             if env_mask is not None and tensordict is not None:
-                before = tensordict.get(key, None)
+                before = get_entry(tensordict, key)
                 if before is not None:
                     value = before & ~reshape_env_mask(env_mask, spec.shape)
-            out.set(key, value)
+            if value is None:
+                value = torch.zeros(spec.shape, dtype=torch.bool, device=self.device)
+            _set_flag(out, key, value)
 
     def reset(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """Reset all envs, or those selected by ``"_reset"`` masks in ``tensordict``.
