@@ -187,3 +187,47 @@ def test_what_a_stack_cannot_do_is_refused_by_name(overrides: dict, message: str
 def test_one_seed_is_the_usual_run_whatever_the_options() -> None:
     assert check_seeds_config(config(seeds_in_process=1, train={"compile": True})) == 1
     assert check_seeds_config(config()) == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "steps"),
+    [
+        ("pettingzoo/mpe2.simple_spread_v3", {"N": 3, "max_cycles": 25}, 25),
+        ("lbforaging/Foraging-8x8-2p-2f-coop-v3", {"time_limit": 10, "common_reward": True}, 10),
+    ],
+)
+def test_one_env_of_the_seeds_instances_steps_as_each_seeds_own_env(
+    name: str, kwargs: dict, steps: int
+) -> None:
+    """What seeds_in_process relies on for the Python adapters: instances k*n..(k+1)*n - 1 of
+    one env seeded s are seed k's env of n instances seeded s + k*n, resets included."""
+    from marlkit.train.builders import make_env
+    from marlkit.train.seeds import one_env_for_seeds, seed_width
+
+    seeds, n = 2, 3
+
+    def make(num_envs: int, seed: int):
+        return make_env(
+            name, transforms=[], num_envs=num_envs, max_steps=steps, seed=seed, imports=[],
+            actions=None, **kwargs,
+        )  # fmt: skip
+
+    big = make(seeds * n, 5)
+    own = [make(n, 5 + k * n) for k in range(seeds)]
+    assert one_env_for_seeds(big) and seed_width(own[0]) == n
+    n_actions = big.action_spec["agents", "action"].n
+    g = torch.Generator().manual_seed(0)
+    root, roots = big.reset(), [env.reset() for env in own]
+    for _ in range(2 * steps + 3):  # two episodes and more: the instances reset on their own
+        action = torch.randint(0, n_actions, root["agents"].batch_size, generator=g)
+        root["agents", "action"] = action
+        out, root = big.step_and_maybe_reset(root)
+        for k, env in enumerate(own):
+            roots[k]["agents", "action"] = action[k * n : (k + 1) * n]
+            mine, roots[k] = env.step_and_maybe_reset(roots[k])
+            for key in (("next", "agents", "observation"), ("next", "agents", "reward")):
+                torch.testing.assert_close(out[key][k * n : (k + 1) * n], mine[key])
+            torch.testing.assert_close(root["agents", "observation"][k * n : (k + 1) * n],
+                                       roots[k]["agents", "observation"])  # fmt: skip
+    assert not one_env_for_seeds(make_env("navigation", transforms=[], num_envs=2, max_steps=5,
+                                          seed=0, imports=[], actions=None))  # fmt: skip
