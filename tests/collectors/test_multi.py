@@ -415,7 +415,9 @@ def test_a_worker_that_exits_or_is_killed_is_detected_within_seconds() -> None:
     with pytest.raises(WorkerError, match=r"worker 1 \(pid \d+\) died with exit code 3 during"):
         for _ in range(10):
             collector.next()
-    assert time.monotonic() - start < 5
+    # seen by the process's sentinel, far sooner than the 120-s timeout would (20 s: worker 0's
+    # batches on a loaded 2-core CI machine take seconds before the death is read)
+    assert time.monotonic() - start < 20
     assert collector.is_shut_down and wait_gone(pids) == []
 
     collector = MultiSyncCollector([nav(), nav()], None, frames_per_batch=16, **FAST)
@@ -425,7 +427,7 @@ def test_a_worker_that_exits_or_is_killed_is_detected_within_seconds() -> None:
     start = time.monotonic()
     with pytest.raises(WorkerError, match=r"worker 0 \(pid \d+\) died with exit code -9"):
         collector.next()
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20
     assert wait_gone(pids) == []
 
 
