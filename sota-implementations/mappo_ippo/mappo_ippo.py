@@ -111,6 +111,14 @@ class PPOLossConfig:
     """The critic's loss: ``l2``, ``smooth_l1`` or ``l1``."""
     normalize_advantage: bool = MISSING
     """Normalise the advantages of each minibatch."""
+    team_episodes: bool = False
+    """Advantages over the team's episode, as JaxMARL's MAPPO on SMAX (its GAE reads the
+    episode's done for every agent): GAE reads the root ``done``/``terminated`` for each agent,
+    so an agent's steps before its death earn the team's later rewards (a win's bonus included),
+    and no agent's steps are masked out of GAE or the loss (a dead SMAX unit may only stop: its
+    policy term has no gradient; its value learns the team's return). false: an agent's episode
+    ends at its own ``terminated`` (a unit's death) and absent agents (``(group, "mask")``
+    false) add nothing."""
 
     def __post_init__(self) -> None:
         check_fraction("gamma", self.gamma)
@@ -325,6 +333,31 @@ def make_loss(actor: Any, critic: Any, group: str, cfg: DictConfig, **kwargs: An
     )
 
 
+#: loss.team_episodes: the entries of the root flags per agent, and the mask entry GAE and the
+#: loss read instead of ``(group, "mask")`` (never written, so nothing is masked).
+TEAM_FLAGS = {"done": "team_done", "terminated": "team_terminated"}
+NO_MASK = "team_episodes_no_mask"
+
+
+def use_team_episodes(gaes: dict[str, Any], losses: Any) -> None:
+    """``loss.team_episodes``: each group's GAE reads the team's flags (:func:`team_flags`)
+    and neither GAE nor the loss reads the group's mask."""
+    for g, gae in gaes.items():
+        done, terminated = ((g, TEAM_FLAGS[f]) for f in ("done", "terminated"))
+        gae.set_keys(done=done, terminated=terminated, mask=(g, NO_MASK))
+        losses[g].set_keys(mask=(g, NO_MASK))
+
+
+def team_flags(batch: Any, agents: dict[str, int]) -> None:
+    """Write ``("next", group, "team_done"|"team_terminated")`` ``[*B, T, n, 1]``: the root
+    ``("next", "done"|"terminated")`` ``[*B, T, 1]`` given to each of the group's ``n`` agents
+    (``agents``: each group's ``n``)."""
+    for g, n in agents.items():
+        for flag, entry in TEAM_FLAGS.items():
+            root = batch.get(("next", flag))
+            batch.set(("next", g, entry), root.unsqueeze(-2).expand(*root.shape[:-1], n, 1).clone())
+
+
 def objective(terms: Any) -> Any:
     """What PPO minimises: the objective, critic and entropy losses summed."""
     return terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
@@ -359,6 +392,8 @@ def train_seeds(cfg: DictConfig) -> None:
     losses = torch.nn.ModuleDict(
         {g: make_loss(actors[g], critics[g], g, cfg, separate_dims=1) for g in groups}
     )
+    if cfg.loss.team_episodes:
+        use_team_episodes(gaes, losses)
     optims = adam_per_group(losses, cfg.train.lr)  # elementwise: each seed's state in its slices
     frames = cfg.collector.frames_per_batch
     buffers = SeedBuffers(groups, seeds, frames, cfg.train.minibatch_size)
@@ -392,6 +427,8 @@ def train_seeds(cfg: DictConfig) -> None:
     keys = loss_keys(losses.values())
     for batch in runs.batches():  # [K, num_envs, T]
         with torch.no_grad():
+            if cfg.loss.team_episodes:
+                team_flags(batch, {g: len(first[0].group_map[g]) for g in groups})
             for g in groups:
                 gaes[g](batch)
         buffers.empty()
@@ -428,6 +465,8 @@ def main(cfg: DictConfig) -> None:
         g: GAE(cfg.loss.gamma, cfg.loss.lmbda, value_network=critics[g], group=g) for g in groups
     }
     losses = torch.nn.ModuleDict({g: make_loss(actors[g], critics[g], g, cfg) for g in groups})
+    if cfg.loss.team_episodes:
+        use_team_episodes(gaes, losses)
     to_training_device(cfg, policy, losses, *gaes.values())  # `device`, before the optimisers
     optims = adam_per_group(losses, cfg.train.lr)
     precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
@@ -457,6 +496,8 @@ def main(cfg: DictConfig) -> None:
     keys = loss_keys(losses.values())
     for batch in run.batches(collector):
         with torch.no_grad():
+            if cfg.loss.team_episodes:
+                team_flags(batch, {g: len(env.group_map[g]) for g in groups})
             for g in groups:
                 gaes[g](batch)
         buffers.empty()

@@ -144,6 +144,8 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             assert now["loss"].pop("hypernet_layers", 1) == 1
             assert now["loss"].pop("hypernet_embed", 64) == 64
             assert now["loss"].pop("mixer_state_scale", 1.0) == 1.0
+            # issue 38: MAPPO's GAE per agent unless a config reads the team's episode
+            assert now["loss"].pop("team_episodes", False) is False
         if "model" in now:  # model (issue 37): no memory, the networks as before
             model = now.pop("model")
             assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"

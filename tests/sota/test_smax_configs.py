@@ -4,6 +4,7 @@ run on native SMAX that logs its win rates (training, greedy and sampled evaluat
 from __future__ import annotations
 
 import pytest
+import torch
 
 from marlkit.record import read_metrics
 from marlkit.train.config import check_config
@@ -47,6 +48,7 @@ def test_mappo_smax_is_jaxmarls_recipe_in_marlkits_keys():
     assert (cfg.loss.clip_epsilon, cfg.loss.entropy_coef) == (j["CLIP_EPS"], j["ENT_COEF"])
     assert cfg.loss.critic_coef == j["VF_COEF"] and cfg.loss.loss_critic_type == "l2"
     assert cfg.loss.normalize_advantage  # JaxMARL normalises each minibatch's advantages
+    assert cfg.loss.team_episodes  # JaxMARL's GAE reads the episode's done for every agent
     for env in ("smax/2s3z", "smax/5m_vs_6m"):
         check_config(_compose("mappo_smax", [f"env={env}"]))
 
@@ -72,6 +74,58 @@ def test_mappo_smax_logs_training_greedy_and_sampled_win_rates(tmp_path):
     assert last["eval/won"] == info["trained"]["won"]
     assert last["eval_random/won"] == info["trained_random"]["won"]
     assert 0.0 <= last["won"] <= 1.0  # episodes of 64 steps ended in the batch (at most 100)
+
+
+def test_team_episodes_give_a_dead_units_steps_the_teams_later_rewards():
+    """loss.team_episodes: GAE over the episode's done, as JaxMARL's. Agent 1 of 2 dies at step
+    0; the team wins at step 2 (reward 1). Per agent (the default), agent 1's advantage at step
+    0 stops at its death; over the team's episode it earns the win, discounted."""
+    from tensordict import TensorDict
+
+    from marlkit.objectives import GAE
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _script_module
+
+    module = _script_module("mappo_ippo")
+    gamma, lmbda, T = 0.9, 0.8, 3
+    dead = torch.tensor([[False, True], [False, True], [False, True]])  # agent 1 from step 0
+    episode_over = torch.tensor([False, False, True])[:, None]
+    reward = torch.tensor([0.0, 0.0, 1.0])[:, None, None].expand(T, 2, 1)
+
+    def batch() -> TensorDict:
+        present = torch.cat([torch.ones(1, 2, dtype=torch.bool), ~dead[:-1]])  # then absent
+        zeros = torch.zeros(1, T, 2, 1)
+        nxt = {
+            "done": episode_over[None],
+            "terminated": episode_over[None],
+            "ally": {
+                "reward": reward[None].clone(),
+                "done": (dead | episode_over)[None, ..., None],
+                "terminated": (dead | episode_over)[None, ..., None],
+                "state_value": zeros.clone(),
+            },
+        }
+        ally = {"mask": present[None], "state_value": zeros.clone()}
+        return TensorDict({"ally": ally, "next": nxt}, batch_size=[1, T])
+
+    per_agent = GAE(gamma, lmbda, group="ally")(batch())
+    assert per_agent["ally", "advantage"][0, 0, 1, 0] == 0.0  # its death's reward only
+    data, team = batch(), GAE(gamma, lmbda, group="ally")
+    cfg = _compose("mappo_smax")
+    env = env_factory(cfg, 2, seed=0)()
+    actor = module.make_policy(env, cfg).module[0]
+    loss = module.make_loss(
+        actor, module.make_critic(env, "ally", cfg.critic, cfg.model), "ally", cfg
+    )
+    module.use_team_episodes({"ally": team}, {"ally": loss})
+    module.team_flags(data, {"ally": 2})
+    assert data["next", "ally", "team_done"].shape == (1, T, 2, 1)
+    advantage = team(data)["ally", "advantage"][0, :, :, 0]
+    # both agents' steps earn the win: (gamma lmbda)^2 at step 0, gamma lmbda at 1, 1 at 2
+    expected = torch.tensor([(gamma * lmbda) ** 2, gamma * lmbda, 1.0])[:, None].expand(T, 2)
+    torch.testing.assert_close(advantage, expected)
+    assert loss.tensor_keys.mask == ("ally", module.NO_MASK)  # no agent left out of the loss
 
 
 def test_qmix_smax_mixes_on_the_world_state_and_picks_only_allowed_actions():
