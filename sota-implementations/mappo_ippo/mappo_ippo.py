@@ -481,7 +481,12 @@ def main(cfg: DictConfig) -> None:
     frames = cfg.collector.frames_per_batch
     sampler = functools.partial(SamplerWithoutReplacement, seed=cfg.seed)
     per_item = seq_len if recurrent else 1  # minibatch_size counts steps
-    buffers = group_buffers(groups, frames, sampler, max(1, cfg.train.minibatch_size // per_item))
+    minibatch = max(1, cfg.train.minibatch_size // per_item)
+    # Each buffer holds one batch's items (steps, or windows of seq_len steps with memory): made
+    # at the first batch to its size. (Sized in frames, windows of 128 steps took 128x the
+    # batch's memory: 15.5 GB for configs/mappo_smax.yaml.)
+    buffers: Any = None
+    capacity = 0
     stepping = [c for c in critics.values() if recurrent_modules(c)]  # critics with memory
     acting = TensorDictSequential(policy, *stepping) if stepping else policy
     collector = make_config_collector(cfg, env, env_fn, acting)
@@ -500,12 +505,16 @@ def main(cfg: DictConfig) -> None:
                 team_flags(batch, {g: len(env.group_map[g]) for g in groups})
             for g in groups:
                 gaes[g](batch)
-        buffers.empty()
         data = batch.select(*keys, strict=False)
         if recurrent:  # [*B, T] -> windows [N, burn_in + seq_len], counted steps masked
-            buffers.extend(split_sequences(data, seq_len, cfg.model.burn_in))
+            items = split_sequences(data, seq_len, cfg.model.burn_in)
         else:
-            buffers.extend(data.reshape(-1))
+            items = data.reshape(-1)
+        if len(items) > capacity:
+            capacity = len(items)
+            buffers = group_buffers(groups, capacity, sampler, minibatch)
+        buffers.empty()
+        buffers.extend(items)
         metrics = update_groups(
             loss_fns,
             optims,

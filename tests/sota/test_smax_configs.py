@@ -3,13 +3,17 @@ run on native SMAX that logs its win rates (training, greedy and sampled evaluat
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from marlkit.record import read_metrics
 from marlkit.train.config import check_config
 
-from ._scripts import run, summary
+from ._scripts import command, run, summary
+from ._scripts import env as script_env
 from .test_configs import _compose
 
 #: JaxMARL's baselines/MAPPO/config/mappo_homogenous_rnn_smax.yaml (commit c793d09)
@@ -151,3 +155,40 @@ def test_qmix_smax_mixes_on_the_world_state_and_picks_only_allowed_actions():
         allowed = td["ally", "action_mask"].gather(-1, td["ally", "action"][..., None])
         assert allowed.all(), mode
         td = env.step(td)["next"]
+
+
+@pytest.mark.slow  # one batch of 64 envs x 128 steps: ~10 s
+def test_recurrent_mappo_buffers_hold_one_batch_of_windows_not_of_steps(tmp_path):
+    # The buffers were sized in frames while holding windows of seq_len steps: seq_len times the
+    # batch's memory (15.5 GB for mappo_smax.yaml; 1.4 GB here, 0.48 GB once fixed).
+    cmd = command(
+        "mappo_ippo",
+        tmp_path,
+        [
+            "env=navigation",
+            "env.num_envs=64",
+            "env.max_steps=128",
+            "collector.frames_per_batch=8192",
+            "collector.total_frames=8192",
+            "model.memory=gru",
+            "model.memory_hidden=16",
+            "model.seq_len=128",
+            "train.minibatch_size=2048",
+            "train.epochs=1",
+            "eval.video=false",
+        ],
+    )
+    # a parent of its own, so that RUSAGE_CHILDREN is the script's peak alone
+    peak = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+        "stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", peak, *cmd],
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) < 900_000, out.stdout  # kB
