@@ -42,6 +42,7 @@ from marlkit.train.builders import action_bounds, q_critic
 from marlkit.train.config import (
     OffPolicyRunConfig,
     TargetLossConfig,
+    check_int,
     check_real,
     register_schema,
 )
@@ -77,13 +78,37 @@ class GaussianNoiseConfig:
 
 
 @dataclass
+class DDPGLossConfig(TargetLossConfig):
+    """``loss``: DDPG's, with the options against a saturated tanh actor (0, 0.5, 0 and 1: off,
+    TorchRL's DDPG)."""
+
+    actor_preact_penalty: float = MISSING
+    """``c``: ``loss_actor += c * mean(u^2)`` of the actor's pre-tanh output ``u`` (0: none)."""
+    target_policy_noise: float = MISSING
+    """TD3's target policy smoothing: the std of the noise on the target action, as a fraction
+    of half the action range (0: none)."""
+    target_noise_clip: float = MISSING
+    """That noise clipped to +-this fraction of half the action range."""
+    actor_delay: int = MISSING
+    """TD3's delayed policy updates: the actor trained on every ``actor_delay``-th gradient
+    step (1: every step)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_real("actor_preact_penalty", self.actor_preact_penalty, low=0.0, strict=False)
+        check_real("target_policy_noise", self.target_policy_noise, low=0.0, strict=False)
+        check_real("target_noise_clip", self.target_noise_clip, low=0.0, strict=False)
+        check_int("actor_delay", self.actor_delay, low=1)
+
+
+@dataclass
 class MaddpgIddpgConfig(OffPolicyRunConfig):
     """The keys of ``configs/maddpg_iddpg.yaml`` (its types and ranges, checked before
     anything runs)."""
 
     exploration: GaussianNoiseConfig = MISSING
     """The exploration noise."""
-    loss: TargetLossConfig = MISSING
+    loss: DDPGLossConfig = MISSING
     """DDPG's loss."""
 
 
@@ -91,9 +116,10 @@ register_schema("maddpg_iddpg_schema", MaddpgIddpgConfig)  # configs/maddpg_iddp
 
 
 def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> TensorDictSequential:
-    """The deterministic actor of ``group`` (tanh into the bounds) and the exploration noise
-    that follows it while collecting (sigma annealed over ``annealing_fraction`` of the
-    frames)."""
+    """The deterministic actor of ``group`` (tanh into the bounds; with
+    ``loss.actor_preact_penalty > 0`` it also writes its pre-tanh output under ``(group,
+    "action_preact")``) and the exploration noise that follows it while collecting (sigma
+    annealed over ``annealing_fraction`` of the frames)."""
     algorithm = "MADDPG" if cfg.critic.centralised else "IDDPG"
     low, high = action_bounds(env, group, algorithm)
     annealing = annealing_steps(cfg.collector.total_frames, cfg.exploration.annealing_fraction)
@@ -105,10 +131,11 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> TensorDictSequentia
         depth=cfg.policy.depth,
         num_cells=cfg.policy.num_cells,
     )
+    preact = cfg.loss.get("actor_preact_penalty", 0.0) > 0  # runs before the option: none
     actor = TensorDictModule(
-        nn.Sequential(mlp, TanhBounds(low, high)),
+        nn.Sequential(mlp, TanhBounds(low, high, preact=preact)),
         in_keys=[(group, "observation")],
-        out_keys=[(group, "action")],
+        out_keys=[(group, "action"), *([(group, "action_preact")] if preact else [])],
     )
     noise = AdditiveGaussian(
         low,
@@ -151,6 +178,11 @@ def main(cfg: DictConfig) -> None:
                 group=g,
                 gamma=cfg.loss.gamma,
                 loss_function=cfg.loss.loss_function,
+                actor_preact_penalty=cfg.loss.actor_preact_penalty,
+                target_policy_noise=cfg.loss.target_policy_noise,
+                target_noise_clip=cfg.loss.target_noise_clip,
+                actor_delay=cfg.loss.actor_delay,
+                action_bounds=action_bounds(env, g, "MADDPG"),
             )
             for g in groups
         }

@@ -146,6 +146,11 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             assert now["loss"].pop("mixer_state_scale", 1.0) == 1.0
             # issue 38: MAPPO's GAE per agent unless a config reads the team's episode
             assert now["loss"].pop("team_episodes", False) is False
+            # issue 37: DDPG's options against a saturated tanh actor, off (TorchRL's DDPG)
+            assert now["loss"].pop("actor_preact_penalty", 0.0) == 0.0
+            assert now["loss"].pop("target_policy_noise", 0.0) == 0.0
+            assert now["loss"].pop("target_noise_clip", 0.5) == 0.5
+            assert now["loss"].pop("actor_delay", 1) == 1
         if "model" in now:  # model (issue 37): no memory, the networks as before
             model = now.pop("model")
             assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"
@@ -354,6 +359,10 @@ def _refusal(name: str, override: str) -> str:
         ("mappo_ippo", "loss.gamma=1.5", ["loss.gamma must be a finite number in [0, 1], got 1.5"]),
         ("qmix_vdn", "buffer.capacity=0", ["buffer.capacity must be an int >= 1, got 0"]),
         ("maddpg_iddpg", "buffer.size=0", ["buffer.size must be an int >= 1, got 0"]),
+        ("maddpg_iddpg", "loss.actor_preact_penalty=-1", ["loss.actor_preact_penalty must be"]),
+        ("maddpg_iddpg", "loss.target_policy_noise=-0.2", ["loss.target_policy_noise must be"]),
+        ("maddpg_iddpg", "loss.target_noise_clip=nan", ["loss.target_noise_clip must be"]),
+        ("maddpg_iddpg", "loss.actor_delay=0", ["loss.actor_delay must be an int >= 1, got 0"]),
         (
             "iql",
             "exploration.eps_init=2",

@@ -31,6 +31,7 @@ __all__ = [
     "ACTION",
     "ACTION_LOG_PROB",
     "ACTION_MASK",
+    "ACTION_PREACT",
     "ACTION_VALUE",
     "ADVANTAGE",
     "CHOSEN_ACTION_VALUE",
@@ -116,6 +117,9 @@ LOC = "loc"
 SCALE = "scale"
 LOGITS = "logits"
 ACTION_LOG_PROB = "action_log_prob"
+#: Deterministic tanh actors (:class:`~marlkit.modules.TanhBounds` with ``preact=True``): the
+#: pre-tanh output ``(group, ACTION_PREACT)`` ``[*B, n, act_dim]``.
+ACTION_PREACT = "action_preact"
 #: Critics and value estimators: ``(group, STATE_VALUE | ADVANTAGE | VALUE_TARGET)`` ``[*B, n, 1]``.
 STATE_VALUE = "state_value"
 ADVANTAGE = "advantage"

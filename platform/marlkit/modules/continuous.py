@@ -58,6 +58,9 @@ class TanhBounds(nn.Module):
     Args:
         low, high: the action bounds, numbers or tensors broadcastable to ``[n, act_dim]``
             (e.g. one env's ``spec.low`` / ``spec.high``).
+        preact: return ``(action, x)``: the pre-tanh input too, for a module with two
+            out_keys, ``(group, "action")`` and ``(group, "action_preact")`` (what
+            :class:`~marlkit.objectives.DDPGLoss`'s ``actor_preact_penalty`` reads).
 
     Raises:
         ValueError: bounds that are not finite or not ``low < high``.
@@ -66,14 +69,18 @@ class TanhBounds(nn.Module):
     low: torch.Tensor
     high: torch.Tensor
 
-    def __init__(self, low: torch.Tensor | float, high: torch.Tensor | float):
+    def __init__(
+        self, low: torch.Tensor | float, high: torch.Tensor | float, *, preact: bool = False
+    ):
         super().__init__()
         lo, hi = _bounds(low, high)
         self.register_buffer("low", lo)
         self.register_buffer("high", hi)
+        self.preact = bool(preact)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.low + (torch.tanh(x) + 1) * (self.high - self.low) / 2
+    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        action = self.low + (torch.tanh(x) + 1) * (self.high - self.low) / 2
+        return (action, x) if self.preact else action
 
 
 class _ObsAction(nn.Module):
