@@ -135,6 +135,10 @@ class PPOTrainConfig(EpochsTrainConfig):
 
     compile: bool = MISSING
     """``torch.compile`` the loss (forward and backward); see docs/training.md."""
+    anneal_lr: bool = False
+    """The learning rate falls linearly over the run's batches, ``lr * (1 - i / n)`` for the
+    i-th of n batches (0-based: the first at ``lr``, the last at ``lr / n``), as JaxMARL's,
+    EPyMARL's and CleanRL's PPO do (``ANNEAL_LR``); logged as ``lr``."""
 
 
 @dataclass
@@ -358,6 +362,19 @@ def team_flags(batch: Any, agents: dict[str, int]) -> None:
             batch.set(("next", g, entry), root.unsqueeze(-2).expand(*root.shape[:-1], n, 1).clone())
 
 
+def anneal_lr(cfg: DictConfig, optims: dict[str, torch.optim.Optimizer], collector: Any) -> Any:
+    """With ``train.anneal_lr``, the learning rate of the batch ``collector`` just yielded
+    (:class:`PPOTrainConfig`'s schedule, set on every optimiser; a resumed run goes on from its
+    collector's count); ``None`` without."""
+    if not cfg.train.anneal_lr:
+        return None
+    lr = cfg.train.lr * (1.0 - (collector.batches - 1) / collector.num_batches)
+    for optim in optims.values():
+        for group in optim.param_groups:
+            group["lr"] = lr
+    return lr
+
+
 def objective(terms: Any) -> Any:
     """What PPO minimises: the objective, critic and entropy losses summed."""
     return terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
@@ -433,6 +450,7 @@ def train_seeds(cfg: DictConfig) -> None:
                 gaes[g](batch)
         buffers.empty()
         buffers.extend(batch.select(*keys, strict=False))
+        lr = anneal_lr(cfg, optims, collector)  # the seeds' batches are the collector's
         metrics = update_seed_groups(
             losses,
             optims,
@@ -441,6 +459,8 @@ def train_seeds(cfg: DictConfig) -> None:
             max_grad_norm=cfg.train.max_grad_norm,
             objective=objective,
         )
+        if lr is not None:
+            metrics = [{**m, "lr": lr} for m in metrics]
         print(runs.progress(runs.end_iteration(batch, metrics)), flush=True)
 
     variant = "MAPPO" if cfg.critic.centralised else "IPPO"
@@ -515,6 +535,7 @@ def main(cfg: DictConfig) -> None:
             buffers = group_buffers(groups, capacity, sampler, minibatch)
         buffers.empty()
         buffers.extend(items)
+        lr = anneal_lr(cfg, optims, collector)
         metrics = update_groups(
             loss_fns,
             optims,
@@ -523,6 +544,8 @@ def main(cfg: DictConfig) -> None:
             max_grad_norm=cfg.train.max_grad_norm,
             objective=objective,
         )
+        if lr is not None:
+            metrics["lr"] = lr
         collector.update_policy_weights_()
         out = run.end_iteration(batch, metrics, policy=policy, frames=collector.frames)
         print(run.progress(out), flush=True)

@@ -36,6 +36,7 @@ SCRIPT_OF = {
     "mappo_fast": "mappo_ippo",
     "mappo_ippo": "mappo_ippo",
     "mappo_smax": "mappo_ippo",
+    "ippo_smax": "mappo_ippo",
     "qmix_vdn": "qmix_vdn",
     "qmix_mpe": "qmix_vdn",
     "qmix_lbf": "qmix_vdn",
@@ -136,6 +137,7 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
         assert now.pop("device") == "cpu" and now.pop("callbacks") == []
         assert now["env"].pop("device") is None and now["collector"].pop("device") is None
         assert now["train"].pop("precision", "fp32") == "fp32"
+        assert now["train"].pop("anneal_lr", False) is False  # PPO's lr schedule (issue 38)
         assert now.pop("seeds_in_process", 1) == 1  # one seed per process unless asked
         # issue 37: EPyMARL's reward standardisation, off unless a config turns it on
         if "loss" in now:

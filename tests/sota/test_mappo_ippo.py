@@ -7,6 +7,7 @@ import pytest
 
 import marlkit
 from marlkit.record import read_metrics
+from marlkit.train import Checkpointer
 
 from ._scripts import ALGORITHMS, run, summary
 
@@ -69,3 +70,24 @@ def test_uniform_action_bounds_reach_tanh_normal_as_numbers() -> None:
     cfg = OmegaConf.create({"share_params": True, "depth": 1, "num_cells": 8})
     actor = module.make_actor(env, "agents", cfg)
     assert actor.module[-1].distribution_kwargs == {"low": -1.0, "high": 1.0}
+
+
+@pytest.mark.slow  # two short runs, ~30 s
+def test_anneal_lr_falls_linearly_over_the_batches_and_goes_on_after_a_resume(tmp_path):
+    """``train.anneal_lr`` (JaxMARL's ``ANNEAL_LR``): batch i of n at ``lr * (1 - i / n)``,
+    logged as ``lr`` and set on the optimiser the checkpoint saves; a resumed run with a larger
+    budget goes on from its collector's count, not from the start."""
+    run_dir = tmp_path / "run"
+    budget = (*BUDGET, "eval.every=0", "eval.video=false", "train.lr=1e-3")
+    run("mappo_ippo", run_dir, (*budget, "train.anneal_lr=true"))  # 2 batches of 400
+    assert [row["lr"] for row in read_metrics(run_dir / "metrics.csv")] == [1e-3, 5e-4]
+    resumed = (*budget, "train.anneal_lr=true", "collector.total_frames=1600", f"resume={run_dir}")
+    run("mappo_ippo", run_dir, resumed)  # now 4 batches: the 3rd and 4th at 1/2 and 1/4
+    assert [row["lr"] for row in read_metrics(run_dir / "metrics.csv")] == [
+        1e-3,
+        5e-4,
+        5e-4,
+        2.5e-4,
+    ]
+    optims = Checkpointer(run_dir / "checkpoints").load()["optims"]
+    assert {g["lr"] for o in optims.values() for g in o["param_groups"]} == {2.5e-4}

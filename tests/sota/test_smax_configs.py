@@ -25,6 +25,7 @@ JAXMARL = {
     "UPDATE_EPOCHS": 4,
     "NUM_MINIBATCHES": 4,
     "LR": 0.002,
+    "ANNEAL_LR": True,
     "MAX_GRAD_NORM": 0.25,
     "GAMMA": 0.99,
     "GAE_LAMBDA": 0.95,
@@ -48,6 +49,7 @@ def test_mappo_smax_is_jaxmarls_recipe_in_marlkits_keys():
     assert cfg.train.epochs == j["UPDATE_EPOCHS"]
     assert cfg.train.minibatch_size * j["NUM_MINIBATCHES"] == cfg.collector.frames_per_batch
     assert (cfg.train.lr, cfg.train.max_grad_norm) == (j["LR"], j["MAX_GRAD_NORM"])
+    assert cfg.train.anneal_lr == j["ANNEAL_LR"]
     assert (cfg.loss.gamma, cfg.loss.lmbda) == (j["GAMMA"], j["GAE_LAMBDA"])
     assert (cfg.loss.clip_epsilon, cfg.loss.entropy_coef) == (j["CLIP_EPS"], j["ENT_COEF"])
     assert cfg.loss.critic_coef == j["VF_COEF"] and cfg.loss.loss_critic_type == "l2"
@@ -55,6 +57,27 @@ def test_mappo_smax_is_jaxmarls_recipe_in_marlkits_keys():
     assert cfg.loss.team_episodes  # JaxMARL's GAE reads the episode's done for every agent
     for env in ("smax/2s3z", "smax/5m_vs_6m"):
         check_config(_compose("mappo_smax", [f"env={env}"]))
+
+
+#: JaxMARL's baselines/IPPO/config/ippo_rnn_smax.yaml (commit c793d09): what differs from MAPPO's
+JAXMARL_IPPO = {"LR": 0.004, "CLIP_EPS": 0.05, "ENT_COEF": 0.01}
+
+
+def test_ippo_smax_is_jaxmarls_ippo_recipe_in_marlkits_keys():
+    mappo, ippo = _compose("mappo_smax"), _compose("ippo_smax")
+    check_config(ippo)
+    j = JAXMARL_IPPO
+    assert not ippo.critic.centralised  # the critic reads the agent's own observation
+    assert ippo.train.lr == j["LR"]
+    assert (ippo.loss.clip_epsilon, ippo.loss.entropy_coef) == (j["CLIP_EPS"], j["ENT_COEF"])
+    assert ippo.algorithm == "ippo_smax"
+    # everything else is mappo_smax's (JaxMARL's two SMAX configs share it)
+    for section in ("env", "collector", "policy", "model", "eval"):
+        assert ippo[section] == mappo[section], section
+    for key in ("epochs", "minibatch_size", "max_grad_norm", "anneal_lr"):
+        assert ippo.train[key] == mappo.train[key], key
+    for key in ("gamma", "lmbda", "critic_coef", "loss_critic_type", "team_episodes"):
+        assert ippo.loss[key] == mappo.loss[key], key
 
 
 @pytest.mark.slow  # one small batch of a recurrent MAPPO and three evaluations: ~20 s
