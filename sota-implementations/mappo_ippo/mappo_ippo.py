@@ -34,7 +34,6 @@ import torch
 from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 
-from marlkit.collectors import make_collector
 from marlkit.data.specs import Categorical
 from marlkit.envs import EnvBase
 from marlkit.modules import Categorical as CategoricalDist
@@ -79,15 +78,13 @@ from marlkit.train.scripts import (
 from marlkit.train.seeds import (
     SeedBuffers,
     SeedRuns,
-    SeedSplit,
     SeedState,
     check_seeds_config,
     collector_streams,
-    one_env_for_seeds,
     run_seeds,
     seed_config,
-    seed_env,
     seed_width,
+    stack_collector,
     update_seed_groups,
 )
 from marlkit.train.sequences import MemoryConfig, split_sequences
@@ -414,22 +411,8 @@ def train_seeds(cfg: DictConfig) -> None:
     optims = adam_per_group(losses, cfg.train.lr)  # elementwise: each seed's state in its slices
     frames = cfg.collector.frames_per_batch
     buffers = SeedBuffers(groups, seeds, frames, cfg.train.minibatch_size)
-    envs = [b[0] for b in built]
-    split = one_env_for_seeds(envs[0])  # Python adapters: one env of K x num_envs instances
-    if split:
-        for env in envs:
-            env.close()
-        stack_env: EnvBase = env_factory(cfg, n_seeds * cfg.env.num_envs, seeds[0])()
-    else:
-        stack_env = seed_env(envs)  # [K, num_envs], each env seeded as its run's
-    collector = make_collector(
-        "single",
-        stack_env,
-        SeedSplit(policy, n_seeds) if split else policy,
-        n_seeds * frames,
-        n_seeds * cfg.collector.total_frames,
-        seed=cfg.seed,
-    )
+    # the seeds' envs stepped together (Python adapters: one env of K x num_envs instances)
+    collector, split = stack_collector(cfg, [b[0] for b in built], seeds, policy)
     runs = SeedRuns(
         [open_run(seed_config(cfg, s)) for s in seeds],
         collector,

@@ -14,10 +14,12 @@ script trained together, each as it would train alone.
   own run's collector starts it;
 * **updates**: one replay buffer per seed and group, each sampled by the sampler its own run
   would have (same seed), the minibatches stacked ``[K, minibatch]``; the losses keep the seed
-  dim (``ClipPPOLoss(separate_dims=1)``) and their sum over the seeds is back-propagated, so
-  each seed's parameters get the gradient of its own loss; :func:`clip_grad_norm_per_seed_`
-  clips each seed's gradient norm on its own; Adam is elementwise, so one Adam over the stacked
-  parameters keeps, in each seed's slices, the state that seed's own Adam would have;
+  dim (``ClipPPOLoss``, ``QMixerLoss``, ``DQNLoss`` with ``separate_dims=1``) and their sum
+  over the seeds is back-propagated, so each seed's parameters get the gradient of its own
+  loss; :func:`clip_grad_norm_per_seed_` clips each seed's gradient norm on its own; Adam is
+  elementwise, so one Adam over the stacked parameters keeps, in each seed's slices, the state
+  that seed's own Adam would have; so are soft target updates (each seed's targets follow its
+  own networks); the steps are :func:`~marlkit.train.gradient_steps`' loop;
 * **runs**: :class:`SeedRuns`, one :class:`~marlkit.train.TrainingRun` per seed in
   ``<run_dir>/seed_<s>/`` (its own metrics, evaluations, checkpoints and summary, its config
   saying ``seed=<s>``): each seed's folder is a run folder as its own run would leave, which
@@ -43,11 +45,12 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from marlkit._utils import import_optional
-from marlkit.collectors import CollectorBase
+from marlkit.collectors import CollectorBase, make_collector
 from marlkit.collectors._base import seed_rngs
 from marlkit.data._fast import stack_tensordicts
 from marlkit.envs import EnvBase, SerialEnv
 from marlkit.modules.seeds import SeedStreams, copy_seed_, seed_parameters
+from marlkit.objectives import SoftUpdate
 from marlkit.replay import (
     GroupReplayBuffers,
     ReplayBuffer,
@@ -55,8 +58,9 @@ from marlkit.replay import (
     TensorStorage,
 )
 from marlkit.train.config import ConfigError
-from marlkit.train.precision import autocast_scope
 from marlkit.train.run import TrainingRun
+from marlkit.train.scripts import env_factory
+from marlkit.train.updates import Losses, _total, gradient_step_terms
 
 __all__ = [
     "SEEDS_KEY",
@@ -73,6 +77,7 @@ __all__ = [
     "seed_env",
     "seed_gradient_steps",
     "seed_width",
+    "stack_collector",
     "update_seed_groups",
 ]
 
@@ -89,7 +94,8 @@ def check_seeds_config(cfg: Any) -> int:
             ``collector.kind`` other than ``single``, ``callbacks``, ``device``,
             ``env.device`` or ``collector.device`` other than ``cpu``,
             ``train.precision=bf16``, ``train.compile``, ``model.memory`` other than
-            ``none``, ``model.kind`` other than ``mlp`` (each named with its value).
+            ``none``, ``model.kind`` other than ``mlp``, ``loss.standardise_rewards`` (each
+            named with its value).
     """
     k = cfg.get(SEEDS_KEY, 1)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -100,6 +106,7 @@ def check_seeds_config(cfg: Any) -> int:
     train = cfg.get("train") or {}
     collector = cfg.get("collector") or {}
     env = cfg.get("env") or {}
+    loss = cfg.get("loss") or {}
     refused = [
         ("collector.kind", collector.get("kind", "single"), "single"),
         ("device", str(cfg.get("device", "cpu")), "cpu"),
@@ -109,6 +116,8 @@ def check_seeds_config(cfg: Any) -> int:
         ("train.compile", bool(train.get("compile", False)), False),
         ("model.memory", model.get("memory", "none"), "none"),
         ("model.kind", model.get("kind", "mlp"), "mlp"),
+        # the Q-learning scripts' reward statistics would be one over every seed's rewards
+        ("loss.standardise_rewards", bool(loss.get("standardise_rewards", False)), False),
     ]
     for key, value, supported in refused:
         if value != supported:
@@ -166,6 +175,38 @@ def seed_env(envs: Sequence[EnvBase]) -> SerialEnv:
     (:func:`run_seeds`), so :meth:`~marlkit.envs.SerialEnv.set_seed` of the first seed gives
     each its own again."""
     return SerialEnv(len(envs), [lambda env=env: env for env in envs])
+
+
+def stack_collector(
+    cfg: Any, envs: Sequence[EnvBase], seeds: Sequence[int], policy: nn.Module
+) -> tuple[CollectorBase, bool]:
+    """The single collector of a stack of seeds' ``policy`` (of :func:`stack_seeds`), each
+    seed's frames per batch and total frames those of ``cfg.collector``, and whether its
+    batches are ``[K * n, T]`` (``split``, for :class:`SeedRuns`).
+
+    ``envs`` are the seeds' envs, each made and seeded as its own run makes it: stepped
+    together as a :func:`seed_env` (batch ``[K, num_envs]``), or, for the Python adapters
+    (:func:`one_env_for_seeds`), closed and made again as one env of ``K * num_envs``
+    instances seeded with the first seed, which gives each seed's instances their own seeds
+    (the policy then reads it through :class:`SeedSplit`)."""
+    n_seeds = len(seeds)
+    split = one_env_for_seeds(envs[0])
+    if split:
+        for env in envs:
+            env.close()
+        stack_env: EnvBase = env_factory(cfg, n_seeds * cfg.env.num_envs, seeds[0])()
+    else:
+        stack_env = seed_env(envs)  # [K, num_envs], each env seeded as its run's
+    source: Any = stack_env  # the single collector steps an env it is given
+    collector = make_collector(
+        "single",
+        source,
+        SeedSplit(policy, n_seeds) if split else policy,
+        n_seeds * cfg.collector.frames_per_batch,
+        n_seeds * cfg.collector.total_frames,
+        seed=cfg.seed,
+    )
+    return collector, split
 
 
 def _seed_buffer(make: Callable[[int], ReplayBuffer], seed: int, group: str) -> ReplayBuffer:
@@ -276,44 +317,44 @@ def seed_gradient_steps(
     n_seeds: int,
     max_grad_norm: float,
     objective: Callable[[TensorDictBase], torch.Tensor],
+    after_step: Callable[[], Any] | None = None,
 ) -> list[dict[str, float]]:
-    """:func:`~marlkit.train.gradient_steps` of a stack of seeds: ``loss`` returns terms with
-    the seed dim (``[K]``), their ``objective`` summed over the seeds is back-propagated, each
-    seed's gradient is clipped on its own (:func:`clip_grad_norm_per_seed_`) and ``optim``
-    steps. Returns, per seed, the last step's scalar terms and ``"grad_norm"``."""
-    params = [p for group in optim.param_groups for p in group["params"]]
-    norms = torch.zeros(n_seeds)
-    terms: TensorDictBase | None = None
-    for _ in range(steps):
-        with autocast_scope():
-            terms = loss(sample())
-        optim.zero_grad()
-        objective(terms).sum().backward()
-        norms = clip_grad_norm_per_seed_(params, n_seeds, max_grad_norm)
-        optim.step()
+    """:func:`~marlkit.train.gradient_steps` of a stack of seeds (the same loop,
+    :func:`~marlkit.train.updates.gradient_step_terms`): ``loss`` returns terms with the seed
+    dim (``[K]``), their ``objective`` summed over the seeds is back-propagated, each seed's
+    gradient is clipped on its own (:func:`clip_grad_norm_per_seed_`), ``optim`` steps and
+    ``after_step`` (the seeds' target updates) is called. Returns, per seed, the last step's
+    terms and ``"grad_norm"``."""
+    terms = gradient_step_terms(
+        loss,
+        optim,
+        sample,
+        steps,
+        clip=lambda params: clip_grad_norm_per_seed_(params, n_seeds, max_grad_norm),
+        objective=objective,
+        after_step=after_step,
+    )
     out: list[dict[str, float]] = [{} for _ in range(n_seeds)]
-    if terms is None:
-        return out
     for name, value in terms.items():
-        if isinstance(value, torch.Tensor) and tuple(value.shape) == (n_seeds,):
-            for k, v in enumerate(value.detach().double().tolist()):
-                out[k][name] = v
-    for k, v in enumerate(norms.double().tolist()):
-        out[k]["grad_norm"] = v
+        for k, v in enumerate(value.tolist()):
+            out[k][name] = v
     return out
 
 
 def update_seed_groups(
-    losses: Mapping[str, nn.Module],
+    losses: Losses,
     optims: Mapping[str, torch.optim.Optimizer],
     buffers: SeedBuffers,
     steps: int,
     *,
     max_grad_norm: float,
-    objective: Callable[[TensorDictBase], torch.Tensor],
+    objective: Callable[[TensorDictBase], torch.Tensor] = _total,
+    updaters: Mapping[str, SoftUpdate] | None = None,
 ) -> list[dict[str, float]]:
-    """:func:`seed_gradient_steps` of each group's loss on its stacked samples; per seed,
-    ``{"train/<group>/<term>": value}`` as :func:`~marlkit.train.update_groups` gives one run."""
+    """:func:`seed_gradient_steps` of each group's loss on its stacked samples, the group's
+    target update (``updaters[group].step``: elementwise, so each seed's targets move towards
+    its own networks) after each of its steps; per seed, ``{"train/<group>/<term>": value}``
+    as :func:`~marlkit.train.update_groups` gives one run."""
     n_seeds = len(buffers.seeds)
     metrics: list[dict[str, float]] = [{} for _ in range(n_seeds)]
     for group, loss in losses.items():
@@ -325,6 +366,7 @@ def update_seed_groups(
             n_seeds=n_seeds,
             max_grad_norm=max_grad_norm,
             objective=objective,
+            after_step=None if updaters is None else updaters[group].step,
         )
         for k, terms in enumerate(per_seed):
             metrics[k].update({f"train/{group}/{name}": v for name, v in terms.items()})
@@ -354,7 +396,7 @@ class SeedState:
     def __init__(
         self,
         k: int,
-        modules: Mapping[str, nn.Module],
+        modules: Losses,
         optims: Mapping[str, torch.optim.Optimizer],
         streams: SeedStreams,
     ):
@@ -443,6 +485,9 @@ class SeedRuns:
             ``policies``), whose slices the plain policies get.
         split: the collector's batches are ``[K * n, T]`` (one env for every seed:
             :func:`one_env_for_seeds`): :meth:`batches` yields them as ``[K, n, T]``.
+        parts: per seed, more checkpoint parts of its run (``{name: part}``, as
+            :meth:`~marlkit.train.TrainingRun.track`'s: the exploration's schedule, say).
+        buffers: per seed, its replay buffers saved with its checkpoints (``{name: buffer}``).
     """
 
     def __init__(
@@ -453,12 +498,18 @@ class SeedRuns:
         policies: Sequence[nn.Module],
         stacked_policy: nn.Module,
         split: bool = False,
+        parts: Sequence[Mapping[str, Any]] | None = None,
+        buffers: Sequence[Mapping[str, Any]] | None = None,
     ):
         self.runs, self.collector, self.split = list(runs), collector, split
         self.policies, self.stacked_policy = list(policies), stacked_policy
         self.n_seeds = len(self.runs)
-        for run, state, policy in zip(self.runs, states, self.policies, strict=True):
-            run.track({"seed": state, "collector": collector}, policy=policy)
+        more = list(parts) if parts is not None else [{} for _ in self.runs]
+        saved = list(buffers) if buffers is not None else [None for _ in self.runs]
+        for run, state, policy, own, replay in zip(
+            self.runs, states, self.policies, more, saved, strict=True
+        ):
+            run.track({"seed": state, "collector": collector, **own}, buffers=replay, policy=policy)
 
     def restore(self) -> None:
         """Restore every seed's run (its share of the stack) from its latest checkpoint.

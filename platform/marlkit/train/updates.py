@@ -15,7 +15,13 @@ from marlkit.objectives import SoftUpdate
 from marlkit.replay import GroupReplayBuffers
 from marlkit.train.precision import autocast_scope
 
-__all__ = ["adam_per_group", "gradient_steps", "soft_updates", "update_groups"]
+__all__ = [
+    "adam_per_group",
+    "gradient_step_terms",
+    "gradient_steps",
+    "soft_updates",
+    "update_groups",
+]
 
 #: Per-group loss modules: a dict or a ``torch.nn.ModuleDict`` (what a checkpoint tracks).
 Losses = Mapping[str, torch.nn.Module] | torch.nn.ModuleDict
@@ -23,6 +29,52 @@ Losses = Mapping[str, torch.nn.Module] | torch.nn.ModuleDict
 
 def _total(terms: TensorDictBase) -> torch.Tensor:
     return terms["loss"]
+
+
+def gradient_step_terms(
+    loss: Callable[[TensorDictBase], TensorDictBase],
+    optim: torch.optim.Optimizer,
+    sample: Callable[[], TensorDictBase],
+    steps: int,
+    *,
+    clip: Callable[[list[torch.Tensor]], torch.Tensor],
+    objective: Callable[[TensorDictBase], torch.Tensor] = _total,
+    after_step: Callable[[], Any] | None = None,
+    report: Literal["last", "mean"] = "last",
+) -> dict[str, torch.Tensor]:
+    """The loop of :func:`gradient_steps` and of a stack of seeds'
+    (:func:`~marlkit.train.seeds.seed_gradient_steps`): ``steps`` times, ``loss(sample())``,
+    back-propagate the sum of ``objective`` of its terms (a scalar; or one per seed, whose sum
+    gives each seed the gradient of its own), ``clip(params)`` the gradients (it returns their
+    norm before clipping: a scalar, or one per seed), step ``optim``, call ``after_step``.
+
+    Returns:
+        the terms shaped as the norm (a per-sample ``td_error`` left out) and ``"grad_norm"``,
+        as float64 tensors: the last step's, or their ``"mean"`` over the steps.
+
+    Raises:
+        ValueError: ``steps`` below 1, an unknown ``report``.
+    """
+    steps = check_int("steps", steps, low=1)
+    if report not in ("last", "mean"):
+        raise ValueError(f"report must be 'last' or 'mean', got {report!r}")
+    params = [p for group in optim.param_groups for p in group["params"]]
+    sums: dict[str, torch.Tensor] = {}
+    for _ in range(steps):
+        with autocast_scope():  # the networks set_precision hooked run in bf16 here, only here
+            terms = loss(sample())
+        optim.zero_grad()
+        objective(terms).sum().backward()  # the sum: a scalar's own, or over the seeds
+        grad_norm = clip(params)
+        optim.step()
+        if after_step is not None:
+            after_step()
+        if report == "mean":
+            for name, value in _reported(terms, grad_norm).items():
+                sums[name] = sums[name] + value if name in sums else value
+    if report == "mean":
+        return {name: total / steps for name, total in sums.items()}
+    return _reported(terms, grad_norm)
 
 
 def gradient_steps(
@@ -39,7 +91,7 @@ def gradient_steps(
     """``steps`` optimiser steps: each computes ``loss(sample())``, back-propagates
     ``objective`` of its terms (default: the ``"loss"`` entry), clips the gradient norm of the
     optimiser's parameters to ``max_grad_norm``, steps ``optim`` and calls ``after_step`` (a
-    target update, say).
+    target update, say). The loop is :func:`gradient_step_terms`.
 
     Args:
         loss: a loss module (or ``torch.compile`` of one) returning its terms as a TensorDict.
@@ -59,37 +111,32 @@ def gradient_steps(
     Raises:
         ValueError: ``steps`` below 1, ``max_grad_norm`` not positive, an unknown ``report``.
     """
-    steps = check_int("steps", steps, low=1)
     max_grad_norm = check_real("max_grad_norm", max_grad_norm, low=0.0)
-    if report not in ("last", "mean"):
-        raise ValueError(f"report must be 'last' or 'mean', got {report!r}")
-    params = [p for group in optim.param_groups for p in group["params"]]
-    sums: dict[str, torch.Tensor] = {}
-    for _ in range(steps):
-        with autocast_scope():  # the networks set_precision hooked run in bf16 here, only here
-            terms = loss(sample())
-        optim.zero_grad()
-        objective(terms).backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        optim.step()
-        if after_step is not None:
-            after_step()
-        if report == "mean":
-            for name, value in _scalars(terms, grad_norm).items():
-                sums[name] = sums[name] + value if name in sums else value.double()
-    if report == "mean":
-        return {name: float(total) / steps for name, total in sums.items()}
-    return {name: value.item() for name, value in _scalars(terms, grad_norm).items()}
+    terms = gradient_step_terms(
+        loss,
+        optim,
+        sample,
+        steps,
+        clip=lambda params: torch.nn.utils.clip_grad_norm_(params, max_grad_norm),
+        objective=objective,
+        after_step=after_step,
+        report=report,
+    )
+    return {name: value.item() for name, value in terms.items()}
 
 
-def _scalars(terms: TensorDictBase, grad_norm: torch.Tensor) -> dict[str, torch.Tensor]:
+def _reported(terms: TensorDictBase, grad_norm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The terms of one value each (one per seed in a stack: shaped as ``grad_norm``) and
+    ``grad_norm``, detached, in float64."""
     out = {
         name: value.detach().double()
         for name, value in terms.items()
         # a per-sample td_error is left out, even of a sample of one
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and name != "td_error"
+        if isinstance(value, torch.Tensor)
+        and name != "td_error"
+        and (value.shape == grad_norm.shape or (grad_norm.dim() == 0 and value.numel() == 1))
     }
-    out["grad_norm"] = grad_norm
+    out["grad_norm"] = grad_norm.detach().double()
     return out
 
 
