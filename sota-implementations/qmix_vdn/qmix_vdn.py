@@ -12,6 +12,7 @@ and replay buffer per agent group.
     python sota-implementations/qmix_vdn/qmix_vdn.py model.memory=gru model.memory_hidden=64
     python sota-implementations/qmix_vdn/qmix_vdn.py model.kind=gnn                # another encoder
     python sota-implementations/qmix_vdn/qmix_vdn.py --config-name qmix_lbf        # EPyMARL's QMIX
+    python sota-implementations/qmix_vdn/qmix_vdn.py seeds_in_process=4       # 4 seeds, one process
 
 The recipe (``configs/qmix_vdn.yaml``) is TorchRL's ``multiagent/qmix_vdn.py`` at a CPU budget:
 per batch of 60 envs x 100 steps, a replay buffer holding that one batch, ``epochs`` passes of
@@ -21,10 +22,14 @@ The agents' Q-network is shared (``MultiAgentMLP(share_params=True)``); QMIX's h
 read the agents' observations concatenated (``loss.mixer_state=observation``) or the env's
 global ``"state"`` (``loss.mixer_state=state``); VDN sums. Everything here is a marlkit part;
 the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'s.
+With ``seeds_in_process=K`` it trains ``K`` seeds' runs in this one process, each as it would
+train alone (Q-networks, mixers and their targets stacked), in ``<run_dir>/seed_<s>/``
+(:func:`marlkit.train.q_learning.train_q_learning_seeds`, docs/training.md).
 """
 
 # No `from __future__ import annotations`: the config dataclasses below need real annotations
 # to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
+import functools
 from dataclasses import dataclass, field
 
 import hydra
@@ -43,7 +48,12 @@ from marlkit.train.config import (
     check_real,
     register_schema,
 )
-from marlkit.train.q_learning import QModelConfig, egreedy_q_policy, train_q_learning
+from marlkit.train.q_learning import (
+    QModelConfig,
+    egreedy_q_policy,
+    train_q_learning,
+    train_q_learning_seeds,
+)
 from marlkit.train.scripts import (
     load_policy,
     start,
@@ -141,33 +151,53 @@ def make_mixer(env: EnvBase, group: str, cfg: DictConfig) -> Mixer:
     return QMixer(shape, cfg.mixing_embed_dim, n_agents, group=group, **hypernets)
 
 
-@hydra.main(config_path="../configs", config_name="qmix_vdn", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    env_fn = start(cfg)  # the config's ranges checked, threads, seed
-    env = env_fn()  # for the specs; the single collector steps this one
-    groups = env.groups
-
-    # --- the algorithm, per group: Q-actor with exploration, mixer, loss, then the shared procedure
-    policy = make_policy(env, cfg)  # every group's actions in one call
-    q_nets = {g: explorer.module for g, explorer in zip(groups, policy.module)}
-    losses = torch.nn.ModuleDict(
+def make_losses(
+    env: EnvBase, policy: TensorDictSequential, mixers: dict, cfg: DictConfig, **kwargs: object
+) -> torch.nn.ModuleDict:
+    """Each group's QMIX/VDN loss over its Q-network (of ``policy``) and its mixer; ``kwargs``
+    go to every loss (``separate_dims`` of a stack of seeds)."""
+    q_nets = {g: explorer.module for g, explorer in zip(env.groups, policy.module)}
+    return torch.nn.ModuleDict(
         {
             g: QMixerLoss(
                 q_nets[g],
-                make_mixer(env, g, cfg.loss),
+                mixers[g],
                 group=g,
                 gamma=cfg.loss.gamma,
                 loss_function=cfg.loss.loss_function,
                 double_dqn=cfg.loss.double_dqn,
+                **kwargs,
             )
-            for g in groups
+            for g in env.groups
         }
     )
+
+
+def make_networks(env: EnvBase, cfg: DictConfig) -> tuple[TensorDictSequential, dict]:
+    """The policy, then each group's mixer, in the order a run draws their weights."""
+    policy = make_policy(env, cfg)  # every group's actions in one call
+    return policy, {g: make_mixer(env, g, cfg.loss) for g in env.groups}
+
+
+@hydra.main(config_path="../configs", config_name="qmix_vdn", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    env_fn = start(cfg)  # the config's ranges checked, threads, seed
+    variant = cfg.loss.mixer.upper()
+    if cfg.seeds_in_process > 1:  # K seeds' runs stacked in this process, in run_dir/seed_<s>/
+        networks = functools.partial(make_networks, cfg=cfg)
+        losses_of = functools.partial(make_losses, cfg=cfg)
+        print("\n".join(train_q_learning_seeds(cfg, networks, losses_of, variant)))
+        return
+    env = env_fn()  # for the specs; the single collector steps this one
+
+    # --- the algorithm, per group: Q-actor with exploration, mixer, loss, then the shared procedure
+    policy, mixers = make_networks(env, cfg)
+    losses = make_losses(env, policy, mixers, cfg)
 
     to_training_device(cfg, policy, losses)  # `device`, before the optimisers
     # --- the procedure IQL, VDN and QMIX share: replay, epochs of minibatches, soft target
     # updates, eps annealing, the run's logs, evaluations and checkpoints
-    print("\n".join(train_q_learning(cfg, env, env_fn, policy, losses, cfg.loss.mixer.upper())))
+    print("\n".join(train_q_learning(cfg, env, env_fn, policy, losses, variant)))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,15 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from marlkit.modules import Categorical as CategoricalDist
-from marlkit.modules import MultiAgentMLP, ProbabilisticActor, StateValueCritic
+from marlkit.modules import (
+    MultiAgentMLP,
+    ProbabilisticActor,
+    QMixer,
+    QValueActor,
+    StateValueCritic,
+)
 from marlkit.modules.seeds import SeedStreams, stack_seeds
-from marlkit.objectives import ClipPPOLoss
+from marlkit.objectives import ClipPPOLoss, DQNLoss, QMixerLoss
 from marlkit.train.config import ConfigError
 from marlkit.train.seeds import (
     SeedState,
@@ -69,6 +75,68 @@ def test_the_loss_of_a_stack_is_each_seeds_loss(normalize: bool, mask: bool) -> 
         grads = [p.grad for p in loss.parameters()]
         for g, p in zip(grads, stacked.parameters()):
             torch.testing.assert_close(p.grad.unflatten(0, (K, -1))[k], g, atol=1e-6, rtol=1e-4)
+
+
+def q_parts(seed: int, mixer: bool) -> tuple[QValueActor, QMixer | None]:
+    torch.manual_seed(seed)
+    actor = QValueActor(MultiAgentMLP(OBS, ACTIONS, N, num_cells=8), n_actions=ACTIONS)
+    return actor, QMixer([N, OBS], 8, N, state_key=("agents", "observation")) if mixer else None
+
+
+def q_batch(shape: tuple[int, ...]) -> TensorDict:
+    g = torch.Generator().manual_seed(4)
+
+    def step() -> TensorDict:
+        sub = {
+            "observation": torch.randn(*shape, N, OBS, generator=g),
+            "reward": torch.randn(*shape, N, 1, generator=g),
+            "terminated": torch.rand(*shape, N, 1, generator=g) > 0.8,
+            "action_mask": torch.rand(*shape, N, ACTIONS, generator=g) > 0.3,
+        }
+        sub["action_mask"][..., 0] = True
+        return TensorDict(sub, batch_size=[*shape, N])
+
+    now = step().update({"action": torch.zeros(*shape, N, dtype=torch.long)})
+    return TensorDict({"agents": now, "next": TensorDict({"agents": step()}, shape)}, shape)
+
+
+@pytest.mark.parametrize("algorithm", ["qmix", "iql"])
+def test_the_q_losses_of_a_stack_are_each_seeds_loss(algorithm: str) -> None:
+    """QMIX's mixer (its hypernetworks' layers stacked per seed) and IQL's DQN: with
+    ``separate_dims=1`` a stack's terms and gradients are each seed's own."""
+    mixer = algorithm == "qmix"
+
+    def loss(parts: tuple, **kwargs) -> torch.nn.Module:
+        if mixer:
+            return QMixerLoss(parts[0], parts[1], double_dqn=True, **kwargs)
+        return DQNLoss(parts[0], **kwargs)
+
+    alone = [loss(q_parts(k, mixer)) for k in range(K)]
+    seeds = [q_parts(k, mixer) for k in range(K)]
+    stacked_parts = [
+        stack_seeds([p[i] for p in seeds]) if mixer or i == 0 else None for i in (0, 1)
+    ]
+    stacked = loss(stacked_parts, separate_dims=1)
+    assert len(list(stacked.parameters())) == len(list(alone[0].parameters()))
+    data = q_batch((K, 16))
+    terms = stacked(data.clone())
+    assert terms["loss"].shape == (K,)
+    terms["loss"].sum().backward()
+    for k, own_loss in enumerate(alone):
+        own = own_loss(data[k].clone())
+        for name in ("loss", "q_value", "target_value"):
+            torch.testing.assert_close(terms[name][k], own[name], atol=1e-6, rtol=1e-5)
+        own["loss"].backward()
+        for (name, p), (_, q) in zip(own_loss.named_parameters(), stacked.named_parameters()):
+            if p.grad is None:  # the target networks
+                assert q.grad is None, name
+                continue
+            grad = q.grad.unflatten(0, (K, -1))[k]
+            if "mixer" in name:  # the stacked layers hold nn.Linear's [out, in] as [in, out]
+                grad = grad[0].t() if name.endswith("weight") else grad.reshape(-1)
+            torch.testing.assert_close(grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
+    with pytest.raises(ValueError, match=r"separate_dims=1 needs 1 batch dims"):
+        stacked(q_batch(()))
 
 
 def test_the_loss_needs_the_separate_dims() -> None:
@@ -177,6 +245,10 @@ def config(**overrides) -> object:
         ({"model": {"kind": "gnn"}}, "does not support model.kind=gnn yet"),
         ({"device": "cuda"}, "does not support device=cuda yet"),
         ({"callbacks": ["EarlyStopping"]}, "seeds_in_process=4 does not support callbacks yet"),
+        (
+            {"loss": {"standardise_rewards": True}},
+            "does not support loss.standardise_rewards=True yet",
+        ),
     ],
 )
 def test_what_a_stack_cannot_do_is_refused_by_name(overrides: dict, message: str) -> None:

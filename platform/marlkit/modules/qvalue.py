@@ -247,6 +247,14 @@ class EGreedy(TensorDictModuleBase):
         done = min(int(self.steps_done) / self.annealing_num_steps, 1.0)
         self.eps.fill_(self.eps_init + (self.eps_end - self.eps_init) * done)
 
+    def _draws(
+        self, lead: tuple[int, ...], n: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random numbers of one call: scores ``[*lead, n]`` (the random action: the
+        allowed one of the highest score) and uniforms ``[*lead]`` (explore where below eps),
+        drawn in that order."""
+        return torch.rand((*lead, n), device=device), torch.rand(lead, device=device)
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Run the actor, then (exploration mode ``"random"``) replace actions at random."""
         tensordict = self.module(tensordict)
@@ -258,7 +266,7 @@ class EGreedy(TensorDictModuleBase):
         mask = None
         if self.action_mask_key is not None:
             mask = tensordict.get(self.action_mask_key, None)
-        scores = torch.rand((*lead, n), device=action.device)
+        scores, uniform = self._draws(tuple(lead), n, action.device)
         if mask is not None:
             check_trailing(
                 mask, self.action_mask_key, (n,), "EGreedy", f"[*B, n, {n}] bool", boolean=True
@@ -269,7 +277,7 @@ class EGreedy(TensorDictModuleBase):
         random_action = encode_action(
             scores.argmax(-1), n, self.action_space, self.action_dtype or action.dtype
         )
-        explore = torch.rand(lead, device=action.device) < self.eps
+        explore = uniform < self.eps
         if self.action_space == "one_hot":
             explore = explore.unsqueeze(-1)
         tensordict.set(self.action_key, torch.where(explore, random_action, action))

@@ -26,11 +26,15 @@ import torch
 from tensordict.nn import ProbabilisticTensorDictModule
 from torch import nn
 
+from marlkit.modules.mixers import Mixer
 from marlkit.modules.mlp import MultiAgentMLP, StackedLinear
+from marlkit.modules.qvalue import EGreedy
 
 __all__ = [
+    "SeedStackedLinear",
     "SeedStackedMLP",
     "SeedStreams",
+    "SeedwiseEGreedy",
     "copy_seed_",
     "load_seed_",
     "seed_parameters",
@@ -159,14 +163,110 @@ class SeedStackedMLP(nn.Module):
                 layer.bias[k * S : (k + 1) * S].copy_(state[f"layers.{i}.bias"])
 
     def _check_seed(self, k: int) -> None:
-        if not 0 <= k < self.n_seeds:
-            raise IndexError(f"seed index must be in [0, {self.n_seeds}), got {k}")
+        _check_index(k, self.n_seeds)
 
     def extra_repr(self) -> str:
         return (
             f"n_seeds={self.n_seeds}, n_agents={self.n_agents}, centralised={self.centralised}, "
             f"share_params={self.n_stacks == 1}"
         )
+
+
+class SeedStackedLinear(nn.Module):
+    """``K`` ``nn.Linear`` layers of one shape (``K`` seeds' copies of one layer of a mixer's
+    hypernetworks) computed together in one batched matmul, for a module that flattens its
+    ``[K, *B, ...]`` input into rows: the rows are read seed-major (seed ``k``'s are the
+    ``k``-th of ``K`` equal parts), as a flattened ``[K, *B, in]`` is.
+
+    ``weight`` is ``[K, in, out]`` and ``bias`` ``[K, 1, out]`` (seed-major on their first
+    dim); :meth:`seed_state` and :meth:`load_seed_state` read and write one seed's in the
+    ``nn.Linear``'s own ``state_dict`` layout.
+
+    Args:
+        linears: the seeds' layers, seed ``k``'s at index ``k``; their parameters are copied.
+
+    Shapes:
+        input ``[R, in]`` (or ``[*R, in]``), ``R`` a multiple of ``K`` -> ``[R, out]``.
+
+    Raises:
+        ValueError: no layers, layers of different shapes or without a bias; at call time, rows
+            that are not a multiple of ``K``.
+    """
+
+    def __init__(self, linears: Sequence[nn.Linear]):
+        super().__init__()
+        if not linears:
+            raise ValueError("SeedStackedLinear needs at least one layer")
+        first = linears[0]
+        for k, layer in enumerate(linears):
+            if not isinstance(layer, nn.Linear) or layer.bias is None:
+                raise TypeError(f"linears[{k}] must be an nn.Linear with a bias, got {layer!r}")
+            if layer.weight.shape != first.weight.shape:
+                raise ValueError(
+                    f"linears[{k}] is {tuple(layer.weight.shape)}, linears[0] "
+                    f"{tuple(first.weight.shape)} ([out, in])"
+                )
+        self.n_seeds = len(linears)
+        self.in_features, self.out_features = first.in_features, first.out_features
+        with torch.no_grad():
+            weight = torch.stack([layer.weight.detach().t() for layer in linears])
+            bias = torch.stack([cast(torch.Tensor, layer.bias).detach() for layer in linears])
+        self.weight = nn.Parameter(weight.contiguous())
+        self.bias = nn.Parameter(bias.unsqueeze(1).contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[R, in]`` (seed-major rows) -> ``[R, out]``."""
+        K = self.n_seeds
+        rows = x.shape[:-1]
+        total = x.numel() // max(1, self.in_features)
+        if x.shape[-1] != self.in_features or total % K:
+            raise ValueError(
+                f"SeedStackedLinear input: expected [R, {self.in_features}] with R a multiple of "
+                f"K={K} (each seed's rows in turn), got {list(x.shape)}"
+            )
+        out = torch.baddbmm(self.bias, x.reshape(K, -1, self.in_features), self.weight)
+        return out.reshape(*rows, self.out_features)
+
+    def seed_state(self, k: int) -> dict[str, torch.Tensor]:
+        """Seed ``k``'s layer in an ``nn.Linear``'s ``state_dict`` layout (copies)."""
+        _check_index(k, self.n_seeds)
+        return {
+            "weight": self.weight.detach()[k].t().clone(),
+            "bias": self.bias.detach()[k, 0].clone(),
+        }
+
+    def load_seed_state(self, k: int, state: Mapping[str, torch.Tensor]) -> None:
+        """Write an ``nn.Linear``'s ``state_dict`` into seed ``k``'s slice."""
+        _check_index(k, self.n_seeds)
+        with torch.no_grad():
+            self.weight[k].copy_(state["weight"].t())
+            self.bias[k, 0].copy_(state["bias"])
+
+    def extra_repr(self) -> str:
+        return f"n_seeds={self.n_seeds}, in={self.in_features}, out={self.out_features}"
+
+
+def _check_index(k: int, n_seeds: int) -> None:
+    if not 0 <= k < n_seeds:
+        raise IndexError(f"seed index must be in [0, {n_seeds}), got {k}")
+
+
+#: The stacked modules: each holds every seed's copy of one network or layer, seed-major.
+_STACKED = (SeedStackedMLP, SeedStackedLinear)
+
+
+def _mixer_linears(module: nn.Module) -> Iterator[tuple[str, nn.Module, str]]:
+    """Every ``nn.Linear`` inside a :class:`~marlkit.modules.Mixer` of ``module`` (QMIX's
+    hypernetworks, which read the state's rows flattened seed-major): (its qualified name,
+    parent, attribute)."""
+    for name, child in list(module.named_modules()):
+        if not isinstance(child, Mixer):
+            continue
+        for sub, layer in list(child.named_modules()):
+            if isinstance(layer, nn.Linear) and sub:
+                full = f"{name}.{sub}" if name else sub
+                parent_name, _, attr = full.rpartition(".")
+                yield full, module.get_submodule(parent_name), attr
 
 
 def _mlps(module: nn.Module) -> Iterator[tuple[str, nn.Module, str, MultiAgentMLP]]:
@@ -180,9 +280,10 @@ def _mlps(module: nn.Module) -> Iterator[tuple[str, nn.Module, str, MultiAgentML
 def stack_seeds(modules: Sequence[nn.Module]) -> nn.Module:
     """One module computing every seed's copy of a network: a copy of ``modules[0]`` in which
     each :class:`~marlkit.modules.MultiAgentMLP` is a :class:`SeedStackedMLP` of the ``K``
-    modules' networks at the same place. It reads ``[K, *B, ...]`` where the modules read
-    ``[*B, ...]``. ``modules`` are left as they are (seed ``k``'s plain network: see
-    :func:`copy_seed_`).
+    modules' networks at the same place, and each ``nn.Linear`` of a
+    :class:`~marlkit.modules.Mixer` (QMIX's hypernetworks) a :class:`SeedStackedLinear`. It
+    reads ``[K, *B, ...]`` where the modules read ``[*B, ...]``. ``modules`` are left as they
+    are (seed ``k``'s plain network: see :func:`copy_seed_`).
 
     Raises:
         ValueError: no modules; modules of different structures; a parameter outside every
@@ -198,6 +299,12 @@ def stack_seeds(modules: Sequence[nn.Module]) -> nn.Module:
         except AttributeError:
             raise ValueError(f"the modules differ: not every one has {name!r}") from None
         setattr(parent, attr, SeedStackedMLP(mlps))
+    for name, parent, attr in list(_mixer_linears(stacked)):
+        try:
+            linears = [cast(nn.Linear, m.get_submodule(name)) for m in modules]
+        except AttributeError:
+            raise ValueError(f"the modules differ: not every one has {name!r}") from None
+        setattr(parent, attr, SeedStackedLinear(linears))
     seed_parameters(stacked)  # every parameter is a seed-stacked one
     return stacked
 
@@ -206,17 +313,16 @@ def seed_parameters(module: nn.Module) -> list[nn.Parameter]:
     """The parameters of ``module`` (of :func:`stack_seeds`), each seed-major on its first dim.
 
     Raises:
-        ValueError: a parameter outside every :class:`SeedStackedMLP` (named).
+        ValueError: a parameter outside every :class:`SeedStackedMLP` and
+            :class:`SeedStackedLinear` (named).
     """
-    inside = {
-        id(p) for m in module.modules() if isinstance(m, SeedStackedMLP) for p in m.parameters()
-    }
+    inside = {id(p) for m in module.modules() if isinstance(m, _STACKED) for p in m.parameters()}
     for name, param in module.named_parameters():
         if id(param) not in inside:
             raise ValueError(
-                f"parameter {name!r} ({type(module).__name__}) is not in a MultiAgentMLP: only "
-                "MultiAgentMLP networks are stacked over seeds so far (model.kind=mlp without "
-                "memory)"
+                f"parameter {name!r} ({type(module).__name__}) is not in a MultiAgentMLP or a "
+                "mixer: only MultiAgentMLP networks and mixers' linear layers are stacked over "
+                "seeds so far (model.kind=mlp without memory)"
             )
     return list(module.parameters())
 
@@ -225,7 +331,7 @@ def copy_seed_(stacked: nn.Module, plain: nn.Module, k: int) -> nn.Module:
     """Copy seed ``k``'s parameters of ``stacked`` (of :func:`stack_seeds`) into ``plain``, a
     module of the structure stacked (seed ``k``'s own network); returns ``plain``."""
     for name, module in stacked.named_modules():
-        if isinstance(module, SeedStackedMLP):
+        if isinstance(module, _STACKED):
             plain.get_submodule(name).load_state_dict(module.seed_state(k))
     return plain
 
@@ -234,7 +340,7 @@ def load_seed_(stacked: nn.Module, plain: nn.Module, k: int) -> nn.Module:
     """The inverse of :func:`copy_seed_`: ``plain``'s parameters into seed ``k``'s slices of
     ``stacked``; returns ``stacked``."""
     for name, module in stacked.named_modules():
-        if isinstance(module, SeedStackedMLP):
+        if isinstance(module, _STACKED):
             module.load_seed_state(k, plain.get_submodule(name).state_dict())
     return stacked
 
@@ -324,12 +430,44 @@ def _seedwise_class(base: type, params: tuple[str, ...]) -> type:
     return Seedwise
 
 
+class SeedwiseEGreedy(EGreedy):
+    """:class:`~marlkit.modules.EGreedy` of a stack of seeds: its random numbers for seed
+    ``k`` (index ``k`` of the leading dim) drawn on seed ``k``'s stream, of the shape and in the
+    order seed ``k``'s own run draws them (:func:`seedwise_sampling` turns a stack's
+    ``EGreedy`` into one). One draw per seed per call: a loop over the seeds, in collection
+    only."""
+
+    _seed_streams: SeedStreams
+
+    def _draws(
+        self, lead: tuple[int, ...], n: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        streams = self._seed_streams
+        if not lead or lead[0] != streams.n_seeds:
+            raise ValueError(
+                f"SeedwiseEGreedy: expected actions [K={streams.n_seeds}, *B, n], got batch "
+                f"dims {list(lead)}"
+            )
+        scores, uniforms = [], []
+        for k in range(streams.n_seeds):
+            with streams.use(k):
+                score, uniform = super()._draws(lead[1:], n, device)
+            scores.append(score)
+            uniforms.append(uniform)
+        return torch.stack(scores), torch.stack(uniforms)
+
+
 def seedwise_sampling(module: nn.Module, streams: SeedStreams) -> nn.Module:
     """Make every sampling module inside ``module`` (of :func:`stack_seeds`) draw seed ``k``'s
     samples (index ``k`` of the leading dim) on ``streams``' seed ``k``: one draw per seed, of
     the shape a seed's own run draws, so a seed samples the numbers it samples alone. Log-probs,
-    entropies and modes are the distribution's own. Returns ``module``."""
+    entropies and modes are the distribution's own; an :class:`~marlkit.modules.EGreedy`
+    becomes a :class:`SeedwiseEGreedy`. Returns ``module``."""
     for sub in module.modules():
+        if isinstance(sub, EGreedy):
+            sub.__class__ = SeedwiseEGreedy
+            cast(SeedwiseEGreedy, sub)._seed_streams = streams
+            continue
         if isinstance(sub, ProbabilisticTensorDictModule):
             base = sub.distribution_class
             base = getattr(base, "_seedwise_base", base)

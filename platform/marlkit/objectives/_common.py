@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from marlkit._checks import check_one_of, check_real, did_you_mean
+from marlkit._checks import check_int, check_one_of, check_real, did_you_mean
 from marlkit.data.keys import (
     ACTION,
     ACTION_MASK,
@@ -42,7 +42,9 @@ __all__ = [
     "ValueKeys",
     "ValueLoss",
     "distance",
+    "mean_after",
     "sample_weights",
+    "sum_after",
     "weighted_mean",
 ]
 
@@ -60,12 +62,23 @@ def distance(pred: torch.Tensor, target: torch.Tensor, loss_function: LossFuncti
     return (pred - target).abs()
 
 
-def weighted_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-    """``sum(w * v) / sum(w)`` (the plain mean when ``weight`` is None)."""
+def sum_after(values: torch.Tensor, keep: int = 0) -> torch.Tensor:
+    """The sum of ``values`` over every dim but the first ``keep`` (all of them: a scalar)."""
+    return values.sum() if keep == 0 else values.sum(tuple(range(keep, values.dim())))
+
+
+def mean_after(values: torch.Tensor, keep: int = 0) -> torch.Tensor:
+    """The mean of ``values`` over every dim but the first ``keep`` (all of them: a scalar)."""
+    return values.mean() if keep == 0 else values.mean(tuple(range(keep, values.dim())))
+
+
+def weighted_mean(values: torch.Tensor, weight: torch.Tensor | None, keep: int = 0) -> torch.Tensor:
+    """``sum(w * v) / sum(w)`` (the plain mean when ``weight`` is None), over every dim but
+    the first ``keep`` (a loss's ``separate_dims``)."""
     if weight is None:
-        return values.mean()
+        return mean_after(values, keep)
     weight = weight.to(values.dtype)
-    return (values * weight).sum() / weight.sum().clamp_min(1e-12)
+    return sum_after(values * weight, keep) / sum_after(weight, keep).clamp_min(1e-12)
 
 
 def sample_weights(
@@ -179,9 +192,13 @@ class ValueLoss(nn.Module):
         delay_value: bool,
         loss_function: LossFunction,
         action_space: Literal["categorical", "one_hot", "continuous"],
+        separate_dims: int = 0,
     ):
         super().__init__()
         name = type(self).__name__
+        #: The first this many batch dims index independent problems (the seeds of a stack,
+        #: :mod:`marlkit.train.seeds`): the terms keep them, each its own problem's.
+        self.separate_dims = check_int("separate_dims", separate_dims, low=0, owner=name)
         self.gamma = check_real("gamma", gamma, strict=False, high=1.0, owner=name)
         check_one_of("loss_function", loss_function, list(_LOSS_FUNCTIONS), owner=name)
         self.delay_value = bool(delay_value)
@@ -275,6 +292,21 @@ class ValueLoss(nn.Module):
         """:meth:`_read` of the ``"next"`` TensorDict: a missing key is named with its
         ``"next"`` prefix, as the user's batch spells it."""
         return get_tensor(nxt, key, type(self).__name__, expected, shown=(NEXT, key))
+
+    def _check_separate(self, td: TensorDictBase) -> int:
+        """``separate_dims``, checked against the input's batch dims (the samples need one
+        more); returns it.
+
+        Raises:
+            ValueError: too few batch dims.
+        """
+        keep = self.separate_dims
+        if keep and td.batch_dims <= keep:
+            raise ValueError(
+                f"{type(self).__name__}: separate_dims={keep} needs {keep} batch dims before the "
+                f"samples' (e.g. [K, B]), got batch size {tuple(td.batch_size)}"
+            )
+        return keep
 
     def _next(self, td: TensorDictBase) -> TensorDictBase:
         nxt = td.get(NEXT, None)

@@ -11,7 +11,13 @@ from tensordict import TensorDictBase
 
 from marlkit.data.keys import NEXT, REWARD, TERMINATED, NestedKey
 from marlkit.modules._checks import check_trailing
-from marlkit.objectives._common import ValueKeys, ValueLoss, distance, sample_weights
+from marlkit.objectives._common import (
+    ValueKeys,
+    ValueLoss,
+    distance,
+    sample_weights,
+    sum_after,
+)
 
 __all__ = ["AgentTDKeys", "AgentTDLoss"]
 
@@ -103,7 +109,8 @@ class AgentTDLoss(ValueLoss):
     ) -> dict[str, torch.Tensor]:
         """The loss over present agents (importance-weighted per sample), and ``td_error``
         ``[*B]`` (mean over present agents, written into ``tensordict``), ``q_value``,
-        ``target_value`` (means over present agents).
+        ``target_value`` (means over present agents); with ``separate_dims``, one of each of
+        the terms but ``td_error`` per index of those dims.
 
         Args:
             pred: ``[*B, n, 1]``, differentiable.
@@ -118,14 +125,15 @@ class AgentTDLoss(ValueLoss):
         )
         if sample_weight is not None:
             weight = weight * sample_weight.to(pred.dtype)[..., None, None]
+        keep = self._check_separate(tensordict)  # with separate_dims, the terms keep them
         dist = distance(pred, target, self.loss_function)
-        loss = (dist * weight).sum() / weight.sum().clamp_min(1e-12)
+        loss = sum_after(dist * weight, keep) / sum_after(weight, keep).clamp_min(1e-12)
         with torch.no_grad():
             per_sample = mask.sum((-2, -1)).clamp_min(1.0)
             td_error = ((pred - target).abs() * mask).sum((-2, -1)) / per_sample
-            count = mask.sum().clamp_min(1.0)
-            q_value = (pred * mask).sum() / count
-            target_value = (target * mask).sum() / count
+            count = sum_after(mask, keep).clamp_min(1.0)
+            q_value = sum_after(pred * mask, keep) / count
+            target_value = sum_after(target * mask, keep) / count
         tensordict.set(keys.priority, td_error)
         return {
             "loss": loss,

@@ -53,9 +53,13 @@ class DQNLoss(AgentTDLoss):
         delay_value: keep a target copy of the network (see :class:`SoftUpdate`).
         double_dqn: online argmax, target evaluation.
         loss_function: ``"l2"``, ``"smooth_l1"`` or ``"l1"``.
+        separate_dims: the first this many batch dims index independent problems (the seeds
+            of a stack, :mod:`marlkit.train.seeds`): the terms keep them (``loss`` ``[K]``,
+            each seed's own), the means run over the other dims only.
 
     Returns (``forward``):
-        A TensorDict ``[]`` with ``loss``, ``td_error`` ``[*B]`` (mean over present agents of
+        A TensorDict ``[]`` (with ``separate_dims``, those dims) with ``loss``, ``td_error``
+        ``[*B]`` (mean over present agents of
         ``|q - y|``, also written into the input under ``priority``), ``q_value`` and
         ``target_value`` (means over present agents), detached.
 
@@ -78,6 +82,7 @@ class DQNLoss(AgentTDLoss):
         double_dqn: bool = True,
         loss_function: LossFunction = "l2",
         action_space: Literal["categorical", "one_hot"] = "categorical",
+        separate_dims: int = 0,
     ):
         super().__init__(
             _DQNKeys,
@@ -87,6 +92,7 @@ class DQNLoss(AgentTDLoss):
             delay_value=delay_value,
             loss_function=loss_function,
             action_space=action_space,
+            separate_dims=separate_dims,
         )
         self.double_dqn = bool(double_dqn)
         self._add_network("value_network", value_network)
@@ -94,6 +100,7 @@ class DQNLoss(AgentTDLoss):
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions ``[*B]`` (see the class docstring)."""
         keys = self.tensor_keys
+        keep = self._check_separate(tensordict)
         action = self._read(tensordict, keys.action, "[*B, n_agents] (or one-hot)")
         td = tensordict.clone(False)
         values = self._action_values(td, self.value_network)
@@ -113,4 +120,6 @@ class DQNLoss(AgentTDLoss):
                 self._next(td).clone(False), "value_network", self.double_dqn, sequence=td
             )
             target = self._agent_target(self._next(td), next_value)
-        return TensorDict(self._agent_loss(tensordict, chosen, target), [])
+        return TensorDict(
+            self._agent_loss(tensordict, chosen, target), tensordict.batch_size[:keep]
+        )

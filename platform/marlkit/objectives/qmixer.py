@@ -29,6 +29,7 @@ from marlkit.objectives._common import (
     LossFunction,
     ValueLoss,
     distance,
+    mean_after,
     sample_weights,
     weighted_mean,
 )
@@ -106,9 +107,14 @@ class QMixerLoss(ValueLoss):
         loss_function: ``"l2"``, ``"smooth_l1"`` or ``"l1"``.
         double_dqn: pick the next action with the online network, value it with the target.
         reward_reduction: ``"mean"`` or ``"sum"`` of the agents' rewards (no root reward).
+        separate_dims: the first this many batch dims index independent problems (the seeds
+            of a stack, :mod:`marlkit.train.seeds`, whose mixer reads ``[K, *B]`` too): the
+            terms keep them (``loss`` ``[K]``, each seed's own), the means run over the other
+            dims only.
 
     Returns (``forward``):
-        A TensorDict ``[]`` with ``loss`` (scalar, differentiable), ``td_error`` ``[*B]``
+        A TensorDict ``[]`` (with ``separate_dims``, those dims) with ``loss`` (scalar,
+        differentiable; one per index of ``separate_dims``), ``td_error`` ``[*B]``
         (``|Q_tot - y|``, also written into the input under ``priority``, for
         ``ReplayBuffer.update_priority(sample["index"], sample["td_error"])``),
         ``q_value`` (mean ``Q_tot``) and ``target_value`` (mean ``y``), detached.
@@ -141,6 +147,7 @@ class QMixerLoss(ValueLoss):
         double_dqn: bool = False,
         reward_reduction: Literal["mean", "sum"] = "mean",
         action_space: Literal["categorical", "one_hot"] = "categorical",
+        separate_dims: int = 0,
     ):
         super().__init__(
             _QMixerKeys,
@@ -150,6 +157,7 @@ class QMixerLoss(ValueLoss):
             delay_value=delay_value,
             loss_function=loss_function,
             action_space=action_space,
+            separate_dims=separate_dims,
         )
         check_one_of("reward_reduction", reward_reduction, ("mean", "sum"), owner="QMixerLoss")
         self.double_dqn = bool(double_dqn)
@@ -225,6 +233,7 @@ class QMixerLoss(ValueLoss):
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """The loss on a batch of transitions ``[*B]`` (see the class docstring)."""
         keys = self.tensor_keys
+        keep = self._check_separate(tensordict)
         action = self._read(tensordict, keys.action, "[*B, n_agents] (or one-hot)")
         td = tensordict.clone(False)
         values = self._action_values(td, self.local_value_network)
@@ -260,15 +269,16 @@ class QMixerLoss(ValueLoss):
             target = reward + self.gamma * not_terminated * next_q_tot
 
         weight = sample_weights(tensordict, keys.priority_weight, q_tot.shape[:-1], "QMixerLoss")
-        loss = weighted_mean(distance(q_tot, target, self.loss_function).squeeze(-1), weight)
+        dist = distance(q_tot, target, self.loss_function).squeeze(-1)
+        loss = weighted_mean(dist, weight, keep)
         td_error = (q_tot.detach() - target).abs().squeeze(-1)
         tensordict.set(keys.priority, td_error)
         return TensorDict(
             {
                 "loss": loss,
                 "td_error": td_error,
-                "q_value": q_tot.detach().mean(),
-                "target_value": target.mean(),
+                "q_value": mean_after(q_tot.detach(), keep),
+                "target_value": mean_after(target, keep),
             },
-            [],
+            tensordict.batch_size[:keep],
         )

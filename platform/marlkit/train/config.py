@@ -581,9 +581,14 @@ class QLearningRunConfig(RunConfig):
     """The optimiser's settings and the epochs per batch."""
     loss: QLossConfig = MISSING
     """The Q-learning loss."""
+    seeds_in_process: int = 1
+    """Train this many seeds' runs in this one process (``seed``, ``seed + w``, ...: see
+    :func:`marlkit.train.seeds.run_seeds`), their networks stacked, each in
+    ``<run_dir>/seed_<s>/`` as its own run would train; 1: one run, in ``run_dir``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_int("seeds_in_process", self.seeds_in_process, low=1)
         check_not_above(
             "train.minibatch_size",
             self.train.minibatch_size,

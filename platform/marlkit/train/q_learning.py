@@ -17,10 +17,14 @@ With ``loss.standardise_rewards`` (EPyMARL's ``standardise_rewards``, on in its 
 IQL configs) each group's loss reads its minibatch's rewards standardised by a
 :class:`~marlkit.objectives.standardise.RewardStandardiser`, whose running mean and variance
 every minibatch updates first and the checkpoints save.
+
+With ``seeds_in_process=K`` the scripts call :func:`train_q_learning_seeds`: ``K`` seeds' runs
+trained together in one process, each as it would train alone (:mod:`marlkit.train.seeds`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -32,16 +36,42 @@ from marlkit.envs import EnvBase
 from marlkit.modules import EGreedy, QValueActor, annealing_steps
 from marlkit.modules.models import MODEL_KINDS
 from marlkit.modules.rnn import recurrent_network, set_recurrent_mode
+from marlkit.modules.seeds import seedwise_sampling, stack_seeds
 from marlkit.objectives.standardise import RewardStandardiser
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train.builders import encoder_network, q_actor
 from marlkit.train.config import check_choice
 from marlkit.train.precision import set_precision
-from marlkit.train.scripts import finish, group_buffers, loss_keys, make_config_collector, open_run
+from marlkit.train.scripts import (
+    env_factory,
+    finish,
+    group_buffers,
+    loss_keys,
+    make_config_collector,
+    open_run,
+)
+from marlkit.train.seeds import (
+    SeedBuffers,
+    SeedRuns,
+    SeedState,
+    check_seeds_config,
+    collector_streams,
+    run_seeds,
+    seed_config,
+    seed_width,
+    stack_collector,
+    update_seed_groups,
+)
 from marlkit.train.sequences import MemoryConfig, split_sequences
 from marlkit.train.updates import adam_per_group, soft_updates, update_groups
 
-__all__ = ["QModelConfig", "egreedy_q_policy", "reward_standardisers", "train_q_learning"]
+__all__ = [
+    "QModelConfig",
+    "egreedy_q_policy",
+    "reward_standardisers",
+    "train_q_learning",
+    "train_q_learning_seeds",
+]
 
 
 @dataclass
@@ -245,3 +275,113 @@ def train_q_learning(
     info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
     info["precision"] = precision  # bf16, or fp32 where the hardware has no bf16
     return finish(run, policy, collector, info)
+
+
+class _Schedules:
+    """A checkpoint part: the eps schedules (``eps``, ``steps_done``) of a stack's explorers
+    and of one seed's plain policy's, which step together (every seed of a stack anneals by
+    its own frames, the same count); saved from the first, loaded into both."""
+
+    def __init__(self, *explorers: Mapping[str, EGreedy]):
+        self.explorers = explorers
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            g: {"eps": e.eps.clone(), "steps_done": e.steps_done.clone()}
+            for g, e in self.explorers[0].items()
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for explorers in self.explorers:
+            for g, e in explorers.items():
+                e.eps.copy_(state[g]["eps"])
+                e.steps_done.copy_(state[g]["steps_done"])
+
+
+#: What a Q-learning script builds of one seed's run, from its env: its policy (an
+#: :func:`egreedy_q_policy`) and, per group, the other networks its losses take (QMIX's
+#: mixers; none for IQL).
+Networks = Callable[[EnvBase], tuple[TensorDictSequential, Mapping[str, torch.nn.Module]]]
+#: The losses of a policy and those networks (``separate_dims`` passed on to each loss).
+MakeLosses = Callable[..., torch.nn.ModuleDict]
+
+
+def train_q_learning_seeds(
+    cfg: Any, networks: Networks, make_losses: MakeLosses, variant: str
+) -> list[str]:
+    """``seeds_in_process=K`` of :func:`train_q_learning` (:mod:`marlkit.train.seeds`): ``K``
+    seeds' runs in this process, each in ``<run_dir>/seed_<s>/`` as it would train alone.
+
+    Each seed's env, Q-networks and other networks (``networks(env)``: QMIX's mixers) are made
+    under its seed as its own run makes them, then stacked (:func:`~marlkit.modules.seeds.
+    stack_seeds`: the Q-networks' layers and the mixers' hypernetworks, one batched matmul per
+    layer for every seed); ``make_losses(env, policy, others, separate_dims=1)`` gives per-seed
+    terms, so each seed gets its own gradient, clipped on its own; the target networks are
+    stacked copies moved by elementwise soft updates; Adam is elementwise; each seed's
+    epsilon-greedy draws come from its own random stream; each seed has its own replay buffer
+    and sampler, saved with its checkpoints. Returns the lines to print at the end.
+    """
+    n_seeds = check_seeds_config(cfg)  # what the stack cannot do, refused by name
+
+    def build(seed: int) -> tuple[EnvBase, TensorDictSequential, Mapping[str, torch.nn.Module]]:
+        torch.manual_seed(seed)  # as start() seeds a run of its own
+        env = env_factory(cfg, cfg.env.num_envs, seed)()
+        return (env, *networks(env))
+
+    first = build(cfg.seed)
+    seeds = run_seeds(cfg.seed, n_seeds, seed_width(first[0]))
+    built = [first, *(build(s) for s in seeds[1:])]
+    env, groups = first[0], first[0].groups
+    streams = collector_streams(seeds)  # each seed's draws where its own collector starts them
+    policy = cast(
+        TensorDictSequential, seedwise_sampling(stack_seeds([b[1] for b in built]), streams)
+    )
+    others = {g: stack_seeds([b[2][g] for b in built]) for g in first[2]}
+    losses = make_losses(env, policy, others, separate_dims=1)
+    updaters = soft_updates(losses, cfg.loss.tau)  # elementwise: each seed's own targets
+    optims = adam_per_group(losses, cfg.train.lr)  # elementwise: each seed's state in its slices
+    buffers = SeedBuffers(groups, seeds, cfg.buffer.capacity, cfg.train.minibatch_size)
+    collector, split = stack_collector(cfg, [b[0] for b in built], seeds, policy)
+    explorers = {g: cast(EGreedy, e) for g, e in zip(groups, policy.module)}
+    plain = [{g: cast(EGreedy, e) for g, e in zip(groups, b[1].module)} for b in built]
+    runs = SeedRuns(
+        [open_run(seed_config(cfg, s)) for s in seeds],
+        collector,
+        [SeedState(k, losses, optims, streams) for k in range(n_seeds)],
+        [b[1] for b in built],
+        policy,
+        split=split,
+        parts=[{"exploration": _Schedules(explorers, own)} for own in plain],
+        buffers=[{"replay": own} for own in buffers.buffers],
+    )
+    runs.restore()
+
+    steps = cfg.train.epochs * max(1, cfg.collector.frames_per_batch // cfg.train.minibatch_size)
+    keys = loss_keys(losses.values())
+    for batch in runs.batches():  # [K, num_envs, T]
+        buffers.extend(batch.select(*keys, strict=False))
+        metrics = [
+            {
+                "eps": float(explorers[groups[0]].eps),  # this batch's
+                **{f"replay/{g}/size": len(own[g]) for g in groups},
+            }
+            for own in buffers.buffers
+        ]
+        trained = update_seed_groups(
+            losses,
+            optims,
+            buffers,
+            steps,
+            max_grad_norm=cfg.train.max_grad_norm,
+            updaters=updaters,
+        )
+        frames = batch[0].numel()  # each seed's
+        for schedule in (explorers, *plain):
+            for explorer in schedule.values():
+                explorer.step(frames)
+        outs = runs.end_iteration(batch, [m | t for m, t in zip(metrics, trained)])
+        print(runs.progress(outs), flush=True)
+
+    info = {"algorithm": cfg.algorithm, "variant": variant, "env": cfg.env.name}
+    info.update(precision="fp32", seeds_in_process=n_seeds)
+    return runs.finish(info)

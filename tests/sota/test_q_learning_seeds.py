@@ -1,0 +1,108 @@
+"""``seeds_in_process=K`` of the Q-learning scripts (QMIX/VDN, IQL): a seed inside a stack takes
+the updates it takes alone (its Q-network, QMIX's mixer and both targets); each seed's folder is
+a run folder of its own, and the stack resumes with its seeds' buffers and exploration."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import torch
+
+from marlkit.record import read_metrics
+from marlkit.train import Checkpointer
+
+from ._scripts import run, summary
+
+#: One batch of 4 MPE envs x 25 steps, 64-unit Q-networks, 2 epochs of 2 minibatches.
+MPE = (
+    "env=pettingzoo/mpe2.simple_spread_v3",
+    "env.num_envs=4",
+    "policy.num_cells=64",
+    "policy.share_params=false",  # per-agent Q-networks: the stacked layers' per-agent layout
+    "collector.frames_per_batch=100",
+    "collector.total_frames=100",
+    "train.epochs=2",
+    "train.minibatch_size=50",
+    "eval.video=false",
+)
+
+
+def checkpoint(run_dir: pathlib.Path) -> dict:
+    return Checkpointer(run_dir / "checkpoints").load()
+
+
+def mixer_of(run_dir: pathlib.Path) -> dict[str, torch.Tensor]:
+    """The online and target mixers' parameters of a run, in ``nn.Linear``'s layout: a run's
+    own losses, or a stack's seed's share (``[1, in, out]`` slices of the stacked layers)."""
+    state = checkpoint(run_dir)
+    if "losses" in state:
+        return {k[len("agents.") :]: v for k, v in state["losses"].items() if "mixer" in k}
+    own = state["seed"]["params"]["agents"]
+    return {
+        k: v[0].t() if k.endswith("weight") else v.reshape(-1)
+        for k, v in own.items()
+        if "mixer" in k
+    }
+
+
+def assert_same_first_updates(alone: pathlib.Path, inside: pathlib.Path, mixer: bool) -> None:
+    a, b = checkpoint(alone)["policy"], checkpoint(inside)["policy"]
+    assert a.keys() == b.keys()
+    for name in a:  # after 4 Adam steps of lr 3e-4 and soft target updates: float rounding
+        torch.testing.assert_close(b[name], a[name], atol=1e-5, rtol=1e-4, msg=name)
+    if mixer:
+        ma, mb = mixer_of(alone), mixer_of(inside)
+        assert ma.keys() == mb.keys() and any("target_mixer" in k for k in ma)
+        for name in ma:
+            torch.testing.assert_close(mb[name], ma[name], atol=1e-5, rtol=1e-4, msg=name)
+    first, own = read_metrics(alone / "metrics.csv")[0], read_metrics(inside / "metrics.csv")[0]
+    keys = [k for k in first if k.startswith(("train/", "replay/", "eps")) or "episode_reward" in k]
+    assert any(k.startswith("train/") for k in keys)
+    for key in keys:
+        assert own[key] == pytest.approx(first[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_qmix_seed_alone_and_inside_a_stack_take_the_same_first_updates(tmp_path):
+    run("qmix_vdn", tmp_path / "stack", (*MPE, "seeds_in_process=2"))
+    # 4 Python envs take seeds 0-3: the second run's seed is 4, its envs 4-7
+    seeds = sorted(p.name for p in (tmp_path / "stack").glob("seed_*"))
+    assert seeds == ["seed_0", "seed_4"]
+    run("qmix_vdn", tmp_path / "alone", (*MPE, "seed=4"))
+    assert_same_first_updates(tmp_path / "alone", tmp_path / "stack" / "seed_4", mixer=True)
+    # and another seed's networks are far from these (the comparison tells seeds apart)
+    other = checkpoint(tmp_path / "stack" / "seed_0")["policy"]
+    own = checkpoint(tmp_path / "alone")["policy"]
+    assert max(float((other[n].float() - own[n].float()).abs().max()) for n in own) > 0.05
+    info = summary(tmp_path / "stack" / "seed_4")
+    assert info["seeds_in_process"] == 2 and info["frames"] == 100 and info["variant"] == "QMIX"
+
+
+def test_an_iql_seed_of_a_batched_env_takes_the_same_first_updates(tmp_path):
+    """Native navigation: a batched simulator that takes one seed (the second run's is 1),
+    its envs stepped together as one SerialEnv."""
+    budget = (*MPE[1:], "env=navigation", "env.max_steps=25")
+    run("iql", tmp_path / "stack", (*budget, "seeds_in_process=2"))
+    run("iql", tmp_path / "alone", (*budget, "seed=1"))
+    assert_same_first_updates(tmp_path / "alone", tmp_path / "stack" / "seed_1", mixer=False)
+
+
+def test_the_q_learning_stack_resumes_every_seed(tmp_path):
+    stack = tmp_path / "stack"
+    run("qmix_vdn", stack, (*MPE, "seeds_in_process=2"))
+    more = (*MPE, "seeds_in_process=2", "collector.total_frames=200", f"resume={stack}")
+    run("qmix_vdn", stack, more)
+    for seed in ("seed_0", "seed_4"):
+        rows = read_metrics(stack / seed / "metrics.csv")
+        assert [r["frames"] for r in rows] == [100, 200]
+        assert rows[1]["replay/agents/size"] == 100  # its buffer, restored, overwritten
+        state = checkpoint(stack / seed)
+        assert state["iteration"] == 2
+        steps = [s["step"] for s in state["seed"]["optims"]["agents"] if s]
+        assert steps and all(float(s) == 8 for s in steps)  # 2 batches of 4 Adam steps
+        assert int(state["exploration"]["agents"]["steps_done"]) == 200  # its own frames
+
+
+def test_a_config_the_stack_cannot_run_is_refused_by_its_key(tmp_path):
+    with pytest.raises(AssertionError, match=r"does not support loss\.standardise_rewards=True"):
+        run("iql", tmp_path / "run", (*MPE, "seeds_in_process=2", "loss.standardise_rewards=true"))
