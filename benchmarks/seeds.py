@@ -1,14 +1,17 @@
 """Many seeds in one process: ``seeds_in_process=K`` against K sequential runs and K parallel
 processes of the same seeds; prints one JSON object.
 
-Sections (``--only NAME``, repeatable; default both): ``mpe`` (PettingZoo MPE simple_spread,
-``env=pettingzoo/mpe2.simple_spread_v3``) and ``lbf`` (Level-Based Foraging 8x8, 2 players, 2
-foods, ``env=lbforaging/foraging_8x8_2p_2f_coop``). Each is the MAPPO/IPPO script's recipe
-(``configs/mappo_ippo.yaml``: 30 epochs of minibatches of 400, lr 3e-4) with 64-unit actor and
-critic networks and a small frame budget (``--frames-per-batch`` x ``--batches`` per seed,
-``--num-envs`` envs per seed), every process with one thread, one evaluation at the end, CSV
-logs. Three sides train the same K seeds (``seed, seed + w, ...``, ``w`` the seeds one run's
-env takes: :func:`marlkit.train.seeds.run_seeds`) to the same budget:
+Sections (``--only NAME``, repeatable; default all): ``mpe`` and ``lbf``, the MAPPO/IPPO
+script's recipe (``configs/mappo_ippo.yaml``: 30 epochs of minibatches of 400, lr 3e-4) with
+64-unit actor and critic networks, and ``qmix_mpe`` and ``qmix_lbf``, the QMIX/VDN script's
+(``configs/qmix_vdn.yaml``: QMIX, 10 epochs of minibatches of 400, a buffer of one batch, soft
+target updates, epsilon-greedy from 0.3) with a 64-unit Q-network (its mixer at the recipe's
+32-wide embedding); on PettingZoo MPE simple_spread (``env=pettingzoo/mpe2.simple_spread_v3``)
+and Level-Based Foraging 8x8, 2 players, 2 foods (``env=lbforaging/foraging_8x8_2p_2f_coop``).
+Each at a small frame budget (``--frames-per-batch`` x ``--batches`` per seed, ``--num-envs``
+envs per seed), every process with one thread, one evaluation at the end, CSV logs. Three sides
+train the same K seeds (``seed, seed + w, ...``, ``w`` the seeds one run's env takes:
+:func:`marlkit.train.seeds.run_seeds`) to the same budget:
 
 * ``stacked``: one process, ``seeds_in_process=K`` (the seeds' networks stacked, their envs
   stepped together);
@@ -25,6 +28,7 @@ smaller of the two) >= 2 at K = 8 on two cores.
 
     python benchmarks/seeds.py --threads 1
     python benchmarks/seeds.py --only mpe --seeds-in-process 4 --batches 2
+    python benchmarks/seeds.py --only qmix_mpe --only qmix_lbf --threads 1
 """
 
 from __future__ import annotations
@@ -45,22 +49,41 @@ from marlkit.record import read_metrics
 from marlkit.train.seeds import run_seeds, seed_width
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "sota-implementations" / "mappo_ippo" / "mappo_ippo.py"
+SCRIPTS = ROOT / "sota-implementations"
+MPE = ("pettingzoo/mpe2.simple_spread_v3", "PettingZoo MPE simple_spread (mpe2), 3 agents")
+LBF = ("lbforaging/foraging_8x8_2p_2f_coop", "LBF 8x8, 2 players, 2 cooperative foods")
 
-#: section -> (env config, what it is)
+#: algorithm -> (script, its recipe's epochs per batch, what it trains)
+ALGORITHMS = {
+    "mappo": ("mappo_ippo", 30, "MAPPO (configs/mappo_ippo.yaml), 64-unit actor and critic"),
+    "qmix": ("qmix_vdn", 10, "QMIX (configs/qmix_vdn.yaml), a 64-unit Q-network"),
+}
+
+#: section -> (algorithm, env config, what the env is)
 RECIPES = {
-    "mpe": ("pettingzoo/mpe2.simple_spread_v3", "PettingZoo MPE simple_spread (mpe2), 3 agents"),
-    "lbf": ("lbforaging/foraging_8x8_2p_2f_coop", "LBF 8x8, 2 players, 2 cooperative foods"),
+    "mpe": ("mappo", *MPE),
+    "lbf": ("mappo", *LBF),
+    "qmix_mpe": ("qmix", *MPE),
+    "qmix_lbf": ("qmix", *LBF),
 }
 
 
+def _script(section: str) -> pathlib.Path:
+    name = ALGORITHMS[RECIPES[section][0]][0]
+    return SCRIPTS / name / f"{name}.py"
+
+
+def _epochs(section: str, args: argparse.Namespace) -> int:
+    return args.epochs if args.epochs is not None else ALGORITHMS[RECIPES[section][0]][1]
+
+
 def _overrides(section: str, args: argparse.Namespace) -> list[str]:
-    env = RECIPES[section][0]
+    algorithm, env = RECIPES[section][:2]
     return [
         f"env={env}",
         f"env.num_envs={args.num_envs}",
         "policy.num_cells=64",
-        "critic.num_cells=64",
+        *(["critic.num_cells=64"] if algorithm == "mappo" else []),
         f"collector.frames_per_batch={args.frames_per_batch}",
         f"collector.total_frames={args.frames_per_batch * args.batches}",
         f"threads={args.threads}",
@@ -68,14 +91,16 @@ def _overrides(section: str, args: argparse.Namespace) -> list[str]:
         "eval.video=false",
         f"eval.num_envs={args.eval_envs}",
         f"checkpoint.every={args.batches}",
-        f"train.epochs={args.epochs}",
+        f"train.epochs={_epochs(section, args)}",
         f"train.minibatch_size={args.minibatch_size}",
         "logger.backends=[csv]",
     ]
 
 
-def _command(overrides: list[str], run_dir: pathlib.Path, *extra: str) -> list[str]:
-    return [sys.executable, str(SCRIPT), *overrides, f"run_dir={run_dir}", *extra]
+def _command(
+    script: pathlib.Path, overrides: list[str], run_dir: pathlib.Path, *extra: str
+) -> list[str]:
+    return [sys.executable, str(script), *overrides, f"run_dir={run_dir}", *extra]
 
 
 def _run_all(cmds: list[list[str]], logs: pathlib.Path) -> None:
@@ -108,7 +133,7 @@ def _per_iteration(folder: pathlib.Path) -> tuple[float, float, float]:
 
 
 def _side(
-    name: str, overrides: list[str], seeds: list[int], out: pathlib.Path
+    name: str, script: pathlib.Path, overrides: list[str], seeds: list[int], out: pathlib.Path
 ) -> Callable[[], dict[str, Any]]:
     counter = iter(range(1_000_000))
 
@@ -116,10 +141,11 @@ def _side(
         where = out / f"{name}-{next(counter)}"
         logs = where / "logs"
         if name == "stacked":
-            cmd = _command(overrides, where, f"seeds_in_process={len(seeds)}", f"seed={seeds[0]}")
+            k, first = f"seeds_in_process={len(seeds)}", f"seed={seeds[0]}"
+            cmd = _command(script, overrides, where, k, first)
             _, seconds = timed(lambda: _run_all([cmd], logs))
         else:
-            cmds = [_command(overrides, where / f"seed_{s}", f"seed={s}") for s in seeds]
+            cmds = [_command(script, overrides, where / f"seed_{s}", f"seed={s}") for s in seeds]
             if name == "sequential":
                 _, seconds = timed(lambda: [_run_all([c], logs) for c in cmds])
             else:
@@ -138,7 +164,7 @@ def _side(
 
 
 def bench(section: str, args: argparse.Namespace) -> dict[str, Any]:
-    env_name = RECIPES[section][0]
+    algorithm, env_name, what = RECIPES[section]
     overrides = _overrides(section, args)
     from omegaconf import OmegaConf
 
@@ -151,7 +177,7 @@ def bench(section: str, args: argparse.Namespace) -> dict[str, Any]:
     out = pathlib.Path(tempfile.mkdtemp(prefix=f"seeds-{section}-"))
     try:
         sides = {
-            name: _side(name, overrides, seeds, out)
+            name: _side(name, _script(section), overrides, seeds, out)
             for name in ("stacked", "sequential", "parallel")
         }
         rounds = alternate(sides, args.rounds)
@@ -173,9 +199,10 @@ def bench(section: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     k = args.seeds_in_process
     return {
-        "what": RECIPES[section][1],
-        "computes": f"MAPPO (configs/mappo_ippo.yaml) on {env_name}, 64-unit networks, "
-        f"{args.batches} batches of {args.frames_per_batch} frames per seed, for K={k} seeds",
+        "what": what,
+        "computes": f"{ALGORITHMS[algorithm][2]} on {env_name}, {args.batches} batches of "
+        f"{args.frames_per_batch} frames per seed, {_epochs(section, args)} epochs per batch, "
+        f"for K={k} seeds",
         "overrides": overrides,
         "seeds": seeds,
         "seconds": {name: [round(v, 2) for v in values] for name, values in wall.items()},
@@ -218,7 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         "--frames-per-batch", type=int, default=2000, help="frames per batch per seed (2000)"
     )
     parser.add_argument("--batches", type=int, default=2, help="batches per seed (default 2)")
-    parser.add_argument("--epochs", type=int, default=30, help="epochs per batch (the recipe's 30)")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="epochs per batch (the recipe's: 30 MAPPO, 10 QMIX)",
+    )
     parser.add_argument(
         "--minibatch-size", type=int, default=400, help="frames per minibatch (the recipe's 400)"
     )

@@ -20,9 +20,12 @@ TINY = (
 
 
 @pytest.mark.slow  # five script processes: about 70 s on 2 loaded cores
-def test_the_three_sides_train_the_same_seeds(run_benchmark: Callable[..., Any]) -> None:
-    out = run_benchmark("seeds.py", "--only", "mpe", "--rounds", "1", *TINY, timeout=600)
-    mpe = out["mpe"]
+@pytest.mark.parametrize("section", ["mpe", "qmix_mpe"])
+def test_the_three_sides_train_the_same_seeds(
+    run_benchmark: Callable[..., Any], section: str
+) -> None:
+    out = run_benchmark("seeds.py", "--only", section, "--rounds", "1", *TINY, timeout=600)
+    mpe = out[section]
     assert mpe["seeds"] == [0, 2]  # 2 Python envs per run take seeds 0-1: the next run's is 2
     assert set(mpe["seconds"]) == {"stacked", "sequential", "parallel"}
     assert all(len(v) == 1 and v[0] > 0 for v in mpe["seconds"].values())
