@@ -8,9 +8,11 @@ own random stream.
 :class:`SeedStackedMLP` holding the ``K`` networks' parameters as ``[K * stacks, ...]``
 (seed-major: seed ``k``'s are the ``k``-th slice of ``unflatten(0, (K, -1))``), so a loss summed
 over the seeds gives each seed the gradient its own loss would, and an elementwise optimiser
-(Adam) keeps each seed's state in its slice. :func:`seedwise_sampling` makes the stacked
-actors draw seed ``k``'s actions under seed ``k``'s random state (:class:`SeedStreams`), so a
-seed inside a stack samples the very numbers it samples alone.
+(Adam) keeps each seed's state in its slice; each ``nn.Linear`` of a
+:class:`~marlkit.modules.Mixer` (QMIX's hypernetworks) becomes a :class:`SeedStackedLinear`
+(``[K, in, out]``). :func:`seedwise_sampling` makes the stacked actors draw seed ``k``'s
+actions under seed ``k``'s random state (:class:`SeedStreams`; an ``EGreedy`` becomes a
+:class:`SeedwiseEGreedy`), so a seed inside a stack samples the very numbers it samples alone.
 
 Used by :mod:`marlkit.train.seeds` (``seeds_in_process`` of the training scripts).
 """
