@@ -17,10 +17,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import _forked
 from marlkit.record import read_metrics
 from marlkit.train.config import ConfigError, RunConfig, check_config, register_resolvers
 
-from ._scripts import ROOT, SCRIPTS, run, script, summary
+from ._scripts import ROOT, SCRIPTS, command, run, script, summary
+from ._scripts import env as script_env
 from .test_mappo_ippo import BUDGET
 
 CONFIGS = SCRIPTS / "configs"
@@ -479,6 +481,21 @@ def test_resume_true_without_a_folder_is_refused_before_hydra_makes_one(tmp_path
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "resume takes the folder" in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no True/ (nor any run folder)
+
+
+@pytest.mark.slow  # two tiny runs in one process, ~20 s
+def test_hydra_multirun_trains_one_run_per_job_in_the_run_dir_each_names(tmp_path):
+    """Hydra's ``-m`` (docs/experiments.md): a sweep over seeds, each job's run in the folder
+    its ``run_dir`` names, Hydra's sweep folder where ``hydra.sweep.dir`` says."""
+    argv = command("mappo_ippo", tmp_path / "seed_${seed}", BUDGET)
+    argv[2:2] = ["-m"]  # Hydra's flags before the overrides
+    argv += ["seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}", "eval.video=false"]
+    proc = _forked.run(argv, cwd=ROOT, env=script_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, second = summary(tmp_path / "seed_0"), summary(tmp_path / "seed_1")
+    assert first["trained"] != second["trained"]  # two seeds, two runs
+    assert {p.name for p in (tmp_path / "sweep").iterdir()} >= {"0", "1", "multirun.yaml"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed_0", "seed_1", "sweep"]
 
 
 def test_mappo_reads_smax_unit_lists_through_an_entity_encoder():
