@@ -732,3 +732,40 @@ def test_a_new_run_refused_before_it_wrote_anything_leaves_no_run_behind(tmp_pat
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()
     assert _run_loop(tmp_path, resume=None)["iterations"] == 4
+
+
+def _saved_as_cuda(monkeypatch):
+    """Until the returned undo: every CPU tensor ``torch.save`` writes is tagged as saved on
+    ``cuda:0``, as a CUDA run's checkpoint is (no GPU needed to write one)."""
+    import torch.serialization as ser
+
+    registry = list(ser._package_registry)
+    ser.register_package(1, lambda obj: "cuda:0" if obj.device.type == "cpu" else None, _none)
+    return lambda: monkeypatch.setattr(ser, "_package_registry", registry)
+
+
+def _none(obj, location):
+    return None  # leaves loading to torch's own deserializers
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine loads CUDA checkpoints")
+def test_a_cuda_runs_checkpoint_loads_and_resumes_on_a_machine_without_cuda(tmp_path, monkeypatch):
+    undo = _saved_as_cuda(monkeypatch)
+    try:
+        Checkpointer(tmp_path / "c").save(1, {"w": torch.ones(3), "iteration": 1})
+        assert _run_loop(tmp_path / "run", resume=False, iterations_before_kill=2) is None
+    finally:
+        undo()
+    ckpt = Checkpointer(tmp_path / "c")
+    with pytest.raises(RuntimeError, match=r"CUDA run saved .* map_location='cpu'"):
+        ckpt.load()  # not "damaged": it says what to do
+    state = ckpt.load(map_location="cpu")
+    assert state["w"].device.type == "cpu" and state["iteration"] == 1
+    summary = _run_loop(tmp_path / "run", resume=True)  # TrainingRun.restore maps to the CPU
+    assert summary["iterations"] == 4
+    assert [r["train/updates"] for r in read_metrics(tmp_path / "run" / "metrics.csv")] == [
+        1,
+        2,
+        3,
+        4,
+    ]

@@ -214,9 +214,15 @@ class Checkpointer:
             stacklevel=3,
         )
 
-    def load(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    def load(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        map_location: str | torch.device | None = None,
+    ) -> dict[str, Any]:
         """The state saved in checkpoint ``path`` (default: :meth:`latest`), loaded with
-        ``weights_only=True``.
+        ``weights_only=True``; ``map_location`` as ``torch.load``'s (``"cpu"``: a checkpoint a
+        CUDA run wrote, on a machine without one; ``None``: each tensor where it was saved).
 
         Raises:
             FileNotFoundError: no checkpoint there.
@@ -224,14 +230,22 @@ class Checkpointer:
                 (truncated, overwritten), or the folder holds a file the format does not
                 define; the message names the file and the complete checkpoint before it, if
                 any.
+            RuntimeError: it holds tensors saved on a device this machine does not have (a
+                CUDA run's, without ``map_location``); the message says so.
         """
         folder = self._resolve(path)
         try:
             self._verify(folder)
-            return torch.load(folder / _STATE, weights_only=True)
+            return torch.load(folder / _STATE, weights_only=True, map_location=map_location)
         except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, ValueError) as err:
             text = str(err).strip()
             first = text.splitlines()[0] if text else type(err).__name__
+            if isinstance(err, RuntimeError) and "deserialize object on a CUDA device" in text:
+                raise RuntimeError(
+                    f"checkpoint {folder}: {_STATE} holds tensors a CUDA run saved and this "
+                    "machine has no CUDA device: load it with map_location='cpu' (a resumed run "
+                    "and trained_policy do)"
+                ) from None
             prefix = f"checkpoint {folder}: "
             why = (
                 first[len(prefix) :].removesuffix("; nothing was loaded")

@@ -457,7 +457,9 @@ class TrainingRun:
         """
         state = None
         if self.resume and self.checkpointer.latest() is not None:
-            state = self.checkpointer.load()
+            # on the CPU first (a CUDA run's checkpoint resumes anywhere, and the RNG states
+            # must be CPU tensors); load_state_dict then moves each part to its device
+            state = self.checkpointer.load(map_location="cpu")
             if "iteration" not in state:
                 raise KeyError(f"{self.checkpointer.latest()} has no 'iteration'")
             self.iteration = check_int("iteration", state["iteration"], low=0)

@@ -303,7 +303,7 @@ def load_policy(
             keyword arguments.
     """
     omegaconf = import_optional("omegaconf", extra="train", purpose="a run's config")
-    state = Checkpointer(pathlib.Path(run_dir) / "checkpoints").load()
+    state = Checkpointer(pathlib.Path(run_dir) / "checkpoints").load(map_location="cpu")
     if "policy" not in state:
         raise KeyError(
             f"the checkpoint of {str(run_dir)!r} holds no 'policy' (it holds {sorted(state)}): "
