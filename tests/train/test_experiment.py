@@ -376,3 +376,50 @@ def test_a_grid_on_a_ray_cluster_of_two_nodes(tmp_path: pathlib.Path, launcher: 
         assert not ray.is_initialized()  # the launcher let go of the cluster it joined
     finally:
         cluster.shutdown()
+
+
+def test_an_algorithm_runs_its_recipe_of_a_task_where_the_grid_names_one() -> None:
+    """``per_task``: QMIX with its MPE recipe (``qmix_mpe``, the same script) on MPE and the
+    default elsewhere, overrides after the algorithm's; the report still sees one algorithm."""
+    g = Grid.from_dict(
+        grid(
+            tasks={"navigation": None, "pettingzoo/mpe2.simple_spread_v3": None},
+            algorithms={
+                "qmix": {
+                    "config": "qmix_vdn",
+                    "overrides": ["train.lr=1e-3"],
+                    "per_task": {
+                        "pettingzoo/mpe2.simple_spread_v3": {
+                            "config": "qmix_mpe",
+                            "overrides": ["train.lr=5e-4"],
+                        }
+                    },
+                }
+            },
+        )
+    )
+    nav, mpe = g.runs()
+    assert (nav.config, mpe.config) == ("qmix_vdn", "qmix_mpe")
+    assert nav.script == mpe.script == SCRIPTS / "qmix_vdn" / "qmix_vdn.py"
+    assert [a for a in nav.args if a.startswith("train.lr")] == ["train.lr=1e-3"]
+    assert [a for a in mpe.args if a.startswith("train.lr")] == ["train.lr=1e-3", "train.lr=5e-4"]
+    assert {r.algorithm for r in g.runs()} == {"qmix"}
+    assert g.to_dict()["algorithms"]["qmix"]["per_task"] == {
+        "pettingzoo/mpe2.simple_spread_v3": {"config": "qmix_mpe", "overrides": ["train.lr=5e-4"]}
+    }
+
+
+@pytest.mark.parametrize(
+    ("per_task", "match"),
+    [
+        ({"navigaton": {}}, r"algorithms\.q\.per_task must be one of .*Did you mean: navigation"),
+        ({"navigation": {"config": "qmix_mp"}}, r"no top config 'qmix_mp'.*Did you mean"),
+        ({"navigation": {"config": "mappo_fast"}}, r"runs mappo_ippo\.py, .* runs qmix_vdn\.py"),
+        ({"navigation": {"overide": []}}, r"unknown key 'overide'\. Did you mean: overrides\?"),
+        ({"navigation": {"overrides": ["seed=1"]}}, r"'seed=1' sets 'seed'"),
+    ],
+)
+def test_bad_per_task_recipes_are_refused_naming_the_key(per_task: dict, match: str) -> None:
+    algorithms = {"q": {"config": "qmix_vdn", "per_task": per_task}}
+    with pytest.raises(ValueError, match=match):
+        Grid.from_dict(grid(tasks={"navigation": None}, algorithms=algorithms))

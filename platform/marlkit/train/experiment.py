@@ -14,6 +14,11 @@ A grid file::
       mappo: mappo_ippo
       ippo: {config: mappo_ippo, overrides: [critic.centralised=false]}
       masac: {config: masac_isac, tasks: [navigation]}   # only these tasks
+      qmix:
+        config: qmix_vdn
+        per_task:                      # on a task: another top config of the same script
+          navigation: {config: qmix_mpe, overrides: [train.lr=1e-3]}  # (and overrides after
+                                       # the algorithm's): a recipe tuned for that task
     seeds: [0, 1, 2]                   # or a count: 3
     overrides:                         # named override sets (default: one, "default", empty)
       default: []
@@ -110,7 +115,8 @@ _GRID_KEYS = (
     "scripts",
 )
 _TASK_KEYS = ("random", "reference", "overrides", "metric")
-_ALGORITHM_KEYS = ("config", "overrides", "tasks")
+_ALGORITHM_KEYS = ("config", "overrides", "tasks", "per_task")
+_PER_TASK_KEYS = ("config", "overrides")
 _INDEX = "index.json"
 _LOCK = ".marlkit-grid.lock"
 _DEFAULT_METRIC = "agents/episode_reward"
@@ -145,6 +151,16 @@ class Algorithm:
     overrides: tuple[str, ...] = ()
     #: The tasks it runs on (``None``: all).
     tasks: tuple[str, ...] | None = None
+    #: Per task, another top config of the same script and overrides after ``overrides``:
+    #: ``(task, config, overrides)`` (a recipe tuned for that task, as ``qmix_lbf``).
+    per_task: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    def on(self, task: str) -> tuple[str, tuple[str, ...]]:
+        """The top config and the overrides of this algorithm's runs on ``task``."""
+        for name, config, extra in self.per_task:
+            if name == task:
+                return config, (*self.overrides, *extra)
+        return self.config, self.overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,13 +492,40 @@ class Grid:
                     )
                 for task in only:
                     check_one_of(f"{where}.tasks", task, tasks)
+            script = _script_of(config, configs, scripts)
+            runs_on = list(only) if only is not None else list(tasks)
+            per_task = []
+            for task, task_spec in _mapping(
+                spec.get("per_task") or {}, f"{where}.per_task"
+            ).items():
+                at = f"{where}.per_task.{task}"
+                check_one_of(f"{where}.per_task", task, runs_on)
+                task_spec = (
+                    {"config": task_spec} if isinstance(task_spec, str) else _mapping(task_spec, at)
+                )
+                _unknown_keys(task_spec, _PER_TASK_KEYS, at)
+                task_config = task_spec.get("config", config)
+                if task_config not in configs:
+                    raise ValueError(
+                        f"{at}: no top config {task_config!r} in {scripts / 'configs'}."
+                        f"{did_you_mean(task_config, configs)}".rstrip(".")
+                    )
+                task_script = _script_of(task_config, configs, scripts)
+                if task_script != script:
+                    raise ValueError(
+                        f"{at}: config {task_config!r} runs {task_script}.py, the algorithm's "
+                        f"config {config!r} runs {script}.py: one algorithm, one script"
+                    )
+                extra = _overrides(task_spec.get("overrides"), f"{at}.overrides")
+                per_task.append((str(task), task_config, extra))
             out.append(
                 Algorithm(
                     name=str(name),
                     config=config,
-                    script=_script_of(config, configs, scripts),
+                    script=script,
                     overrides=_overrides(spec.get("overrides"), f"{where}.overrides"),
                     tasks=tuple(only) if only is not None else None,
+                    per_task=tuple(per_task),
                 )
             )
         return tuple(out)
@@ -500,19 +543,18 @@ class Grid:
                         if len(self.override_sets) > 1:
                             parts.append(set_name)
                         name = _safe("_".join(parts)) + f"_s{seed}"
+                        config, alg_overrides = alg.on(task.name)
                         args = (
                             f"env={task.name}",
                             f"algorithm={alg.name}",
                             *self.common,
                             *task.overrides,
-                            *alg.overrides,
+                            *alg_overrides,
                             *extra,
                         )
                         script = self.scripts / alg.script / f"{alg.script}.py"
                         out.append(
-                            RunSpec(
-                                name, task.name, alg.name, set_name, seed, script, alg.config, args
-                            )
+                            RunSpec(name, task.name, alg.name, set_name, seed, script, config, args)
                         )
         return out
 
@@ -536,6 +578,10 @@ class Grid:
                     "script": a.script,
                     "overrides": list(a.overrides),
                     "tasks": list(a.tasks) if a.tasks is not None else None,
+                    "per_task": {
+                        task: {"config": config, "overrides": list(extra)}
+                        for task, config, extra in a.per_task
+                    },
                 }
                 for a in self.algorithms
             },
