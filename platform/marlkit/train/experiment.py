@@ -278,6 +278,16 @@ def _top_configs(scripts: pathlib.Path) -> dict[str, Mapping[str, Any]]:
     return out
 
 
+def _top_config(config: str, configs: Mapping[str, Any], scripts: pathlib.Path, where: str) -> str:
+    """``config`` if it is a top config, else a ValueError naming ``where`` and the closest."""
+    if config not in configs:
+        raise ValueError(
+            f"{where}: no top config {config!r} in {scripts / 'configs'}."
+            f"{did_you_mean(config, configs)}".rstrip(".")
+        )
+    return config
+
+
 def _script_of(config: str, configs: Mapping[str, Mapping[str, Any]], scripts: pathlib.Path) -> str:
     """The script that runs top config ``config``: its own name, or that of the top config its
     defaults list builds on (``mappo_fast`` -> ``mappo_ippo``)."""
@@ -478,12 +488,7 @@ class Grid:
             where = _where(src, f"algorithms.{name}")
             spec = {"config": spec} if isinstance(spec, str) else _mapping(spec, where)
             _unknown_keys(spec, _ALGORITHM_KEYS, where)
-            config = spec.get("config", name)
-            if config not in configs:
-                raise ValueError(
-                    f"{where}: no top config {config!r} in {scripts / 'configs'}."
-                    f"{did_you_mean(config, configs)}".rstrip(".")
-                )
+            config = _top_config(spec.get("config", name), configs, scripts, where)
             only = spec.get("tasks")
             if only is not None:
                 if isinstance(only, str) or not isinstance(only, Sequence):
@@ -504,12 +509,7 @@ class Grid:
                     {"config": task_spec} if isinstance(task_spec, str) else _mapping(task_spec, at)
                 )
                 _unknown_keys(task_spec, _PER_TASK_KEYS, at)
-                task_config = task_spec.get("config", config)
-                if task_config not in configs:
-                    raise ValueError(
-                        f"{at}: no top config {task_config!r} in {scripts / 'configs'}."
-                        f"{did_you_mean(task_config, configs)}".rstrip(".")
-                    )
+                task_config = _top_config(task_spec.get("config", config), configs, scripts, at)
                 task_script = _script_of(task_config, configs, scripts)
                 if task_script != script:
                     raise ValueError(
