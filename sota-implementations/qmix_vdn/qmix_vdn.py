@@ -31,6 +31,7 @@ train alone (Q-networks, mixers and their targets stacked), in ``<run_dir>/seed_
 # to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
 import functools
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import hydra
 import torch
@@ -152,11 +153,11 @@ def make_mixer(env: EnvBase, group: str, cfg: DictConfig) -> Mixer:
 
 
 def make_losses(
-    env: EnvBase, policy: TensorDictSequential, mixers: dict, cfg: DictConfig, **kwargs: object
+    env: EnvBase, policy: TensorDictSequential, mixers: dict, cfg: DictConfig, **kwargs: Any
 ) -> torch.nn.ModuleDict:
     """Each group's QMIX/VDN loss over its Q-network (of ``policy``) and its mixer; ``kwargs``
     go to every loss (``separate_dims`` of a stack of seeds)."""
-    q_nets = {g: explorer.module for g, explorer in zip(env.groups, policy.module)}
+    q_nets = {g: cast(Any, explorer).module for g, explorer in zip(env.groups, policy.module)}
     return torch.nn.ModuleDict(
         {
             g: QMixerLoss(
