@@ -53,6 +53,8 @@ SCRIPTS = {
     "mappo": ("baselines/MAPPO/mappo_rnn_smax.py", "mappo_homogenous_rnn_smax.yaml"),
     "ippo": ("baselines/IPPO/ippo_rnn_smax.py", "ippo_rnn_smax.yaml"),
 }
+#: the flax module of each baseline that holds the actor (IPPO's actor and critic share one)
+ACTORS = {"mappo": "ActorRNN", "ippo": "ActorCriticRNN"}
 PINNED = "c793d095618c6d3edfb5632802348f57b70a4b94"  # JaxMARL's main, 2026-07-21
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
@@ -118,7 +120,7 @@ def _greedy_win_rate(
         scenario=module.map_name_to_scenario(config["MAP_NAME"]), **config["ENV_KWARGS"]
     )
     actors = env.num_agents * n
-    actor = module.ActorRNN(env.action_space(env.agents[0]).n, config=config)
+    actor = getattr(module, ACTORS[alg])(env.action_space(env.agents[0]).n, config=config)
 
     def play(key: Any) -> Any:
         key, reset_key = jax.random.split(key)
@@ -200,6 +202,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     train_s = time.perf_counter() - began
     states = out["runner_state"][0][0]  # ((train states, env state, ...), update_steps)
     actor_state = states[0] if isinstance(states, tuple) else states  # MAPPO: (actor, critic)
+    # the training's figures first (stderr), so that a failing evaluation does not lose them
+    print(json.dumps({"train_s": train_s, "log": log.rows}), file=sys.stderr, flush=True)
     greedy = _greedy_win_rate(
         module, args.alg, config, actor_state.params, args.seed + 10_000, args.eval_envs
     )
