@@ -250,6 +250,27 @@ def test_a_simulator_that_replays_a_seed_only_now_and_then_is_not_blamed_on_the_
     ) in line, line
 
 
+class _DeclaredDrift(_Drift):
+    """``_Drift`` whose adapter knows why it cannot replay a seed and says so."""
+
+    upstream_nondeterminism = "every third seeded reset draws its start from an unseeded generator"
+
+
+@pytest.mark.parametrize("forget", ["now and then", "nothing"])
+def test_a_declared_cause_is_the_verdict_whatever_the_rollouts_show(forget) -> None:
+    # MeltingPot replays a seed now and then: by comparing rollouts, the kit passed it, blamed
+    # it or blamed the adapter, by chance. The cause an adapter declares is reported instead,
+    # also on a run whose rollouts happen to agree ("nothing": this one replays).
+    env = from_parallel(lambda: _DeclaredDrift(forget), num_envs=1, seed=0)
+    line = _seeding_failure(env, check_partial_reset=False)
+    assert line == (
+        f"  - seeding: {HERE}._DeclaredDrift does not replay a seed, as its adapter declares: "
+        "every third seeded reset draws its start from an unseeded generator. Not the adapter's "
+        "fault; pass check_seeding=False for a simulator that cannot be seeded"
+    ), line
+    check_adapter(env, check_seeding=False, check_partial_reset=False)
+
+
 class _Wheel:
     """A real (tiny) simulator of the Gymnasium kind that honours its seed."""
 

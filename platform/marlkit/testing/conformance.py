@@ -19,7 +19,9 @@ It checks an env against the contract every marlkit component relies on, collect
   through
   the adapter's ``_replay_simulator(seed, steps)`` hook (VMAS, MuJoCo, ``from_batched``), or
   runs ``env.simulators[0]`` / ``env.simulator`` by its protocol (PettingZoo parallel and AEC,
-  Gymnasium envs and vector envs);
+  Gymnasium envs and vector envs). A simulator whose adapter knows why it cannot replay a seed
+  says so in its ``upstream_nondeterminism`` attribute (a sentence): the kit then reports that,
+  every time, instead of comparing rollouts that may agree by chance (MeltingPot);
 * **distinct instances**: where the simulator is stochastic (two seeds give two traces), no two
   instances of the batch replay one another under the same actions (a seed collision);
 * **partial resets**: resetting one env leaves the others' observations untouched and
@@ -193,6 +195,14 @@ def _check_reset_not_done(env: EnvBase, failures: list[str]) -> TensorDictBase:
 
 def _check_seeding(env: EnvBase, steps: int, seed: int, failures: list[str]) -> bool:
     """Two seeded rollouts equal; whether they were (the bad-action check relies on it)."""
+    declared = _declared_nondeterminism(env)
+    if declared is not None:
+        failures.append(
+            f"seeding: {declared[0]} does not replay a seed, as its adapter declares: "
+            f"{declared[1]}. Not the adapter's fault; pass check_seeding=False for a simulator "
+            "that cannot be seeded"
+        )
+        return False
     runs = []
     for _ in range(2):
         env.set_seed(seed)
@@ -245,6 +255,30 @@ def _replay_of(env: Any) -> tuple[Callable[[int, int], list[Any]], str, str] | N
         sim = getattr(env, "simulator", None)
         if sim is not None and callable(getattr(sim, "reset", None)):
             return _generic(sim), _class_name(sim), _class_name(sim)
+        env = getattr(env, "base_env", None)
+        if env is None:
+            return None
+    return None
+
+
+#: The attribute in which a simulator (or marlkit's shim around one) says why it does not replay
+#: a seed: a sentence naming the cause. Where a simulator replays only by chance (MeltingPot: one
+#: seed, a few starts), comparing rollouts gives a verdict that changes from run to run; the kit
+#: reports the declared cause instead, every time, and its adapter's tests pin the cause.
+_NONDETERMINISM = "upstream_nondeterminism"
+
+
+def _declared_nondeterminism(env: Any) -> tuple[str, str] | None:
+    """``(the simulator's name, why it does not replay a seed)`` where the first of
+    ``env.simulators`` or ``env.simulator`` (under transforms too) declares it; else ``None``."""
+    for _ in range(64):  # through nested transforms (bounded: never a hang)
+        sims = getattr(env, "simulators", None)
+        sim = (
+            sims[0] if isinstance(sims, (list, tuple)) and sims else getattr(env, "simulator", None)
+        )
+        reason = getattr(sim, _NONDETERMINISM, None) if sim is not None else None
+        if isinstance(reason, str) and reason:
+            return _class_name(sim), reason
         env = getattr(env, "base_env", None)
         if env is None:
             return None
@@ -333,8 +367,8 @@ def _simulator_replays(env: EnvBase, seed: int, steps: int) -> tuple[bool, str] 
 
 
 #: Runs of the raw simulator before the adapter is blamed: some simulators replay a seed only
-#: now and then (dm-meltingpot 2.4.1: builds with one env_seed fall into a few starts), so two
-#: that agree prove little.
+#: now and then (dm-meltingpot 2.4.1: builds with one env_seed fall into a few starts, which it
+#: declares: see _NONDETERMINISM), so two that agree prove little.
 _REPLAY_RUNS = 6
 
 
@@ -655,7 +689,8 @@ def check_adapter(
         env: the env to check (it is reset and stepped; its state afterwards is arbitrary).
         steps: rollout length of each check.
         seed: the seed used by the seeded checks.
-        check_seeding: compare two seeded rollouts bit for bit.
+        check_seeding: compare two seeded rollouts bit for bit (where the simulator declares
+            why it cannot replay a seed, ``upstream_nondeterminism``: report that instead).
         check_instances: check that the instances of a batch do not replay one another.
         check_partial_reset: reset env 0 alone, compare the others and check it restarted.
         check_render: render a frame when ``"rgb_array"`` is declared.
