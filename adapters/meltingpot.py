@@ -32,9 +32,14 @@ What MeltingPot gives is kept as it is, except:
   record``) at no extra cost.
 * Seeds: a seeded reset builds the substrate again with MeltingPot's ``env_seed`` (the seed of
   its Lua simulation and of its episodes); an unseeded one goes on from the last. MeltingPot does
-  not replay an episode from its seed: two builds with the same ``env_seed`` start from
-  different states (dm-meltingpot 2.4.1, measured; the tests pin it), so seeded rollouts are
-  not reproducible here either.
+  not replay an episode from its seed, for a reason outside it and outside marlkit (see
+  :attr:`_Substrate.upstream_nondeterminism`; the tests pin it): its Lua code hands the
+  seeded spawn points to the avatars (and runs later steps of some substrates) in the
+  ``pairs()`` order of tables keyed by strings and by objects, which dmlab2d's LuaJIT 2.1 draws
+  anew for every Lua state, that is for every build: string ids from a generator seeded by the
+  operating system (``getrandom``), objects by their memory addresses. Two builds with one
+  ``env_seed`` can start with the players in each other's places. Seeded rollouts are not
+  reproducible here either.
 
 MeltingPot's *scenarios* (a substrate whose background players are trained bots, TensorFlow
 saved models that dm-meltingpot downloads when it builds) are not built: their names are known
@@ -44,6 +49,7 @@ and refused with the reason.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -93,6 +99,13 @@ def _meltingpot(name: str) -> ModuleType:
         return importlib.import_module(f"meltingpot.{name}")
     except ModuleNotFoundError as err:
         raise ImportError(f"{_INSTALL} ({err})") from err
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree: no metadata
+        return "(version unknown)"
 
 
 def list_scenarios() -> list[str]:
@@ -226,6 +239,20 @@ class _Substrate:
         except Exception:
             env.close()
             raise
+
+    @property
+    def upstream_nondeterminism(self) -> str:
+        """Why the substrate does not replay a seed (``check_adapter`` reports it, every time,
+        instead of comparing rollouts that agree now and then)."""
+        return (
+            f"dm-meltingpot {_version('dm-meltingpot')} hands the spawn points its env_seed draws "
+            "to the avatars in the pairs() order of Lua tables keyed by strings and by objects "
+            "(base_simulation.lua's _avatarStart; later steps of some substrates too), "
+            f"which dmlab2d {_version('dmlab2d')}'s LuaJIT 2.1 draws anew in every Lua state, "
+            "that is every build: string ids from a generator seeded by the operating system "
+            "(getrandom), objects by their memory addresses. So builds with one env_seed can "
+            "start with the players in each other's places, and go on differently"
+        )
 
     @property
     def upstream_simulator(self) -> Any:
