@@ -116,6 +116,17 @@ Scalarisation = Literal["sum", "mean"]
 
 #: ``np.add.reduce``: an array's sum without ``ndarray.sum``'s Python wrapper.
 _SUM = np.add.reduce
+#: Up to this many entries, :func:`_finite_sum` adds them in Python (a small array's ``reduce``
+#: costs more than its ``tolist``); 64 float32 values cannot overflow a Python float.
+_PYTHON_SUM = 64
+
+
+def _finite_sum(array: np.ndarray) -> bool:
+    """Whether the sum of a float array is finite: then every entry is (an overflowing sum of
+    finite entries is not: look at each then)."""
+    if array.size <= _PYTHON_SUM:
+        return math.isfinite(sum(array.ravel().tolist()))
+    return math.isfinite(_SUM(array, None))
 
 
 @dataclass(frozen=True)
@@ -200,7 +211,9 @@ def _gym() -> Any:
 
 def _flag(value: Any) -> bool:
     """One done flag of an env: a bool, or every agent's (EPyMARL's ``all(done)``)."""
-    if isinstance(value, (bool, np.bool_)):
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
         return bool(value)
     flags = np.asarray(value)
     return bool(flags.all()) if flags.ndim else bool(flags)
@@ -299,10 +312,13 @@ class GymmaEnv(EnvBase):
             self.render_modes = ("rgb_array",)
         self._build_specs()
         self._obs: np.ndarray | None = None  # the last observations reported, [N, n, *obs]
-        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._steps = [0] * num_envs  # steps since each instance's reset
         self._needs_reset = np.zeros(num_envs, dtype=bool)
+        self._ended = False  # _needs_reset.any(), kept as a bool for the step's first check
         self._seeds: list[int | None] = [None] * num_envs
         self._on_cpu = self.device.type == "cpu"
+        self._float_obs = self._obs_dtype.kind == "f"
+        self._group_batch = torch.Size((num_envs, self.n_agents))
         if seed is not None:
             self.set_seed(seed)
 
@@ -421,9 +437,15 @@ class GymmaEnv(EnvBase):
             ) from None
 
     def _check_finite(self, array: np.ndarray, what: str) -> None:
-        if array.dtype.kind != "f" or math.isfinite(_SUM(array, None)):
+        if array.dtype.kind != "f" or _finite_sum(array):
             return  # a finite sum: every entry is finite (the sum is a third cheaper)
-        if not np.isfinite(array).all():  # else, or an overflowing sum: look at each
+        self._explain_not_finite(array, what)
+
+    @staticmethod
+    def _explain_not_finite(array: np.ndarray, what: str) -> None:
+        """Raise where ``array``, whose sum is not finite, has an entry that is not (an
+        overflowing sum of finite entries passes)."""
+        if not np.isfinite(array).all():
             where = np.argwhere(~np.isfinite(array))[0].tolist()
             raise SimulatorOutputError(
                 f"the env returned a {what} that is not finite: {array[tuple(where)]} at index "
@@ -465,19 +487,21 @@ class GymmaEnv(EnvBase):
             self._seeds[i] = None
             self._write_obs(obs, i, raw)
         self._check_finite(obs[mask], f"({self.group!r}, 'observation')")
-        self._steps[mask] = 0
+        for i in np.flatnonzero(mask).tolist():
+            self._steps[i] = 0
         self._needs_reset &= ~mask
+        self._ended = bool(self._needs_reset.any())
         self._obs = obs
         return self._output(obs, {}, {})
 
     def _output(self, obs: np.ndarray, group: dict[str, Any], root: dict[str, Any]) -> Any:
-        b, dev = self.batch_size, self.device
+        dev = self.device
         entries = {OBSERVATION: self._tensor(obs), **group}
         if self._action_mask is not None:  # the same for every step: a fresh copy each time
             mask = np.broadcast_to(self._action_mask, (self._num, *self._action_mask.shape))
             entries[ACTION_MASK] = self._tensor(mask.copy())
-        inner = unchecked_tensordict(entries, (*b, self.n_agents), dev, nested=False)
-        return unchecked_tensordict({self.group: inner, **root}, b, dev, nested=False)
+        inner = unchecked_tensordict(entries, self._group_batch, dev, nested=False)
+        return unchecked_tensordict({self.group: inner, **root}, self.batch_size, dev, nested=False)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         if self._on_cpu:
@@ -485,51 +509,56 @@ class GymmaEnv(EnvBase):
         return torch.from_numpy(array).to(self.device)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        check_steppable(type(self).__name__, self._obs is None, self._needs_reset, "ended")
+        if self._ended or self._obs is None:
+            check_steppable(type(self).__name__, self._obs is None, self._needs_reset, "ended")
         actions = self._actions(tensordict)
-        n = self.n_agents
-        obs = np.empty((self._num, n, *self._obs_shape), self._obs_dtype)
-        reward = np.empty((self._num, n), dtype=np.float32)
-        done = np.zeros(self._num, dtype=bool)
-        cut = np.zeros(self._num, dtype=bool)
+        num, n = self._num, self.n_agents
+        obs = np.empty((num, n, *self._obs_shape), self._obs_dtype)
+        reward = np.empty((num, n, 1), dtype=np.float32)
+        rewards = reward[..., 0]  # [N, n]: one row per instance
+        # [N, 1] each: the env's flags, decided per instance as it steps (see _classify)
+        terminated = np.empty((num, 1), dtype=bool)
+        truncated = np.empty((num, 1), dtype=bool)
+        steps = [k + 1 for k in self._steps]
+        ended = False
         for i, sim in enumerate(self._sims):
-            raw, rew, terminated, truncated, _ = sim.step(actions[i])
+            raw, rew, done, cut, _ = sim.step(actions[i])
             self._write_obs(obs, i, raw)
             try:
-                reward[i] = rew
+                rewards[i] = rew
             except (ValueError, TypeError):
                 raise SimulatorOutputError(
                     f"env {i} returned a reward {describe(rew)} that does not fit "
                     f"({self.group!r}, 'reward'): one per agent ({n}) or one for all"
                 ) from None
-            done[i] = _flag(terminated)
-            cut[i] = _flag(truncated)
-        self._check_finite(obs, f"({self.group!r}, 'observation')")
-        self._check_finite(reward, f"({self.group!r}, 'reward')")
-        terminated, truncated = self._classify(done, cut)
+            term, trunc = self._classify(sim, _flag(done), _flag(cut), steps[i])
+            terminated[i, 0] = term
+            truncated[i, 0] = trunc
+            ended = ended or term or trunc
+        if self._float_obs and not _finite_sum(obs):
+            self._explain_not_finite(obs, f"({self.group!r}, 'observation')")
+        if not _finite_sum(reward):
+            self._explain_not_finite(reward[..., 0], f"({self.group!r}, 'reward')")
         if self.common_reward:
             common = reward.sum(1) if self.reward_scalarisation == "sum" else reward.mean(1)
-            reward = np.repeat(common[:, None], n, axis=1)
-        self._needs_reset = terminated | truncated
+            reward = np.repeat(common[:, None], n, axis=1)  # [N, 1] to [N, n, 1]
+        self._steps = steps
+        if ended:  # else every instance may step again, as before this step (checked above)
+            self._needs_reset = (terminated | truncated).reshape(num)
+            self._ended = True
         self._obs = obs
-        root = {
-            TERMINATED: self._tensor(terminated.reshape(self._num, 1)),
-            TRUNCATED: self._tensor(truncated.reshape(self._num, 1)),
-        }
-        return self._output(obs, {REWARD: self._tensor(reward.reshape(self._num, n, 1))}, root)
+        root = {TERMINATED: self._tensor(terminated), TRUNCATED: self._tensor(truncated)}
+        return self._output(obs, {REWARD: self._tensor(reward)}, root)
 
-    def _classify(self, done: np.ndarray, cut: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``terminated`` and ``truncated`` ``[N]`` from the simulators' flags: a ``done`` the
-        task's rule calls a time limit is truncated, and so is reaching ``time_limit``; an
-        episode that terminated at its last step stays terminated."""
-        self._steps += 1
-        truncated = cut & ~done
-        if self.rule is not None and done.any():
-            for i in np.flatnonzero(done).tolist():
-                if self.rule.truncated(self._sims[i].unwrapped):
-                    done[i], truncated[i] = False, True
-        if self.time_limit is not None:
-            truncated |= (self._steps >= self.time_limit) & ~done
+    def _classify(self, sim: Any, done: bool, cut: bool, steps: int) -> tuple[bool, bool]:
+        """An instance's ``terminated`` and ``truncated`` from its flags after its ``steps``-th
+        step: a ``done`` the task's rule calls a time limit is truncated, and so is reaching
+        ``time_limit``; an episode that terminated at its last step stays terminated."""
+        truncated = cut and not done
+        if done and self.rule is not None and self.rule.truncated(sim.unwrapped):
+            done, truncated = False, True
+        if self.time_limit is not None and steps >= self.time_limit and not done:
+            truncated = True
         return done, truncated
 
     def _render(self, env_index: int) -> np.ndarray:

@@ -342,6 +342,57 @@ def test_gymma_refuses_a_non_finite_observation_naming_the_key():
         env.rollout(3)
 
 
+class _BadReward(_Relay):
+    """Rewards each agent ``reward`` from step ``at`` on (NaN, or a list of the wrong size)."""
+
+    def __init__(self, reward=np.nan, at: int = 2):
+        super().__init__()
+        self.reward, self.at = reward, at
+
+    def step(self, actions):
+        obs, reward, done, truncated, info = super().step(actions)
+        bad = self.t >= self.at
+        return obs, (self.reward if bad else [reward, reward]), done, truncated, info
+
+
+gym.register("MarlkitBadReward-v0", entry_point=_BadReward)
+
+
+@pytest.mark.parametrize(
+    ("reward", "match"),
+    [
+        ([0.0, np.inf], r"\('agents', 'reward'\) that is not finite: inf at index \[1, 1\]"),
+        (np.nan, r"\('agents', 'reward'\) that is not finite: nan at index \[1, 0\]"),
+        ([1.0, 2.0, 3.0], r"env 1 returned a reward .*does not fit \('agents', 'reward'\)"),
+    ],
+)
+def test_gymma_refuses_a_bad_reward_naming_the_key(reward, match):
+    env = marlkit.make("gymma/MarlkitBadReward-v0", num_envs=2, reward=reward)
+    td = env.reset()
+    env.simulators[0].unwrapped.at = 9  # only env 1 goes wrong
+    td["agents", "action"] = torch.zeros(2, 2, 2, dtype=torch.long)
+    env.step(td)
+    with pytest.raises(SimulatorOutputError, match=match):
+        env.step(td)
+
+
+def test_gymma_refuses_to_step_an_ended_env_until_it_is_reset():
+    env = marlkit.make("gymma/MarlkitRelay-v0", num_envs=2, seed=0)
+    td = env.reset()
+    td["agents", "action"] = torch.zeros(2, 2, 2, dtype=torch.long)
+    for _ in range(4):  # every agent done at the 4th step
+        nxt = env.step(td)["next"]
+    assert nxt["done"].all()
+    with pytest.raises(RuntimeError, match=r"env\(s\) \[0, 1\] ended at the last step"):
+        env.step(td)
+    td = env.reset(td.set("_reset", torch.tensor([[True], [False]])))  # env 0 only
+    with pytest.raises(RuntimeError, match=r"env\(s\) \[1\] ended at the last step"):
+        env.step(td.set(("agents", "action"), torch.zeros(2, 2, 2, dtype=torch.long)))
+    td = env.reset(td.set("_reset", torch.tensor([[False], [True]])))
+    td["agents", "action"] = torch.zeros(2, 2, 2, dtype=torch.long)
+    assert not env.step(td)["next", "done"].any()
+
+
 def test_gymma_applies_the_lbf_rule_to_lbf_ids():
     env = marlkit.make("gymma/lbforaging:Foraging-8x8-2p-2f-coop-v3", num_envs=1, time_limit=3)
     assert env.rule is not None and env.rule.family == "lbforaging"

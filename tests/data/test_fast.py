@@ -96,3 +96,33 @@ def test_own_items_is_items() -> None:
     assert isinstance(own["g"], TensorDict) and own["g"] is td.get("g")
     lazy = torch.stack([td, td.clone()], 0)  # not a plain TensorDict: the public iterator
     assert dict(own_items(lazy)).keys() == {"a", "g"}
+
+
+def test_a_flat_unchecked_tensordict_is_what_new_unsafe_builds() -> None:
+    # nested=False sets _new_unsafe's four attributes itself (where that is all _new_unsafe
+    # sets: checked at import); the result must be the same TensorDict in every respect.
+    assert _fast._DIRECT, "the direct constructor is off: _new_unsafe sets other attributes"
+    entries = {"a": torch.zeros(2, 3), "g": TensorDict({"x": torch.ones(2, 1)}, [2])}
+    for device in (None, "cpu", torch.device("cpu")):
+        fast = unchecked_tensordict(entries, (2,), device, nested=False)
+        slow = TensorDict._new_unsafe(entries, batch_size=torch.Size([2]), device=device)
+        assert type(fast) is TensorDict and vars(fast).keys() == vars(slow).keys()
+        assert fast.device == slow.device and type(fast.device) is type(slow.device)
+        assert type(fast.batch_size) is torch.Size and fast.batch_size == (2,)
+        assert fast["a"] is entries["a"] and fast["g"] is entries["g"]
+        assert type(fast._tensordict) is type(slow._tensordict)
+        fast["b"] = torch.ones(2)  # a dict of its own: the entries given are not changed
+        assert "b" not in entries
+    assert (torch.stack([fast, fast.clone()]) == 1).any()
+
+
+def test_has_any_and_is_tensordict_are_the_public_checks() -> None:
+    td = TensorDict({"a": torch.zeros(2, 1), "g": {"x": torch.ones(2, 3)}}, [2])
+    lazy = LazyStackedTensorDict.lazy_stack([td, td.clone()], 0)
+    for t in (td, lazy):
+        assert _fast.has_any(t, frozenset({"a", "b"})) and _fast.has_any(t, frozenset({"g"}))
+        assert not _fast.has_any(t, frozenset({"b", "x"}))  # nested entries are not its own
+    for value in (td, lazy, td["g"]):
+        assert _fast.is_tensordict(value)
+    for value in (torch.zeros(1), torch.nn.Parameter(torch.zeros(1)), {"a": 1}, None):
+        assert not _fast.is_tensordict(value)

@@ -397,6 +397,26 @@ def test_the_root_only_shortcut_is_the_general_rule(seed: int) -> None:
     assert torch.equal(outs[0]["truncated"], trunc & ~term)
 
 
+def test_the_shortcut_keeps_the_steps_own_root_flags_only_where_they_are_the_rules() -> None:
+    # Root terminated and truncated that no env has both are the rule's own: the step's fresh
+    # tensors stay; views (of a simulator's buffer, say) and flags set both at once do not.
+    from marlkit.envs._done_rule import apply_done_rule, make_done_plan
+
+    env = _EndsEarly()
+    plan = make_done_plan(env.done_spec, env.observation_spec, env.batch_size, env.device)
+    cases = [
+        (torch.tensor([[True], [False]]), torch.tensor([[False], [True]]), True),
+        (torch.tensor([True, False])[:, None], torch.tensor([[False], [True]]), False),  # view
+        (torch.tensor([[True], [False]]), torch.tensor([[True], [True]]), False),  # both at once
+    ]
+    for term, trunc, kept in cases:
+        out = TensorDict({"terminated": term, "truncated": trunc}, (2,))
+        apply_done_rule(plan, out, None)
+        assert (out["terminated"] is term and out["truncated"] is trunc) == kept
+        assert torch.equal(out["terminated"], term) and torch.equal(out["truncated"], trunc & ~term)
+        assert torch.equal(out["done"], term | trunc)
+
+
 class _DoneOnly(EnvBase):
     """One group of two agents that declares only "done" (its terminations, by the done rule):
     agent i ends when its position passes 2 (actions add to it); with ``truncated``, the group

@@ -7,7 +7,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from marlkit.data._fast import get_entry, own_items, unchecked_tensordict
+from marlkit.data._fast import get_entry, is_tensordict, own_items, unchecked_tensordict
 from marlkit.data.keys import ACTION, DONE_KEYS, NEXT, REWARD, NestedKey
 
 __all__ = ["step_mdp", "step_mdp_fn"]
@@ -90,7 +90,7 @@ def step_mdp_fn(
 
     def fn(tensordict: TensorDictBase) -> TensorDictBase:
         nxt = get_entry(tensordict, NEXT)
-        if not isinstance(nxt, TensorDictBase):
+        if not is_tensordict(nxt):
             return step_mdp(tensordict)  # raises the explanatory KeyError (or looks further)
         return _merge_tree(nxt, tensordict, drop, skip)
 
@@ -128,12 +128,12 @@ def _merge_tree(
             dropped = drop.get(key, _NO_PATH)
             if dropped is None:
                 continue
-            if isinstance(value, TensorDictBase):
+            if is_tensordict(value):
                 sub = get_entry(root, key) if root is not None else None
                 skipped = skip.get(key, _NO_PATH)
                 value = _merge_tree(
                     value,
-                    sub if isinstance(sub, TensorDictBase) else None,
+                    sub if is_tensordict(sub) else None,
                     dropped,
                     _NO_PATH if skipped is None else skipped,
                 )
@@ -145,7 +145,7 @@ def _merge_tree(
             skipped = skip.get(key, _NO_PATH)
             if skipped is None:
                 continue
-            if isinstance(value, TensorDictBase):
+            if is_tensordict(value):
                 value = _merge_tree(None, value, drop.get(key) or _NO_PATH, skipped)
             entries[key] = value
     like = nxt if nxt is not None else root
@@ -158,8 +158,9 @@ def _paths(keys: Sequence[NestedKey]) -> list[tuple[str, ...]]:
 
 
 def _new_td(entries: dict[str, Any], like: TensorDictBase) -> TensorDictBase:
-    # Every entry already has ``like``'s batch dims: nothing to check again.
-    return unchecked_tensordict(entries, like.batch_size, like.device)
+    # Every entry already has ``like``'s batch dims: nothing to check again; the entries are
+    # tensors and TensorDicts (a TensorDict's own entries), never plain dicts.
+    return unchecked_tensordict(entries, like.batch_size, like.device, nested=False)
 
 
 def _merge(

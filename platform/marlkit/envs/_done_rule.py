@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from marlkit.data._fast import get_entry, set_leaf
+from marlkit.data._fast import get_entry, has_any, set_leaf
 from marlkit.data.composite import Composite
 from marlkit.data.keys import DONE, DONE_KEYS, MASK, TERMINATED, TRUNCATED, NestedKey, join_key
 from marlkit.envs._spec_utils import done_levels
@@ -60,6 +60,7 @@ class DonePlan:
     # On the host, every level [*B, n, 1] without a "mask": a step that reports terminated and
     # truncated at the root only (Gymnasium, EPyMARL's format, VMAS) takes a shortcut.
     root_shortcut: bool = False
+    root_shape: tuple[int, ...] = ()  # of the root flags, [*B, 1]
 
 
 def make_done_plan(
@@ -84,7 +85,7 @@ def make_done_plan(
     root_keys = tuple(k for k in DONE_KEYS if k in declared)
     host = device.type == "cpu"
     shortcut = host and all(lv.agent_dim and lv.mask_key is None for lv in levels)
-    return DonePlan(batch, tuple(levels), root_keys, _OPS[host], shortcut)
+    return DonePlan(batch, tuple(levels), root_keys, _OPS[host], shortcut, (*batch, 1))
 
 
 # ---------------------------------------------------------------------- the two array kinds
@@ -284,10 +285,13 @@ def _root_shortcut(plan: DonePlan, next_td: TensorDictBase, root: tuple[Flags, .
         return False
     subs = [get_entry(next_td, level.key) for level in plan.levels]
     for sub in subs:
-        if sub is not None and any(get_entry(sub, name) is not None for name in DONE_KEYS):
+        if sub is not None and has_any(sub, _DONE_NAMES):
             return False  # a group reports its own flags: the general rule
     _apply_root_only(plan, next_td, subs, root[1], root[2])
     return True
+
+
+_DONE_NAMES = frozenset(DONE_KEYS)
 
 
 def _apply_root_only(
@@ -308,7 +312,7 @@ def _apply_root_only(
         TRUNCATED: trunc[..., None, :],
     }
     for level, sub in zip(plan.levels, subs):
-        shape = tuple(level.shape)
+        shape = level.shape
         for name in level.keys:
             array = np.empty(shape, bool)
             array[...] = per_level[name]  # [*B, 1, 1] to every agent: half np.repeat's time
@@ -317,7 +321,26 @@ def _apply_root_only(
                 next_td.set(join_key(level.key, name), value)
             else:
                 set_leaf(sub, name, value)
+    # Where no env is both terminated and truncated (what simulators that decide whole envs
+    # report), the rule's root terminated (over & ~truncated) and truncated (trunc & ~term) are
+    # the step's own flags: its tensors stay, and only done is written, where they are bool
+    # [*B, 1] and not views of another tensor (a simulator's own buffer, which it may change).
+    given = get_entry(next_td, TERMINATED), get_entry(next_td, TRUNCATED)
+    if all(_own_flags(t, plan.root_shape) for t in given) and _none_true(term & trunc):
+        if DONE in plan.root_keys:
+            set_leaf(next_td, DONE, torch.from_numpy(over))
+        return
     _write_root(plan, next_td, over, trunc & ~term)
+
+
+def _own_flags(flags: torch.Tensor, shape: tuple[int, ...]) -> bool:
+    return flags.dtype is torch.bool and flags.shape == shape and flags._base is None
+
+
+def _none_true(flags: np.ndarray) -> bool:
+    """``not flags.any()`` for a bool array, by a search of its bytes (a tenth of the time on
+    the small arrays of a step)."""
+    return 1 not in flags.tobytes()
 
 
 def _apply_without_groups(
