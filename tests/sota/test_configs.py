@@ -151,7 +151,9 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             # issue 38: MAPPO's GAE per agent unless a config reads the team's episode
             assert now["loss"].pop("team_episodes", False) is False
             # issue 37: DDPG's options against a saturated tanh actor, off (TorchRL's DDPG)
-            assert now["loss"].pop("actor_preact_penalty", 0.0) == 0.0
+            # but for the pre-tanh penalty of MADDPG's recipe (docs/results.md, balance)
+            penalty = 0.1 if name == "maddpg_iddpg" else 0.0
+            assert now["loss"].pop("actor_preact_penalty", 0.0) == penalty
             assert now["loss"].pop("target_policy_noise", 0.0) == 0.0
             assert now["loss"].pop("target_noise_clip", 0.5) == 0.5
             assert now["loss"].pop("actor_delay", 1) == 1
