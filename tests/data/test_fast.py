@@ -11,7 +11,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
 from marlkit.data import _fast
-from marlkit.data._fast import get_entry, own_items, set_leaf, unchecked_tensordict
+from marlkit.data._fast import any_true, get_entry, own_items, set_leaf, unchecked_tensordict
 
 
 def test_tensordict_is_the_version_its_private_api_was_checked_against() -> None:
@@ -126,3 +126,17 @@ def test_has_any_and_is_tensordict_are_the_public_checks() -> None:
         assert _fast.is_tensordict(value)
     for value in (torch.zeros(1), torch.nn.Parameter(torch.zeros(1)), {"a": 1}, None):
         assert not _fast.is_tensordict(value)
+
+
+def test_any_true_agrees_with_any_on_tensors_and_arrays() -> None:
+    """The byte search of bool CPU tensors and arrays (the step's done checks), strided ones
+    included, and the plain ``any`` of the others."""
+    import numpy as np
+
+    flags = torch.zeros(4, 3, dtype=torch.bool)
+    cases = [flags, flags.t(), flags.numpy(), torch.zeros(3), np.zeros(3, np.float32)]
+    assert [any_true(c) for c in cases] == [False] * 5
+    flags[2, 1] = True
+    ones = [flags, flags.t(), flags[:, 1], flags.numpy(), torch.tensor([0.0, 2.0])]
+    assert [any_true(c) for c in [*ones, np.array([0, 3])]] == [True] * 6
+    assert not any_true(flags[:, 0])  # a strided column without the true entry
