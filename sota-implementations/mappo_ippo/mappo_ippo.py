@@ -50,6 +50,7 @@ from marlkit.modules.models import MODEL_KINDS
 from marlkit.modules.rnn import recurrent_modules, recurrent_network, set_recurrent_mode
 from marlkit.modules.seeds import seedwise_sampling, stack_seeds
 from marlkit.objectives import GAE, ClipPPOLoss
+from marlkit.objectives.standardise import RewardStandardiser
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
 from marlkit.train.builders import encoder_network
@@ -116,6 +117,11 @@ class PPOLossConfig:
     policy term has no gradient; its value learns the team's return). false: an agent's episode
     ends at its own ``terminated`` (a unit's death) and absent agents (``(group, "mask")``
     false) add nothing."""
+    standardise_rewards: bool = False
+    """Each batch's rewards standardised by the running mean and variance of every reward
+    collected so far, before GAE reads them (EPyMARL's ``standardise_rewards``, on in its
+    MAPPO and IPPO configs; its statistics are updated once per batch, as here). The logged
+    returns stay the env's."""
 
     def __post_init__(self) -> None:
         check_fraction("gamma", self.gamma)
@@ -372,6 +378,27 @@ def anneal_lr(cfg: DictConfig, optims: dict[str, torch.optim.Optimizer], collect
     return lr
 
 
+def reward_standardisers(groups: Any, cfg: DictConfig) -> Any:
+    """With ``loss.standardise_rewards``, per group a
+    :class:`~marlkit.objectives.standardise.RewardStandardiser` of the rewards its GAE reads;
+    ``None`` without."""
+    if not cfg.loss.standardise_rewards:
+        return None
+    return torch.nn.ModuleDict({g: RewardStandardiser([("next", g, "reward")]) for g in groups})
+
+
+def advantages(batch: Any, gaes: dict[str, Any], standardisers: Any) -> Any:
+    """``batch`` with each group's advantages and value targets (GAE), over its rewards
+    standardised first where ``standardisers`` are given (then a shallow copy of ``batch``,
+    whose own rewards stay the env's)."""
+    with torch.no_grad():
+        for standardise in (standardisers or {}).values():
+            batch = standardise(batch)
+        for gae in gaes.values():
+            gae(batch)
+    return batch
+
+
 def objective(terms: Any) -> Any:
     """What PPO minimises: the objective, critic and entropy losses summed."""
     return terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
@@ -426,11 +453,9 @@ def train_seeds(cfg: DictConfig) -> None:
     steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
     keys = loss_keys(losses.values())
     for batch in runs.batches():  # [K, num_envs, T]
-        with torch.no_grad():
-            if cfg.loss.team_episodes:
-                team_flags(batch, {g: len(first[0].group_map[g]) for g in groups})
-            for g in groups:
-                gaes[g](batch)
+        if cfg.loss.team_episodes:
+            team_flags(batch, {g: len(first[0].group_map[g]) for g in groups})
+        advantages(batch, gaes, None)  # check_seeds_config refuses loss.standardise_rewards
         buffers.empty()
         buffers.extend(batch.select(*keys, strict=False))
         lr = anneal_lr(cfg, optims, collector)  # the seeds' batches are the collector's
@@ -470,6 +495,7 @@ def main(cfg: DictConfig) -> None:
     losses = torch.nn.ModuleDict({g: make_loss(actors[g], critics[g], g, cfg) for g in groups})
     if cfg.loss.team_episodes:
         use_team_episodes(gaes, losses)
+    standardisers = reward_standardisers(groups, cfg)  # loss.standardise_rewards
     to_training_device(cfg, policy, losses, *gaes.values())  # `device`, before the optimisers
     optims = adam_per_group(losses, cfg.train.lr)
     precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
@@ -496,19 +522,19 @@ def main(cfg: DictConfig) -> None:
 
     # --- the run folder: logs, evaluations, checkpoints; resume from its latest checkpoint
     run = open_run(cfg)
-    run.track({"losses": losses, "optims": optims, "collector": collector}, policy=policy)
+    state = {"losses": losses, "optims": optims, "collector": collector}
+    if standardisers is not None:  # a resumed run goes on with the same statistics
+        state["reward_standardisers"] = standardisers
+    run.track(state, policy=policy)
     run.restore()
 
     # --- the loop: collect, GAE, epochs of minibatches per group, then the run's chores
     steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
     keys = loss_keys(losses.values())
     for batch in run.batches(collector):
-        with torch.no_grad():
-            if cfg.loss.team_episodes:
-                team_flags(batch, {g: len(env.group_map[g]) for g in groups})
-            for g in groups:
-                gaes[g](batch)
-        data = batch.select(*keys, strict=False)
+        if cfg.loss.team_episodes:
+            team_flags(batch, {g: len(env.group_map[g]) for g in groups})
+        data = advantages(batch, gaes, standardisers).select(*keys, strict=False)
         if recurrent:  # [*B, T] -> windows [N, burn_in + seq_len], counted steps masked
             items = split_sequences(data, seq_len, cfg.model.burn_in)
         else:

@@ -91,3 +91,71 @@ def test_anneal_lr_falls_linearly_over_the_batches_and_goes_on_after_a_resume(tm
     ]
     optims = Checkpointer(run_dir / "checkpoints").load()["optims"]
     assert {g["lr"] for o in optims.values() for g in o["param_groups"]} == {2.5e-4}
+
+
+def _mappo_module():
+    import importlib.util
+
+    from ._scripts import script
+
+    spec = importlib.util.spec_from_file_location("_mappo_advantages", script("mappo_ippo"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_standardised_rewards_reach_gae_and_leave_the_batch_as_collected():
+    """``loss.standardise_rewards`` (EPyMARL's): GAE reads ``(r - mean) / std`` of the
+    rewards seen so far; the batch the run logs keeps the env's rewards."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from marlkit.objectives import GAE
+
+    module = _mappo_module()
+    torch.manual_seed(0)
+    env = marlkit.make("navigation", num_envs=4, n_agents=3, seed=0)
+    batch = env.rollout(20)
+    raw = batch["next", "agents", "reward"].clone()
+    assert raw.std() > 0  # navigation's shaped reward: something to standardise
+    cells = {"centralised": True, "share_params": True, "depth": 1, "num_cells": 8}
+    cells = OmegaConf.create(cells)
+    model = OmegaConf.create({"memory": "none", "critic_memory": False, "kind": "mlp"})
+    critic = module.make_critic(env, "agents", cells, model)
+    gae = {"agents": GAE(0.99, 0.95, value_network=critic, group="agents")}
+    on = OmegaConf.create({"loss": {"standardise_rewards": True}})
+    off = OmegaConf.create({"loss": {"standardise_rewards": False}})
+    assert module.reward_standardisers(["agents"], off) is None
+    standardisers = module.reward_standardisers(["agents"], on)
+
+    out = module.advantages(batch, gae, standardisers)
+    assert torch.equal(batch["next", "agents", "reward"], raw)  # as collected
+    expected = batch.clone()
+    # EPyMARL's running moments after one batch of n rewards, from mean 0 and variance 1
+    # weighted as eps = 1e-4 samples (which counts here: navigation's rewards are ~1e-3)
+    n, eps, m = raw.numel(), 1e-4, raw.mean().double()
+    mean = m * n / (n + eps)
+    var = (eps + raw.double().var() * n + m**2 * eps * n / (n + eps)) / (n + eps)
+    expected["next", "agents", "reward"] = ((raw - mean) / var.sqrt()).float()
+    module.advantages(expected, gae, None)
+    for key in ("advantage", "value_target"):
+        torch.testing.assert_close(
+            out["agents", key], expected["agents", key], rtol=1e-4, atol=1e-5
+        )
+    stats = standardisers["agents"].stats
+    assert float(stats.count) == pytest.approx(raw.numel() + 1e-4)  # every agent's reward
+    # without standardisers GAE reads the rewards as they are: other advantages
+    plain = module.advantages(batch.clone(), gae, None)
+    assert not torch.allclose(plain["agents", "value_target"], out["agents", "value_target"])
+
+
+@pytest.mark.slow  # two short runs, ~30 s
+def test_standardised_rewards_resume_their_statistics(tmp_path):
+    run_dir = tmp_path / "run"
+    budget = (*BUDGET, "eval.every=0", "eval.video=false", "loss.standardise_rewards=true")
+    run("mappo_ippo", run_dir, budget)  # 2 batches of 400 frames, 3 agents each
+    count = Checkpointer(run_dir / "checkpoints").load()["reward_standardisers"]
+    assert float(count["agents.stats.count"]) == pytest.approx(2 * 400 * 3 + 1e-4)
+    run("mappo_ippo", run_dir, (*budget, "collector.total_frames=1200", f"resume={run_dir}"))
+    count = Checkpointer(run_dir / "checkpoints").load()["reward_standardisers"]
+    assert float(count["agents.stats.count"]) == pytest.approx(3 * 400 * 3 + 1e-4)  # went on

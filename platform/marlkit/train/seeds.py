@@ -116,7 +116,7 @@ def check_seeds_config(cfg: Any) -> int:
         ("train.compile", bool(train.get("compile", False)), False),
         ("model.memory", model.get("memory", "none"), "none"),
         ("model.kind", model.get("kind", "mlp"), "mlp"),
-        # the Q-learning scripts' reward statistics would be one over every seed's rewards
+        # reward statistics would be one over every seed's rewards (one per seed is needed)
         ("loss.standardise_rewards", bool(loss.get("standardise_rewards", False)), False),
     ]
     for key, value, supported in refused:
