@@ -1,6 +1,6 @@
-"""Observation transforms (flatten, concatenate, pixels) on real envs: MAgent2's grid images, a
-simulator of dict observations with ``uint8`` pixels (the custom adapter), batched envs, and the
-transforms by name as a config lists them."""
+"""Observation transforms (flatten, concatenate, pixels, agent ids) on real envs: MAgent2's grid
+images, a simulator of dict observations with ``uint8`` pixels (the custom adapter), LBF, MPE and
+VMAS with agent ids, batched envs, and the transforms by name as a config lists them."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import marlkit
 from marlkit._utils import has_module
 from marlkit.adapters.custom import from_parallel
 from marlkit.data.composite import Composite
-from marlkit.data.specs import Bounded, Categorical
+from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import ParallelEnv, SerialEnv, check_env_specs
 from marlkit.envs.transforms import (
     TRANSFORMS,
+    AgentIdObservation,
     Compose,
     ConcatObservation,
     FlattenObservation,
@@ -373,7 +374,8 @@ def test_transforms_by_name_as_a_config_lists_them():
             ["flaten_observation"],
             ValueError,
             r"transforms\[0\]: unknown transform 'flaten_observation'; known: "
-            r"concat_observation, double_to_float, flatten_observation, pixels\. Did you mean: "
+            r"agent_id, concat_observation, double_to_float, flatten_observation, pixels\. "
+            "Did you mean: "
             "flatten_observation",
         ),
         (
@@ -449,3 +451,220 @@ def test_every_magent2_env_config_gives_flat_observations():
             spec = env.observation_spec[group, "observation"]
             assert spec.ndim == 3 and td[group, "observation"].shape[-1] == spec.shape[-1]
         env.close()
+
+
+# ------------------------------------------------------------------------- agent ids (EPyMARL)
+LBF = "lbforaging/Foraging-8x8-2p-2f-coop-v3"
+
+
+def _ids_of(obs: torch.Tensor, n: int) -> torch.Tensor:
+    """The one-hot columns every batch entry of ``obs`` ``[*B, n, f + n]`` should end with."""
+    return torch.eye(n).expand(*obs.shape[:-1], n)
+
+
+def test_agent_ids_on_lbf_follow_the_observation_and_its_bounds():
+    env = TransformedEnv(marlkit.make(LBF, num_envs=2, seed=0), AgentIdObservation())
+    raw = marlkit.make(LBF, num_envs=2, seed=0)
+    inner = raw.observation_spec["agents", "observation"]  # Bounded [2, 2, 12]
+    spec = env.observation_spec["agents", "observation"]
+    assert isinstance(spec, Bounded) and spec.shape == (2, 2, 14) and spec.dtype == torch.float32
+    assert torch.equal(spec.low[..., :12], inner.low) and torch.equal(
+        spec.high[..., :12], inner.high
+    )
+    assert spec.low[..., 12:].eq(0).all() and spec.high[..., 12:].eq(1).all()
+    td, td_raw = env.rollout(5), raw.rollout(5)  # the same seed, the same random actions
+    obs = td["next", "agents", "observation"]
+    assert obs.shape == (2, 5, 2, 14)
+    assert torch.equal(obs[..., :12], td_raw["next", "agents", "observation"])
+    assert torch.equal(obs[..., 12:], _ids_of(obs, 2))  # agent i: a 1 at column 12 + i
+    check_env_specs(env)
+    check_adapter(env)  # partial resets take the ids off again
+
+
+def test_agent_ids_strip_off_for_a_partial_reset():
+    env = TransformedEnv(marlkit.make(LBF, num_envs=2, seed=0), AgentIdObservation())
+    td = env.step(env.rand_action(env.reset()))["next"]
+    td["_reset"] = torch.tensor([[True], [False]])
+    seen = []
+    inner_reset = env.base_env._wrapped_reset
+
+    def spy(tensordict, env_mask):  # what the inner env is handed: its own layout
+        seen.append(tensordict["agents", "observation"].shape)
+        return inner_reset(tensordict, env_mask)
+
+    env.base_env._wrapped_reset = spy
+    out = env.reset(td)
+    assert seen == [(2, 2, 12)]
+    assert torch.equal(out["agents", "observation"][1], td["agents", "observation"][1])
+    assert torch.equal(
+        out["agents", "observation"][..., 12:], _ids_of(td["agents", "observation"], 2)
+    )
+    bad = td.clone()
+    bad["agents", "observation"] = td["agents", "observation"][..., :13]
+    with pytest.raises(
+        ValueError,
+        match=r"AgentIdObservation: \('agents', 'observation'\) of a partial reset's input has 13 "
+        r"features, expected 14 \(12 of the env's observation and 2 id columns\)",
+    ):
+        env.reset(bad)
+
+
+def test_agent_ids_per_group_of_mpe_simple_tag():
+    pytest.importorskip("mpe2")
+    make = functools.partial(
+        marlkit.make, "pettingzoo/mpe2.simple_tag_v3", num_envs=2, seed=0, max_cycles=10
+    )
+    env, raw = TransformedEnv(make(), AgentIdObservation()), make()
+    # three adversaries and one agent: each group its own ids; the state is left alone
+    assert env.observation_spec["adversary", "observation"] == Unbounded((2, 3, 16 + 3))
+    assert env.observation_spec["agent", "observation"] == Unbounded((2, 1, 14 + 1))
+    assert env.state_spec["state"] == raw.state_spec["state"]
+    td, td_raw = env.rollout(4), raw.rollout(4)
+    for group, f, n in (("adversary", 16, 3), ("agent", 14, 1)):
+        obs = td["next", group, "observation"]
+        assert torch.equal(obs[..., :f], td_raw["next", group, "observation"])
+        assert torch.equal(obs[..., f:], _ids_of(obs, n))
+    assert td["next", "agent", "observation"][..., -1].eq(1).all()  # one agent: ones
+    check_env_specs(env)
+    env.close()
+    raw.close()
+
+
+def test_agent_ids_on_vmas_and_around_batched_native_navigation():
+    pytest.importorskip("vmas")
+    env = TransformedEnv(
+        marlkit.make("vmas/navigation", num_envs=2, n_agents=2, seed=0), AgentIdObservation()
+    )
+    assert env.observation_spec["agents", "observation"].shape == (2, 2, 18 + 2)
+    obs = env.rollout(3)["next", "agents", "observation"]
+    assert torch.equal(obs[..., 18:], _ids_of(obs, 2))
+    check_env_specs(env)
+    make = functools.partial(marlkit.make, "navigation", num_envs=2, n_agents=3, seed=0)
+    batched = TransformedEnv(SerialEnv(2, make), AgentIdObservation())  # batch [2, 2]
+    assert batched.observation_spec["agents", "observation"].shape == (2, 2, 3, 10 + 3)
+    obs = batched.rollout(3)["next", "agents", "observation"]
+    assert obs.shape == (2, 2, 3, 3, 13) and torch.equal(obs[..., 10:], _ids_of(obs, 3))
+    check_env_specs(batched)
+    check_adapter(batched)
+
+
+class Counts:
+    """Two agents seeing integer counts (a ``Box`` of ``int64``): a flat non-float observation."""
+
+    possible_agents = ["counter_0", "counter_1"]
+
+    def __init__(self) -> None:
+        self.agents: list[str] = []
+        self.rng = np.random.default_rng(0)
+
+    def observation_space(self, agent: str) -> Any:
+        return spaces.Box(0, 9, (3,), np.int64)
+
+    def action_space(self, agent: str) -> Any:
+        return spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        return self._obs(), {}
+
+    def _obs(self) -> dict:
+        return {a: self.rng.integers(0, 10, 3) for a in self.agents}
+
+    def step(self, actions: dict) -> tuple:
+        flags = dict.fromkeys(self.agents, False)
+        return self._obs(), dict.fromkeys(self.agents, 0.0), flags, flags, {}
+
+
+def test_agent_ids_cast_an_integer_observation_to_float_and_back():
+    env = TransformedEnv(from_parallel(Counts, num_envs=2, seed=0), AgentIdObservation())
+    spec = env.observation_spec["agents", "observation"]
+    assert spec == Bounded(
+        torch.tensor([0.0, 0, 0, 0, 0]), torch.tensor([9.0, 9, 9, 1, 1]), (2, 2, 5), torch.float32
+    )
+    td, td_raw = env.rollout(3), from_parallel(Counts, num_envs=2, seed=0).rollout(3)
+    obs = td["next", "agents", "observation"]
+    assert obs.dtype == torch.float32
+    assert torch.equal(obs[..., :3], td_raw["next", "agents", "observation"].float())
+    check_env_specs(env)
+    check_adapter(env)
+    td = env.step(env.rand_action(env.reset()))["next"]
+    td["_reset"] = torch.tensor([[False], [True]])
+    seen = []
+    inner_reset = env.base_env._wrapped_reset
+
+    def spy(tensordict, env_mask):  # a partial reset's input goes back to int64, exactly
+        seen.append(tensordict["agents", "observation"])
+        return inner_reset(tensordict, env_mask)
+
+    env.base_env._wrapped_reset = spy
+    env.reset(td)
+    assert seen[0].dtype == torch.int64
+    assert torch.equal(seen[0], td["agents", "observation"][..., :3].long())
+
+
+def test_agent_ids_by_name_and_after_flattening_magent2(battle):
+    (built,) = make_transforms(["agent_id"])
+    assert isinstance(built, AgentIdObservation)
+    lbf = TransformedEnv(marlkit.make(LBF, num_envs=2, seed=0), built)
+    assert lbf.observation_spec["agents", "observation"].shape == (2, 2, 14)
+    with pytest.raises(
+        ValueError,
+        match=r"AgentIdObservation: \('red', 'observation'\) \[2, 2, 13, 13, 5\] has 3 feature "
+        r"dims .*flatten them first: env\.transforms: \[flatten_observation, agent_id\]",
+    ):
+        TransformedEnv(battle, make_transforms(["agent_id"]))
+    env = TransformedEnv(battle, make_transforms(["flatten_observation", "agent_id"]))
+    for group in ("red", "blue"):  # two agents a team at map_size 12
+        assert env.observation_spec[group, "observation"] == Bounded(
+            0.0, torch.tensor([2.0] * 845 + [1.0] * 2), (2, 2, 847)
+        )
+    assert env.state_spec["state"].shape == (2, 720)  # flattened, no ids
+    obs = env.rollout(3)["next", "blue", "observation"]
+    assert torch.equal(obs[..., 845:], _ids_of(obs, 2))
+    check_env_specs(env)
+
+
+@pytest.mark.parametrize(
+    ("in_keys", "error", "match"),
+    [
+        (
+            [("agents", "obsrvation")],
+            KeyError,
+            r"AgentIdObservation: \('agents', 'obsrvation'\) is neither an observation nor a "
+            r"state key.*Did you mean",
+        ),
+        (
+            None,  # the default: the scouts' observation is a dict
+            ValueError,
+            r"AgentIdObservation: \('agents', 'observation'\) is a nested observation .*"
+            r"env\.transforms: \[concat_observation, agent_id\]",
+        ),
+        (
+            [("agents", "observation", "rgb")],
+            ValueError,
+            r"AgentIdObservation: \('agents', 'observation', 'rgb'\) \[2, 2, 6, 8, 3\] has 3 "
+            r"feature dims after its batch dims \[2, 2\], not one; flatten them first",
+        ),
+        (
+            [("agents", "observation", "ammo")],
+            ValueError,
+            r"AgentIdObservation: \('agents', 'observation', 'ammo'\) \[2, 2\] has 0 feature "
+            "dims after its batch dims",
+        ),
+    ],
+)
+def test_entries_agent_ids_cannot_take_are_named(in_keys, error, match):
+    with pytest.raises(error, match=match):
+        TransformedEnv(scouts(), AgentIdObservation(in_keys=in_keys))
+
+
+def test_agent_ids_refuse_the_root_state():
+    nav = functools.partial(marlkit.make, "navigation", num_envs=2, n_agents=2)
+    with pytest.raises(
+        ValueError,
+        match=r"AgentIdObservation: 'state' \[2, 12\] is not a group's entry \(no agents' dim "
+        r"after the env's batch dims \[2\]\)",
+    ):
+        TransformedEnv(nav(), AgentIdObservation(in_keys=["state"]))

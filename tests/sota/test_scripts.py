@@ -319,3 +319,27 @@ def test_an_epymarl_task_trains_from_its_env_config(tmp_path):
     assert summary(run_dir)["env"] == "lbforaging/Foraging-8x8-2p-2f-coop-v3"
     frames, _ = read_video(run_dir / "videos" / "eval-0001.mp4")
     assert frames.shape[-1] == 3 and frames.shape[1] >= 409 and frames.std() > 0
+
+
+def test_mappo_takes_agent_ids_as_epymarl_does(tmp_path):
+    """``env.transforms=[agent_id]`` (EPyMARL's ``obs_agent_id``): one batch of MAPPO on LBF, its
+    policy shared by the two agents reading the 12 features and 2 id columns."""
+    budget = (
+        "env=lbforaging/foraging_8x8_2p_2f_coop",
+        "+env.transforms=[agent_id]",
+        "env.num_envs=2",
+        "env.max_steps=25",
+        "collector.frames_per_batch=100",
+        "collector.total_frames=100",
+        "train.epochs=1",
+        "train.minibatch_size=100",
+        "policy.num_cells=16",
+        "critic.num_cells=16",
+        "eval.num_envs=1",
+        "eval.video=false",
+    )
+    assert "iteration 1: frames 100" in run("mappo_ippo", tmp_path / "run", budget).stdout
+    state = Checkpointer(tmp_path / "run" / "checkpoints").load()
+    assert state["config"]["env"]["transforms"] == ["agent_id"]
+    first = [v for k, v in state["policy"].items() if k.endswith("layers.0.weight")]
+    assert [tuple(w.shape) for w in first] == [(1, 12 + 2, 16)]  # one network, shared

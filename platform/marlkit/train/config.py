@@ -226,7 +226,8 @@ class EnvConfig:
     """Observation transforms applied to the env, in order, by name or as ``{name: ...,
     **arguments}``: ``[flatten_observation]`` (image or grid observations for an MLP),
     ``[concat_observation]`` (a dict observation into one vector), ``[{name: pixels, layout:
-    CHW}]`` (``uint8`` ``HWC`` to ``float`` ``CHW``); see
+    CHW}]`` (``uint8`` ``HWC`` to ``float`` ``CHW``), ``[agent_id]`` (each agent's one-hot
+    index in its group appended to its observation, EPyMARL's ``obs_agent_id``); see
     :mod:`marlkit.envs.transforms.named`."""
     device: str | None = None
     """Where the env simulates (its ``device`` argument: VMAS and the native scenarios' torch

@@ -14,6 +14,7 @@ from marlkit.envs.transforms.common import (
 )
 from marlkit.envs.transforms.named import TRANSFORMS, make_transform, make_transforms
 from marlkit.envs.transforms.observation import (
+    AgentIdObservation,
     ConcatObservation,
     FlattenObservation,
     ToTensorImage,
@@ -21,6 +22,7 @@ from marlkit.envs.transforms.observation import (
 
 __all__ = [
     "TRANSFORMS",
+    "AgentIdObservation",
     "Compose",
     "ConcatObservation",
     "DoubleToFloat",

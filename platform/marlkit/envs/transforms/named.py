@@ -16,7 +16,7 @@ dtype=torch.float32)]
     Traceback (most recent call last):
     ...
     ValueError: transforms[0]: unknown transform 'flaten_observation'; known: \
-concat_observation, double_to_float, flatten_observation, pixels. Did you mean: \
+agent_id, concat_observation, double_to_float, flatten_observation, pixels. Did you mean: \
 flatten_observation, concat_observation?
 """
 
@@ -29,6 +29,7 @@ from marlkit._checks import check_kwargs, did_you_mean, keyword_names
 from marlkit.envs.transforms.base import Transform
 from marlkit.envs.transforms.common import DoubleToFloat
 from marlkit.envs.transforms.observation import (
+    AgentIdObservation,
     ConcatObservation,
     FlattenObservation,
     ToTensorImage,
@@ -38,6 +39,7 @@ __all__ = ["TRANSFORMS", "make_transform", "make_transforms"]
 
 #: The transforms a config can name, by name.
 TRANSFORMS: dict[str, type[Transform]] = {
+    "agent_id": AgentIdObservation,
     "concat_observation": ConcatObservation,
     "double_to_float": DoubleToFloat,
     "flatten_observation": FlattenObservation,

@@ -5,7 +5,10 @@
 * :class:`ConcatObservation`: a nested observation (a ``Composite`` of entries, as MeltingPot's
   ``RGB`` next to ``READY_TO_SHOOT``) into one vector ``[*B, n, sum of their sizes]``;
 * :class:`ToTensorImage`: pixels from ``HWC`` to ``CHW`` and from ``uint8`` to ``float`` in
-  ``[0, 1]``, as a convolutional encoder reads them.
+  ``[0, 1]``, as a convolutional encoder reads them;
+* :class:`AgentIdObservation`: each agent's one-hot index in its group appended to the group's
+  observation, ``[*B, n, f]`` into ``[*B, n, f + n]`` (EPyMARL's ``obs_agent_id``), so that one
+  network shared by the group's agents can tell them apart.
 
 Each works on every group at once (by default every entry it applies to, found from the specs)
 or on the entries named by ``in_keys``, whatever the env's batch (``[*B]``: ``num_envs``,
@@ -51,7 +54,7 @@ from marlkit.data.specs import (
 from marlkit.envs.transforms.base import EnvSpecs, Transform
 from marlkit.envs.transforms.common import _refuse_contract_leaf
 
-__all__ = ["ConcatObservation", "FlattenObservation", "ToTensorImage"]
+__all__ = ["AgentIdObservation", "ConcatObservation", "FlattenObservation", "ToTensorImage"]
 
 #: Entry names the default keys of :class:`FlattenObservation` and :class:`ConcatObservation`
 #: are drawn from: each group's observation and the global state.
@@ -469,3 +472,125 @@ class ToTensorImage(_ObservationTransform):
     def __repr__(self) -> str:
         keys = self.in_keys or self._in_keys
         return f"ToTensorImage(in_keys={keys}, layout={self.layout!r}, dtype={self.dtype})"
+
+
+class AgentIdObservation(_ObservationTransform):
+    """Append each agent's one-hot index in its group to the group's observation, as EPyMARL's
+    ``obs_agent_id: True`` does (its default for MAPPO, IPPO, QMIX, VDN and IQL): ``(group,
+    "observation")`` ``[*B, n, f]`` -> ``[*B, n, f + n]``, agent ``i`` of the group with a 1 at
+    column ``f + i`` and 0 in the other ``n - 1`` id columns, the same for every batch entry. One
+    network shared by the group's agents (``share_params=True``) can then tell them apart.
+
+    A floating observation keeps its dtype; an integer or bool one (a ``Categorical``, a
+    ``Binary``, ``uint8`` counts) is cast to ``float32``, values unchanged, as
+    :class:`ConcatObservation` casts (its bounds kept; a partial reset's input is rounded back to
+    the simulator's dtype). The spec is ``Bounded`` (the entry's bounds, then ``[0, 1]`` for the
+    id columns) where the entry has bounds, ``Unbounded`` otherwise. A partial reset's input
+    gets the id columns stripped off; a step input reaches the inner env without the entry.
+
+    Args:
+        in_keys: the group observations to extend; default every group's ``"observation"``
+            (not the root ``"state"``: it has no agents' dim). Named in ``env.transforms`` as
+            ``agent_id``; an image or grid observation is flattened first (``[flatten_observation,
+            agent_id]``), a nested one joined first (``[concat_observation, agent_id]``).
+
+    Raises:
+        KeyError: an ``in_keys`` entry the env does not have (when attached).
+        ValueError: an entry outside a group (no agents' dim), a nested observation (use
+            ``concat_observation`` first), one with other than one feature dim (use
+            ``flatten_observation`` first), or no group observation by default.
+        TypeError: an entry of a spec it cannot extend (``OneHot``, ``MultiCategorical``).
+
+    Examples:
+        >>> import marlkit
+        >>> from marlkit.envs.transforms import AgentIdObservation, TransformedEnv
+        >>> env = marlkit.make("navigation", num_envs=2, n_agents=3)
+        >>> env = TransformedEnv(env, AgentIdObservation())
+        >>> env.reset()["agents", "observation"][0, :, -3:]
+        tensor([[1., 0., 0.],
+                [0., 1., 0.],
+                [0., 0., 1.]])
+    """
+
+    _what = "group observation (a group's 'observation' [*B, n, f])"
+
+    def __init__(self, in_keys: Sequence[NestedKey] | None = None):
+        super().__init__(in_keys)
+        self._root_ndim = 0
+        #: Per key: the id columns ``[n, n]`` (an eye in the output dtype), expanded each step.
+        self._eyes: dict[NestedKey, torch.Tensor] = {}
+        #: Per key: the inner env's feature size ``f`` and dtype (a partial reset's input).
+        self._inner: dict[NestedKey, tuple[int, torch.dtype]] = {}
+
+    def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
+        self._root_ndim = specs.observation.ndim  # a group's entries have one dim more
+        return super().transform_specs(specs)
+
+    def _wants(self, spec: TensorSpec | Composite, lead: int, key: NestedKey) -> bool:
+        path = key_path(key)
+        return len(path) == 2 and path[-1] == OBSERVATION and lead == self._root_ndim + 1
+
+    def _plan(
+        self, key: NestedKey, spec: TensorSpec | Composite, lead: int
+    ) -> TensorSpec | Composite:
+        who = "AgentIdObservation"
+        if isinstance(spec, Composite):
+            raise ValueError(
+                f"{who}: {key!r} is a nested observation (entries {spec.keys(True, True)}); join "
+                "its entries into one vector first: env.transforms: [concat_observation, "
+                "agent_id] (ConcatObservation, then AgentIdObservation)"
+            )
+        if lead != self._root_ndim + 1:
+            raise ValueError(
+                f"{who}: {key!r} {format_shape(spec.shape)} is not a group's entry (no agents' "
+                f"dim after the env's batch dims {format_shape(spec.shape[: self._root_ndim])}); "
+                "it appends each agent's index to a group's observation [*B, n, f]"
+            )
+        features = spec.shape[lead:]
+        if len(features) != 1:
+            fix = (
+                "flatten them first: env.transforms: [flatten_observation, agent_id] "
+                "(FlattenObservation, then AgentIdObservation)"
+                if features
+                else "it extends a vector per agent"
+            )
+            raise ValueError(
+                f"{who}: {key!r} {format_shape(spec.shape)} has {len(features)} feature dims "
+                f"after its batch dims {format_shape(spec.shape[:lead])}, not one; {fix}"
+            )
+        _check_numeric(who, key, spec)
+        n, f = spec.shape[lead - 1], features[0]
+        dtype = spec.dtype if spec.dtype.is_floating_point else torch.float32
+        self._eyes[key] = torch.eye(n, dtype=dtype, device=spec.device)
+        self._inner[key] = (f, spec.dtype)
+        shape = (*spec.shape[:lead], f + n)
+        bounds = _bounds(spec)
+        if bounds is not None:
+            ids = torch.zeros((*spec.shape[:lead], n), dtype=dtype, device=spec.device)
+            bounds = (
+                torch.cat((bounds[0].to(dtype), ids), -1),
+                torch.cat((bounds[1].to(dtype), ids + 1), -1),
+            )
+        return _box(bounds, shape, dtype, spec.device)
+
+    def _forward(self, key: NestedKey, value: torch.Tensor) -> torch.Tensor:
+        eye = self._eyes[key]
+        if eye.device != value.device:  # the env's output on another device than its spec
+            eye = self._eyes[key] = eye.to(value.device)
+        if value.dtype != eye.dtype:
+            value = value.to(eye.dtype)
+        return torch.cat((value, eye.expand(*value.shape[:-1], eye.shape[-1])), -1)
+
+    def _backward(self, key: NestedKey, value: torch.Tensor) -> torch.Tensor:
+        f, dtype = self._inner[key]
+        n = self._eyes[key].shape[-1]
+        if value.shape[-1] != f + n:
+            raise ValueError(
+                f"AgentIdObservation: {key!r} of a partial reset's input has "
+                f"{value.shape[-1]} features, expected {f + n} ({f} of the env's observation "
+                f"and {n} id columns): {format_shape(value.shape)}"
+            )
+        x = value[..., :f]
+        if dtype == torch.bool:
+            return x > 0.5
+        return x if dtype.is_floating_point else x.round().to(dtype)
