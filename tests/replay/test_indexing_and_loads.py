@@ -114,3 +114,41 @@ def test_iteration_finishes_the_epoch_that_samples_began() -> None:
     assert [len(b) for b in rest] == [4, 4]
     assert sorted(torch.cat([first, *rest]).tolist()) == list(range(12))
     assert [len(b["index"]) for b in rb] == [4, 4, 4]  # then a whole one
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine loads CUDA tensors")
+@pytest.mark.parametrize("sampler", [SamplerWithoutReplacement, PrioritizedSampler])
+def test_a_buffer_dumped_by_a_cuda_run_loads_on_a_machine_without_cuda(
+    sampler: type, tmp_path: Path
+) -> None:
+    """The buffer's ``state.pt`` (the sampler's generator and priorities, the writer's cursor)
+    holds tensors a CUDA run saved tagged ``cuda:0``: they load onto the CPU, where a plain
+    ``torch.load`` would fail and the checkpoint would be called damaged."""
+    import torch.serialization as ser
+
+    def make() -> ReplayBuffer:
+        kwargs = {"capacity": 8, "alpha": 0.6, "beta": 0.4} if sampler is PrioritizedSampler else {}
+        return ReplayBuffer(TensorStorage(8), sampler=sampler(**kwargs), batch_size=4)
+
+    saved = make()
+    saved.extend(items(0, 6))
+    saved.sample()  # the sampler's state moves on
+    registry = list(ser._package_registry)
+    ser.register_package(1, lambda obj: "cuda:0" if obj.device.type == "cpu" else None, _none)
+    try:
+        saved.dumps(tmp_path / "rb")
+    finally:
+        ser._package_registry[:] = registry  # the list itself: torch reads it from there
+    with pytest.raises(RuntimeError, match="CUDA"):  # what torch.load alone does with it
+        torch.load(next((tmp_path / "rb").glob("*/state.pt")), weights_only=True)
+    loaded = make()
+    loaded.loads(tmp_path / "rb")
+    assert xs(loaded[:]) == xs(saved[:])
+    torch.manual_seed(0)
+    first = xs(loaded.sample())
+    torch.manual_seed(0)
+    assert first == xs(saved.sample())  # the sampler goes on where it was
+
+
+def _none(obj: object, location: str) -> None:
+    return None  # leaves loading to torch's own deserializers

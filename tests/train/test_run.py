@@ -734,14 +734,18 @@ def test_a_new_run_refused_before_it_wrote_anything_leaves_no_run_behind(tmp_pat
     assert _run_loop(tmp_path, resume=None)["iterations"] == 4
 
 
-def _saved_as_cuda(monkeypatch):
+def _saved_as_cuda():
     """Until the returned undo: every CPU tensor ``torch.save`` writes is tagged as saved on
     ``cuda:0``, as a CUDA run's checkpoint is (no GPU needed to write one)."""
     import torch.serialization as ser
 
     registry = list(ser._package_registry)
     ser.register_package(1, lambda obj: "cuda:0" if obj.device.type == "cpu" else None, _none)
-    return lambda: monkeypatch.setattr(ser, "_package_registry", registry)
+
+    def undo() -> None:  # in place: setattr would restore the list register_package grew
+        ser._package_registry[:] = registry
+
+    return undo
 
 
 def _none(obj, location):
@@ -749,8 +753,8 @@ def _none(obj, location):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine loads CUDA checkpoints")
-def test_a_cuda_runs_checkpoint_loads_and_resumes_on_a_machine_without_cuda(tmp_path, monkeypatch):
-    undo = _saved_as_cuda(monkeypatch)
+def test_a_cuda_runs_checkpoint_loads_and_resumes_on_a_machine_without_cuda(tmp_path):
+    undo = _saved_as_cuda()
     try:
         Checkpointer(tmp_path / "c").save(1, {"w": torch.ones(3), "iteration": 1})
         assert _run_loop(tmp_path / "run", resume=False, iterations_before_kill=2) is None

@@ -371,8 +371,9 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The state of the checkpoint ``path/latest`` names (see :meth:`ReplayBuffer.dumps`), its
     items memory-mapped (with their batch dims; a checkpoint written before they were kept holds
     items ``[capacity]``, which load as such), after checking every file against
-    ``manifest.json``. Nothing is unpickled: ``state.pt`` loads with ``weights_only=True``,
-    and the items through :func:`marlkit.replay._memmap.read_items`.
+    ``manifest.json``. Nothing is unpickled: ``state.pt`` loads with ``weights_only=True``
+    (onto the CPU, so a CUDA run's checkpoint loads on a machine without CUDA), and the items
+    through :func:`marlkit.replay._memmap.read_items`.
 
     A checkpoint written before marlkit kept checksums (no ``manifest.json``) loads with a
     warning after its files' sizes are checked.
@@ -408,7 +409,11 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         else:
             _check_unverified(folder, what)
         try:
-            state: dict[str, Any] = torch.load(folder / _STATE, weights_only=True)
+            # onto the CPU: a CUDA run's state (a sampler's tensors) loads on any machine, and
+            # load_state_dict puts each part where this buffer keeps it
+            state: dict[str, Any] = torch.load(
+                folder / _STATE, weights_only=True, map_location="cpu"
+            )
         except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ValueError(
