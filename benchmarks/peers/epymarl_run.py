@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "test_episodes": args.test_episodes,
         "curve": tests,
         "train_curve": _series(info, "return_mean"),
-        # the mixed Q of the taken actions per agent, and its targets (EPyMARL's q_learner)
+        # q_learner: the mixed Q of the taken actions and its targets; ppo_learner: the
+        # critic's values and their n-step targets
         "q_taken_mean": _series(info, "q_taken_mean"),
         "target_mean": _series(info, "target_mean"),
         "seconds": seconds,
@@ -161,12 +162,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 *overrides,
             ]
         ),
-        "does": "EPyMARL's own src/main.py at the pinned commit with its defaults for the "
-        "algorithm and gymma (overrides in 'command'); episodes of one env, a training step per "
-        "episode once 32 are stored; greedy tests of test_episodes episodes; returns: the "
-        "agents' rewards summed per episode (common_reward, sum); wall-clock: the whole "
-        "command, imports and tests included",
+        "does": _does(src, args.alg),
     }
+
+
+def _does(src: pathlib.Path, alg: str) -> str:
+    """What the run computes, from EPyMARL's own config of ``alg`` (over ``default.yaml``)."""
+    import yaml  # EPyMARL's dependency, in its venv
+
+    cfg: dict[str, Any] = {}
+    for name in ("default.yaml", f"algs/{alg}.yaml"):
+        cfg.update(yaml.safe_load((src / "config" / name).read_text()) or {})
+    envs = int(cfg.get("batch_size_run", 1))
+    if cfg.get("learner") == "ppo_learner":
+        training = (
+            f"{envs} envs stepped together ({cfg.get('runner')} runner), a training batch of "
+            f"their {cfg.get('batch_size')} episodes, {cfg.get('epochs')} epochs over it"
+        )
+    else:
+        training = (
+            f"episodes of {envs} env(s), a training step per episode once "
+            f"{cfg.get('batch_size')} are stored ({cfg.get('learner')})"
+        )
+    return (
+        "EPyMARL's own src/main.py at the pinned commit with its defaults for the algorithm and "
+        f"gymma (overrides in 'command'); {training}; greedy tests of test_episodes episodes; "
+        "returns: the agents' rewards summed per episode (common_reward, sum); wall-clock: the "
+        "whole command, imports and tests included"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

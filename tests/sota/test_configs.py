@@ -39,6 +39,7 @@ SCRIPT_OF = {
     "mappo_ippo": "mappo_ippo",
     "mappo_smax": "mappo_ippo",
     "ippo_smax": "mappo_ippo",
+    "mappo_lbf": "mappo_ippo",
     "qmix_vdn": "qmix_vdn",
     "qmix_mpe": "qmix_vdn",
     "qmix_lbf": "qmix_vdn",

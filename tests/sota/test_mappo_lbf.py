@@ -1,0 +1,70 @@
+"""``configs/mappo_lbf.yaml``: MAPPO on LBF with EPyMARL's MAPPO hyperparameters (its
+``src/config/algs/mappo.yaml`` over ``default.yaml`` and ``envs/gymma.yaml``) in marlkit's keys,
+and a run of it (IPPO: ``critic.centralised=false``, EPyMARL's ``algs/ippo.yaml``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from marlkit.record import read_metrics
+from marlkit.train import Checkpointer
+
+from ._scripts import run, summary
+from .test_configs import _compose
+
+pytest.importorskip("lbforaging")
+
+
+def test_mappo_lbf_has_epymarls_mappo_hyperparameters():
+    cfg = _compose("mappo_lbf")
+    assert cfg.env.name == "lbforaging/Foraging-8x8-2p-2f-coop-v3"
+    assert cfg.env.kwargs.time_limit == 50 and cfg.env.kwargs.common_reward
+    # obs_agent_id: True
+    assert list(cfg.env.transforms) == ["agent_id"]
+    # runner: parallel, batch_size_run 10, batch_size 10 (episodes of 50 steps)
+    assert cfg.env.num_envs == 10
+    assert cfg.collector.frames_per_batch == 10 * cfg.env.kwargs.time_limit
+    # the agent: RNNAgent, hidden_dim 128, use_rnn True, shared (fc1 -> GRU -> fc2)
+    assert (cfg.policy.depth, cfg.policy.share_params) == (0, True)
+    assert (cfg.model.memory, cfg.model.memory_hidden, cfg.model.kind) == ("gru", 128, "mlp")
+    assert cfg.model.seq_len == cfg.env.kwargs.time_limit  # whole episodes
+    # the critic: cv_critic, feed-forward 128 -> 128 -> 1 on the state (every observation)
+    assert cfg.critic.centralised and not cfg.model.critic_memory
+    assert (cfg.critic.depth, cfg.critic.num_cells) == (2, 128)
+    # epochs 4 over the whole batch, lr 3e-4, grad norm 10, gamma 0.99, clip 0.2, ent 0.001
+    assert cfg.train.epochs == 4 and cfg.train.minibatch_size == cfg.collector.frames_per_batch
+    assert (cfg.train.lr, cfg.train.max_grad_norm, cfg.train.anneal_lr) == (3e-4, 10.0, False)
+    assert (cfg.loss.gamma, cfg.loss.clip_epsilon, cfg.loss.entropy_coef) == (0.99, 0.2, 1e-3)
+    assert cfg.loss.loss_critic_type == "l2" and not cfg.loss.normalize_advantage
+    # standardise_rewards: True
+    assert cfg.loss.standardise_rewards
+    # EPyMARL's evaluation protocol: 100 greedy episodes
+    assert cfg.eval.num_envs == 100 and cfg.eval.exploration == "deterministic"
+
+
+@pytest.mark.slow  # ~15 s
+def test_mappo_lbf_runs_with_agent_ids_and_standardised_rewards(tmp_path):
+    run_dir = tmp_path / "run"
+    budget = (
+        "env.num_envs=2",
+        "collector.frames_per_batch=100",  # 2 envs x 50 steps
+        "collector.total_frames=200",
+        "train.minibatch_size=100",
+        "eval.num_envs=2",
+        "eval.every=0",
+    )
+    out = run("mappo_ippo", run_dir, budget, config="mappo_lbf").stdout
+    assert "iteration 2: frames 200" in out
+    state = Checkpointer(run_dir / "checkpoints").load()
+    # the shared agent: fc1 reads LBF's 12 features and the 2 agents' one-hot ids into the
+    # GRU's 128 (no hidden layer before it: EPyMARL's RNNAgent); the critic the 2 agents' 14
+    weights = {k: v.shape for k, v in state["losses"].items() if k.endswith("weight")}
+    actor = [s for k, s in weights.items() if k.startswith("agents.actor_network")]
+    assert [tuple(s) for s in actor] == [(1, 14, 128), (1, 128, 384), (1, 128, 384), (1, 128, 6)]
+    assert weights["agents.critic_network.module.layers.0.weight"][1] == 2 * 14
+    count = state["reward_standardisers"]["agents.stats.count"]
+    assert float(count) == pytest.approx(2 * 100 * 2 + 1e-4)  # 2 batches x 100 steps x 2 agents
+    rows = read_metrics(run_dir / "metrics.csv")
+    assert [r["frames"] for r in rows] == [100, 200]
+    info = summary(run_dir)
+    assert info["env"] == "lbforaging/Foraging-8x8-2p-2f-coop-v3" and info["variant"] == "MAPPO"
