@@ -3,6 +3,7 @@
     python sota-implementations/mappo_ippo/mappo_ippo.py                      # native navigation
     python sota-implementations/mappo_ippo/mappo_ippo.py env=vmas/navigation
     python sota-implementations/mappo_ippo/mappo_ippo.py critic.centralised=false   # IPPO
+    python sota-implementations/mappo_ippo/mappo_ippo.py critic.input=state   # the env's state
     python sota-implementations/mappo_ippo/mappo_ippo.py collector=multisync
     python sota-implementations/mappo_ippo/mappo_ippo.py resume=runs/mappo_ippo/<stamp>
     python sota-implementations/mappo_ippo/mappo_ippo.py model.memory=gru     # recurrent
@@ -11,9 +12,11 @@
 The recipe (``configs/mappo_ippo.yaml``) is TorchRL's multi-agent PPO tutorial: per batch, GAE
 over the whole batch, then ``epochs`` passes over it in shuffled minibatches (each group's
 replay buffer, sampled without replacement). MAPPO's critic reads every agent's observation
-(``critic.centralised=true``); IPPO's reads the agent's own. Everything here is a marlkit part:
-the env from the registry, the collector, the per-group buffers, modules, estimator and loss;
-the run's folder, checkpoints, evaluations and summary are :mod:`marlkit.train`'s.
+(``critic.centralised=true``), or with ``critic.input=state`` the env's global ``"state"`` and
+the agent's one-hot index (JaxMARL's and EPyMARL's MAPPO critic); IPPO's reads the agent's
+own. Everything here is a marlkit part: the env from the registry, the collector, the
+per-group buffers, modules, estimator and loss; the run's folder, checkpoints, evaluations
+and summary are :mod:`marlkit.train`'s.
 With ``model.memory=gru|lstm`` the actor (and the critic) carry a recurrent state
 (``(group, "rnn_state")``, collected with the rollout) and learn on windows of ``model.seq_len``
 steps (:func:`marlkit.train.sequences.split_sequences`), replayed in recurrent mode.
@@ -34,6 +37,7 @@ import torch
 from omegaconf import MISSING, DictConfig
 from tensordict.nn import TensorDictSequential
 
+from marlkit.data.keys import STATE
 from marlkit.data.specs import Categorical
 from marlkit.envs import EnvBase
 from marlkit.modules import Categorical as CategoricalDist
@@ -43,6 +47,7 @@ from marlkit.modules import (
     NormalParamExtractor,
     ProbabilisticActor,
     StateValueCritic,
+    StateWithAgentId,
     TanhNormal,
 )
 from marlkit.modules.actors import distribution_keys
@@ -56,6 +61,8 @@ from marlkit.train import adam_per_group, update_groups
 from marlkit.train.builders import encoder_network
 from marlkit.train.config import (
     ActorCriticRunConfig,
+    ConfigError,
+    CriticConfig,
     EpochsTrainConfig,
     check_choice,
     check_fraction,
@@ -78,12 +85,14 @@ from marlkit.train.scripts import (
 )
 from marlkit.train.seeds import (
     SeedBuffers,
+    SeedRewardStatistics,
     SeedRuns,
     SeedState,
     check_seeds_config,
     collector_streams,
     run_seeds,
     seed_config,
+    seed_standardisers,
     seed_width,
     stack_collector,
     update_seed_groups,
@@ -165,11 +174,33 @@ class PPOMemoryConfig(MemoryConfig):
         check_choice("kind", self.kind, MODEL_KINDS)
 
 
+#: ``critic.input``'s choices
+CRITIC_INPUTS = ("observations", "state")
+
+
+@dataclass
+class PPOCriticConfig(CriticConfig):
+    """``critic``: the critic's network and what it reads."""
+
+    input: str = "observations"
+    """What the critic reads: ``observations`` (every agent's joined, MAPPO, or the agent's
+    own, IPPO: ``centralised``) or ``state``: the env's global ``"state"`` ``[*B, s]`` joined
+    with the agent's one-hot index in its group, ``[*B, n, s + n]``, as JaxMARL's MAPPO critic
+    (its ``world_state`` wrapper) and EPyMARL's ``cv_critic`` read it; MAPPO only
+    (``centralised=true``), with the ``mlp`` encoder (``model.kind``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("input", self.input, CRITIC_INPUTS)
+
+
 @dataclass
 class MappoIppoConfig(ActorCriticRunConfig):
     """The keys of ``configs/mappo_ippo.yaml`` (its types and ranges, checked before anything
     runs)."""
 
+    critic: PPOCriticConfig = MISSING
+    """The critic's network and what it reads."""
     loss: PPOLossConfig = MISSING
     """PPO's loss and GAE."""
     train: PPOTrainConfig = MISSING
@@ -184,6 +215,7 @@ class MappoIppoConfig(ActorCriticRunConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("seeds_in_process", self.seeds_in_process, low=1)
+        check_critic_input(self.critic, self.model)
         check_not_above(  # an epoch would be one minibatch of the whole batch
             "train.minibatch_size",
             self.train.minibatch_size,
@@ -264,9 +296,76 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> 
     )
 
 
+def critic_input(critic: Any) -> str:
+    """``critic.input`` of the section (a config or the schema's dataclass; ``observations``
+    for a checkpoint's config written before it existed)."""
+    return str(getattr(critic, "input", "observations"))
+
+
+def check_critic_input(critic: Any, model: Any) -> None:
+    """``critic.input=state`` with what it needs of the config: MAPPO's critic
+    (``critic.centralised``), the ``mlp`` encoder (``model.kind``).
+
+    Raises:
+        ConfigError: ``critic.input=state`` with ``critic.centralised=false`` or another
+            ``model.kind``; the message names both keys.
+    """
+    if critic_input(critic) != "state":
+        return
+    if not critic.centralised:
+        raise ConfigError(
+            "critic.input=state is MAPPO's critic (critic.centralised=true); IPPO's "
+            "(critic.centralised=false) reads the agent's own observation: use "
+            "critic.input=observations with it"
+        )
+    encoder = str(getattr(model, "kind", "mlp"))
+    if encoder != "mlp":
+        raise ConfigError(
+            f"critic.input=state reads the env's state through the mlp encoder; "
+            f"model.kind={encoder} reads the group's observations: use model.kind=mlp "
+            "with critic.input=state, or critic.input=observations"
+        )
+
+
+def state_width(env: EnvBase) -> int:
+    """The features ``s`` of the env's root ``"state"`` ``[*B, s]``, which ``critic.input=state``
+    reads.
+
+    Raises:
+        ConfigError: the env has no root ``"state"`` (the message lists its keys and the envs
+            that have one), or its state is not a vector.
+    """
+    if STATE not in env.state_spec:
+        keys = [*env.observation_spec.keys(True, True), *env.state_spec.keys(True, True)]
+        raise ConfigError(
+            f"critic.input=state reads the env's global 'state' [*B, s]; this env "
+            f"({type(env).__name__}) has none, its keys: {keys}. The native scenarios "
+            "(navigation, swarm, predator_prey, smax/<map>) have one, and the adapters' envs "
+            "whose simulator gives one (PettingZoo's with a state_space, MPE's say; jaxmarl/SMAX; "
+            "mujoco/; magent2/ and meltingpot/, flattened); VMAS's, Gymnasium's and EPyMARL's "
+            "(gymma/, lbforaging/, rware/) have none: use critic.input=observations"
+        )
+    shape = env.state_spec[STATE].shape[len(env.batch_size) :]
+    if len(shape) != 1:
+        raise ConfigError(
+            f"critic.input=state reads a state vector [*B, s]; this env's 'state' is "
+            f"[*B, {', '.join(map(str, shape))}]: flatten it (env.transforms=[flatten_observation])"
+            " or use critic.input=observations"
+        )
+    return int(shape[0])
+
+
 def make_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
-    """The value of each agent, from every agent's observation (MAPPO) or its own (IPPO);
-    recurrent with ``model.memory`` and ``model.critic_memory``; ``model.kind``'s encoder."""
+    """The value of each agent, from every agent's observation (MAPPO) or its own (IPPO), or
+    with ``critic.input=state`` from the env's ``"state"`` and the agent's one-hot index;
+    recurrent with ``model.memory`` and ``model.critic_memory``; ``model.kind``'s encoder.
+
+    Raises:
+        ConfigError: ``critic.input=state`` on an env without a ``"state"`` vector, or with
+            IPPO or an encoder other than ``mlp`` (:func:`check_critic_input`).
+    """
+    if critic_input(cfg) == "state":
+        return make_state_critic(env, group, cfg, model)
     if kind(model) != "mlp":
         return encoder_network(
             env,
@@ -299,6 +398,41 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
         env.observation_spec[group, "observation"].shape[-1],
         group=group,
         centralised=cfg.centralised,
+        share_params=cfg.share_params,
+        depth=cfg.depth,
+        num_cells=cfg.num_cells,
+    )
+
+
+def make_state_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
+    """``critic.input=state``: each of the group's ``n`` agents reads the root ``"state"``
+    ``[*B, s]`` joined with its one-hot index, ``[*B, n, s + n]``
+    (:class:`~marlkit.modules.StateWithAgentId`), through the critic's MLP (shared with
+    ``critic.share_params``: one network, each agent its own value), and with
+    ``model.critic_memory`` a cell (its state ``(group, "critic_rnn_state")``)."""
+    check_critic_input(cfg, model)
+    n, width = len(env.group_map[group]), state_width(env)
+    if model.memory != "none" and model.critic_memory:
+        return recurrent_network(
+            width + n,
+            1,
+            n,
+            memory=model.memory,
+            hidden_size=model.memory_hidden,
+            group=group,
+            in_key=STATE,
+            preprocess=StateWithAgentId(n),
+            name="critic_rnn",
+            out_keys=[(group, "state_value")],
+            share_params=cfg.share_params,
+            depth=cfg.depth,
+            num_cells=cfg.num_cells,
+        )
+    return StateValueCritic(
+        n,
+        group=group,
+        state_dim=width,
+        agent_id=True,
         share_params=cfg.share_params,
         depth=cfg.depth,
         num_cells=cfg.num_cells,
@@ -440,6 +574,13 @@ def train_seeds(cfg: DictConfig) -> None:
     buffers = SeedBuffers(groups, seeds, frames, cfg.train.minibatch_size)
     # the seeds' envs stepped together (Python adapters: one env of K x num_envs instances)
     collector, split = stack_collector(cfg, [b[0] for b in built], seeds, policy)
+    # loss.standardise_rewards: each seed's statistics of its own rewards, saved with its run
+    standardisers = None
+    parts: list[dict[str, Any]] = [{} for _ in seeds]
+    if cfg.loss.standardise_rewards:
+        standardisers = seed_standardisers({g: [("next", g, "reward")] for g in groups}, n_seeds)
+        for k, part in enumerate(parts):
+            part["reward_standardisers"] = SeedRewardStatistics(standardisers, k)
     runs = SeedRuns(
         [open_run(seed_config(cfg, s)) for s in seeds],
         collector,
@@ -447,6 +588,7 @@ def train_seeds(cfg: DictConfig) -> None:
         [b[1] for b in built],
         policy,
         split=split,
+        parts=parts,
     )
     runs.restore()
 
@@ -455,9 +597,9 @@ def train_seeds(cfg: DictConfig) -> None:
     for batch in runs.batches():  # [K, num_envs, T]
         if cfg.loss.team_episodes:
             team_flags(batch, {g: len(first[0].group_map[g]) for g in groups})
-        advantages(batch, gaes, None)  # check_seeds_config refuses loss.standardise_rewards
+        data = advantages(batch, gaes, standardisers)  # the batch logged keeps its rewards
         buffers.empty()
-        buffers.extend(batch.select(*keys, strict=False))
+        buffers.extend(data.select(*keys, strict=False))
         lr = anneal_lr(cfg, optims, collector)  # the seeds' batches are the collector's
         metrics = update_seed_groups(
             losses,

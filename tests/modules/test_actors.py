@@ -406,3 +406,30 @@ def test_tanh_normal_number_bounds_give_the_tensor_bounds_values() -> None:
     other = torch.rand(40, 3, 2) * 1.8 - 0.9
     assert torch.equal(tensors.log_prob(other), numbers.log_prob(other))
     assert torch.equal(tensors.mean, numbers.mean)
+
+
+def test_a_state_critic_with_agent_ids_gives_each_agent_its_own_value() -> None:
+    """``agent_id=True`` (JaxMARL's and EPyMARL's MAPPO critic input): agent i reads
+    ``cat(state, eye(n)[i])``; one shared network then values the agents apart, where the
+    state alone gives every agent the same value."""
+    from marlkit.modules import StateWithAgentId
+
+    torch.manual_seed(0)
+    state = torch.randn(2, 5, 7)
+    td = TensorDict({"state": state}, [2, 5])
+    joined = StateWithAgentId(3)(state)
+    assert joined.shape == (2, 5, 3, 10)
+    for i in range(3):
+        assert torch.equal(joined[..., i, :7], state)
+        assert torch.equal(joined[..., i, 7:], torch.eye(3)[i].expand(2, 5, 3))
+    same = StateValueCritic(3, state_dim=7, num_cells=8)(td.clone())["agents", "state_value"]
+    torch.testing.assert_close(same[..., 1, :], same[..., 0, :])
+    critic = StateValueCritic(3, state_dim=7, agent_id=True, num_cells=8)
+    value = critic(td.clone())["agents", "state_value"]
+    assert torch.equal(value, critic.module.mlp(joined)) and value.shape == (2, 5, 3, 1)
+    assert not torch.allclose(value[..., 1, :], value[..., 0, :])
+    assert torch.equal(critic.value(td), value)  # the loss's path reads the same
+    with pytest.raises(ValueError, match=r"state of shape \[\*B, 7\], got \[2, 5, 10\]"):
+        critic(TensorDict({"state": joined[..., 0, :]}, [2, 5]))
+    with pytest.raises(ValueError, match="agent_id=True joins the state: pass state_dim"):
+        StateValueCritic(3, 4, agent_id=True)

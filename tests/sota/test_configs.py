@@ -158,6 +158,8 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             assert now["loss"].pop("target_policy_noise", 0.0) == 0.0
             assert now["loss"].pop("target_noise_clip", 0.5) == 0.5
             assert now["loss"].pop("actor_delay", 1) == 1
+        if "critic" in now:  # issue 38: the critic reads observations unless told the state
+            assert now["critic"].pop("input", "observations") == "observations"
         if "model" in now:  # model (issue 37): no memory, the networks as before
             model = now.pop("model")
             assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"
@@ -382,6 +384,14 @@ def _refusal(name: str, override: str) -> str:
         ("masac_isac", "loss.num_qvalue_nets=0", ["loss.num_qvalue_nets must be an int >= 1"]),
         ("masac_isac", "loss.tau=0", ["loss.tau must be a finite number in (0, 1], got 0.0"]),
         ("masac_isac", "loss.loss_function=l3", ["loss.loss_function must be one of ['l2'"]),
+        # issue 38: the MAPPO critic's input; MADDPG's and MASAC's critics have no such key
+        (
+            "mappo_ippo",
+            "critic.input=states",
+            ["critic.input must be one of ['observations', 'state'], got 'states'"],
+        ),
+        ("maddpg_iddpg", "critic.input=state", ["Key 'input' not in 'CriticConfig'"]),
+        ("masac_isac", "+critic.input=state", ["critic.input is not a key of CriticConfig"]),
     ],
 )
 def test_a_bad_value_is_refused_with_its_key(name, override, messages):

@@ -159,3 +159,117 @@ def test_standardised_rewards_resume_their_statistics(tmp_path):
     run("mappo_ippo", run_dir, (*budget, "collector.total_frames=1200", f"resume={run_dir}"))
     count = Checkpointer(run_dir / "checkpoints").load()["reward_standardisers"]
     assert float(count["agents.stats.count"]) == pytest.approx(3 * 400 * 3 + 1e-4)  # went on
+
+
+#: critic.input=state on native SMAX 3m: 1 batch of 4 envs x 64 steps, windows of 32
+SMAX_STATE = (
+    "critic.input=state",
+    "env.num_envs=4",
+    "collector.frames_per_batch=256",
+    "collector.total_frames=256",
+    "model.seq_len=32",
+    "train.minibatch_size=128",
+    "train.epochs=1",
+    "eval.video=false",
+)
+
+
+@pytest.mark.parametrize("critic_memory", [False, True])
+def test_a_state_critic_reads_the_state_and_each_agents_one_hot_id(critic_memory):
+    """``critic.input=state`` (JaxMARL's and EPyMARL's MAPPO critic): each agent's critic
+    input is SMAX's root state joined with its one-hot index, ``cat(state, eye(n)[i])``, through
+    one network shared by the agents, which gives each agent its own value."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from marlkit.modules import MultiAgentMLP
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _compose
+
+    module = _mappo_module()
+    cfg = _compose("mappo_smax", ["critic.input=state", f"model.critic_memory={critic_memory}"])
+    env = env_factory(cfg, 2, seed=0)()  # native SMAX 3m, with the script's transforms
+    critic = module.make_critic(env, "ally", cfg.critic, cfg.model)
+    assert "state" in critic.in_keys and ("ally", "observation") not in critic.in_keys
+    seen = []
+    first = next(m for m in critic.modules() if isinstance(m, MultiAgentMLP))
+    first.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    td = env.reset()
+    state = td["state"]  # [2, 72]
+    value = critic(td)["ally", "state_value"]
+    assert value.shape == (2, 3, 1)
+    expected = torch.cat([state[:, None].expand(2, 3, 72), torch.eye(3).expand(2, 3, 3)], -1)
+    assert len(seen) == 1 and torch.equal(seen[0], expected)
+    assert first.n_agent_inputs == 75 and first.share_params  # one network for the 3 agents
+    assert not torch.allclose(value[:, 0], value[:, 1])  # the same state, each its own value
+    # a checkpoint's config written before critic.input: the observations' critic, as before
+    old = OmegaConf.create({k: v for k, v in cfg.critic.items() if k != "input"})
+    assert ("ally", "observation") in module.make_critic(env, "ally", old, cfg.model).in_keys
+
+
+@pytest.mark.parametrize("critic_memory", ["false", "true"])
+def test_mappo_on_smax_trains_a_state_critic(tmp_path, critic_memory):
+    """A short MAPPO run on native SMAX 3m with ``critic.input=state``, the critic with and
+    without memory: its critic reads the state and ids (75 = 72 + 3 inputs, where the joined
+    observations would be 3 x 75), and its policy reads back (``trained_policy``)."""
+    import math
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from marlkit.train.scripts import env_factory
+
+    run_dir = tmp_path / "run"
+    run(
+        "mappo_ippo",
+        run_dir,
+        (*SMAX_STATE, f"model.critic_memory={critic_memory}"),
+        config="mappo_smax",
+    )
+    last = read_metrics(run_dir / "metrics.csv")[-1]
+    assert math.isfinite(last["train/ally/loss_critic"]) and last["train/ally/loss_critic"] > 0
+    state = Checkpointer(run_dir / "checkpoints").load()
+    first = "module.0.module.1" if critic_memory == "true" else "module.mlp"
+    weight = state["losses"][f"ally.critic_network.{first}.layers.0.weight"]
+    assert weight.shape == (1, 72 + 3, 128)
+    assert state["config"]["critic"]["input"] == "state"
+    module = _mappo_module()
+    env = env_factory(OmegaConf.create(state["config"]), 2, seed=1)()
+    td = module.trained_policy(env, str(run_dir))(env.reset())
+    assert td["ally", "action"].shape == (2, 3) and td["ally", "action"].dtype == torch.long
+
+
+def test_a_state_critic_on_an_env_without_a_state_is_refused_before_anything_trains(tmp_path):
+    run_dir = tmp_path / "run"
+    override = (*BUDGET, "env=vmas/navigation", "critic.input=state")
+    with pytest.raises(AssertionError) as refused:
+        run("mappo_ippo", run_dir, override)
+    message = str(refused.value)
+    assert "ConfigError: critic.input=state reads the env's global 'state' [*B, s]" in message
+    assert "its keys: [('agents', 'observation')" in message  # what VMAS's env has
+    assert "smax/<map>" in message and "use critic.input=observations" in message
+    assert not (run_dir / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "overrides", "message"),
+    [
+        # IPPO's critic reads the agent's own observation
+        ("ippo_smax", ["critic.input=state"], r"critic.input=state is MAPPO's critic \(critic"),
+        (
+            "mappo_smax",
+            ["critic.input=state", "model.kind=deepsets", "model.inputs=[entities,own]"],
+            r"critic.input=state reads the env's state through the mlp encoder; "
+            r"model.kind=deepsets reads the group's observations",
+        ),
+    ],
+)
+def test_a_state_critic_is_refused_for_ippo_and_other_encoders(config, overrides, message):
+    from marlkit.train.config import ConfigError, check_config
+
+    from .test_configs import _compose
+
+    with pytest.raises(ConfigError, match=message):
+        check_config(_compose(config, overrides))
+    check_config(_compose(config, overrides[1:]))  # without the state: a run it would train

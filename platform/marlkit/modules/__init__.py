@@ -16,7 +16,7 @@ from marlkit.modules.activations import Tanh, fast_tanh, get_tanh_method, set_ta
 from marlkit.modules.actors import NormalParamExtractor, ProbabilisticActor, distribution_keys
 from marlkit.modules.cnn import MultiAgentCNN
 from marlkit.modules.continuous import AdditiveGaussian, StateActionValueCritic, TanhBounds
-from marlkit.modules.critics import StateValueCritic, ValueNorm
+from marlkit.modules.critics import StateValueCritic, StateWithAgentId, ValueNorm
 from marlkit.modules.distributions import Categorical, MaskedCategorical, Normal, TanhNormal
 from marlkit.modules.entities import DeepSets, EntityAttention
 from marlkit.modules.graph import MultiAgentGNN, full_graph, radius_graph
@@ -48,6 +48,7 @@ __all__ = [
     "StackedLinear",
     "StateActionValueCritic",
     "StateValueCritic",
+    "StateWithAgentId",
     "Tanh",
     "TanhBounds",
     "TanhNormal",

@@ -15,23 +15,53 @@ from marlkit.modules._checks import get_tensor
 from marlkit.modules.activations import Tanh
 from marlkit.modules.mlp import MultiAgentMLP
 
-__all__ = ["StateValueCritic", "ValueNorm"]
+__all__ = ["StateValueCritic", "StateWithAgentId", "ValueNorm"]
+
+
+class StateWithAgentId(nn.Module):
+    """The global state given to each of ``n_agents`` agents with the agent's one-hot index:
+    ``state`` ``[*B, state_dim]`` -> ``[*B, n_agents, state_dim + n_agents]``, agent ``i``'s
+    row ``cat(state, eye(n_agents)[i])``. The input of JaxMARL's MAPPO critic (its
+    ``world_state`` wrapper) and EPyMARL's ``cv_critic``: a network shared by the agents gives
+    each its own value of the one state.
+
+    Args:
+        n_agents: agents in the group.
+
+    Examples:
+        >>> StateWithAgentId(3)(torch.zeros(5, 4)).shape
+        torch.Size([5, 3, 7])
+    """
+
+    def __init__(self, n_agents: int):
+        super().__init__()
+        self.n_agents = check_int("n_agents", n_agents, low=1)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        n, lead = self.n_agents, state.shape[:-1]
+        ids = torch.eye(n, dtype=state.dtype, device=state.device).expand(*lead, n, n)
+        return torch.cat([state.unsqueeze(-2).expand(*lead, n, state.shape[-1]), ids], dim=-1)
 
 
 class _FromState(nn.Module):
     """``state`` ``[*B, state_dim]`` -> ``[*B, n_agents, 1]`` through a per-agent MLP fed the
-    same global state."""
+    same global state (with ``agent_id``, joined with each agent's one-hot index:
+    :class:`StateWithAgentId`)."""
 
-    def __init__(self, mlp: MultiAgentMLP):
+    def __init__(self, mlp: MultiAgentMLP, agent_id: bool = False):
         super().__init__()
         self.mlp = mlp
+        self.with_id = StateWithAgentId(mlp.n_agents) if agent_id else None
+        self.state_dim = mlp.n_agent_inputs - (mlp.n_agents if agent_id else 0)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
-        if state.shape[-1] != self.mlp.n_agent_inputs:
+        if state.shape[-1] != self.state_dim:
             raise ValueError(
-                f"StateValueCritic: expected a state of shape [*B, {self.mlp.n_agent_inputs}], "
+                f"StateValueCritic: expected a state of shape [*B, {self.state_dim}], "
                 f"got {list(state.shape)}"
             )
+        if self.with_id is not None:
+            return self.mlp(self.with_id(state))
         shape = (*state.shape[:-1], self.mlp.n_agents, state.shape[-1])
         return self.mlp(state.unsqueeze(-2).expand(shape))
 
@@ -45,7 +75,10 @@ class StateValueCritic(TensorDictModule):
       ``(group, "observation")`` ``[*B, n_agents, obs_dim]``;
     * ``centralised=True`` (MAPPO): each agent's value from all agents' observations;
     * ``state_dim=...`` (MAPPO with a global state): from the root ``"state"``
-      ``[*B, state_dim]``.
+      ``[*B, state_dim]``, the same input for every agent; with ``agent_id=True`` joined with
+      the agent's one-hot index, ``[*B, n_agents, state_dim + n_agents]``
+      (:class:`StateWithAgentId`: JaxMARL's and EPyMARL's MAPPO critics), so that a shared
+      network gives each agent its own value.
 
     Args:
         n_agents: agents in the group.
@@ -53,13 +86,15 @@ class StateValueCritic(TensorDictModule):
         group: the group whose keys are read and written.
         centralised: feed every agent all agents' observations.
         state_dim: read the root state of this size instead of observations.
+        agent_id: with ``state_dim``, each agent reads the state and its one-hot index.
         share_params: one network for every agent (the usual choice for critics).
         depth, num_cells, activation: the MLP (see :class:`MultiAgentMLP`).
         obs_key, state_key, value_key: the keys read and written.
         device: where the parameters live.
 
     Raises:
-        ValueError: ``centralised`` with ``state_dim`` (choose one input).
+        ValueError: ``centralised`` with ``state_dim`` (choose one input); ``agent_id``
+            without ``state_dim``.
     """
 
     def __init__(
@@ -70,6 +105,7 @@ class StateValueCritic(TensorDictModule):
         group: str = DEFAULT_GROUP,
         centralised: bool = False,
         state_dim: int | None = None,
+        agent_id: bool = False,
         share_params: bool = True,
         depth: int = 2,
         num_cells: int | Sequence[int] = 256,
@@ -81,11 +117,13 @@ class StateValueCritic(TensorDictModule):
     ):
         if state_dim is not None and centralised:
             raise ValueError("StateValueCritic: pass centralised=True or state_dim, not both")
+        if agent_id and state_dim is None:
+            raise ValueError("StateValueCritic: agent_id=True joins the state: pass state_dim")
         width = state_dim if state_dim is not None else obs_dim
         if width is None:
             raise ValueError("StateValueCritic needs obs_dim (or state_dim for a state critic)")
         mlp = MultiAgentMLP(
-            width,
+            width + (n_agents if agent_id else 0),
             1,
             n_agents,
             centralised=centralised,
@@ -97,7 +135,7 @@ class StateValueCritic(TensorDictModule):
         )
         module: nn.Module
         if state_dim is not None:
-            module, in_key = _FromState(mlp), state_key
+            module, in_key = _FromState(mlp, agent_id), state_key
         else:
             module, in_key = mlp, obs_key if obs_key is not None else (group, OBSERVATION)
         out = value_key if value_key is not None else (group, STATE_VALUE)

@@ -361,6 +361,7 @@ def recurrent_network(
     num_cells: int | Sequence[int] = 64,
     activation: type[nn.Module] = Tanh,
     head: nn.Module | None = None,
+    preprocess: nn.Module | None = None,
     device: torch.device | str | None = None,
 ) -> TensorDictSequential:
     """A per-agent network with memory, EPyMARL's ``RNNAgent`` in marlkit's keys: an encoder
@@ -381,13 +382,17 @@ def recurrent_network(
         memory: ``"gru"`` or ``"lstm"``.
         hidden_size: the encoder's output and the cell's state (128: EPyMARL's default).
         group: the group whose keys are read and written.
-        in_key: the input (default ``(group, "observation")``).
+        in_key: the input (default ``(group, "observation")``; with ``preprocess``, what it
+            reads).
         out_keys: where the head's outputs go (one key per tensor it returns).
         name: the prefix of the network's own keys.
         centralised: the encoder reads every agent's input (a MAPPO critic).
         share_params: one network for every agent.
         depth, num_cells, activation: the encoder (see :class:`MultiAgentMLP`).
         head: a module after the linear head (``None``: the linear output).
+        preprocess: a module before the encoder, turning ``in_key``'s tensor into the
+            ``[*B, n_agents, input_size]`` the encoder reads (a
+            :class:`~marlkit.modules.StateWithAgentId` of the root ``"state"``, say).
         device: where the parameters live.
 
     Raises:
@@ -434,7 +439,7 @@ def recurrent_network(
         linear = nn.Sequential(linear, head)
     return TensorDictSequential(
         TensorDictModule(
-            nn.Sequential(encoder, activation()),
+            nn.Sequential(*([preprocess] if preprocess is not None else []), encoder, activation()),
             in_keys=[in_key if in_key is not None else (group, OBSERVATION)],
             out_keys=[enc_key],
         ),
