@@ -118,3 +118,52 @@ def test_the_standardiser_refuses_a_batch_without_its_rewards():
 def test_the_examples_run():
     result = doctest.testmod(standardise_module, raise_on_error=False, verbose=False)
     assert result.attempted >= 2 and result.failed == 0, result
+
+
+def test_a_seed_stack_keeps_each_seeds_statistics_as_its_own_standardiser():
+    """Seed k of a SeedRewardStandardiser standardises as a lone RewardStandardiser fed only
+    seed k's rewards, batch after batch, and saves/loads in that one's layout."""
+    from marlkit.objectives.standardise import SeedRewardStandardiser
+
+    key = ("next", "agents", "reward")
+    torch.manual_seed(0)
+    stack = SeedRewardStandardiser([key], n_seeds=3)
+    alone = [RewardStandardiser([key]) for _ in range(3)]
+    for step in range(4):
+        scales = torch.tensor([1.0, 10.0, 0.01]).view(3, 1, 1, 1)
+        rewards = torch.randn(3, 8, 2, 1) * scales + step
+        out = stack(TensorDict({key: rewards}, [3, 8]))[key]
+        for k in range(3):
+            own = alone[k](TensorDict({key: rewards[k]}, [8]))[key]
+            torch.testing.assert_close(out[k], own, rtol=1e-5, atol=1e-6)
+    for k in range(3):
+        mine = stack.seed_state_dict(k)
+        theirs = alone[k].state_dict()
+        assert sorted(mine) == sorted(theirs)
+        for name in mine:
+            torch.testing.assert_close(mine[name], theirs[name].to(mine[name].dtype))
+    fresh = SeedRewardStandardiser([key], n_seeds=3)
+    fresh.load_seed_state_dict(1, alone[1].state_dict())
+    assert torch.equal(fresh.mean[1], stack.mean[1]) and float(fresh.count[0]) == 1e-4
+
+
+def test_a_seed_stack_names_what_is_wrong_with_a_batch():
+    from marlkit.objectives.standardise import SeedRewardStandardiser
+
+    key = ("next", "agents", "reward")
+    stack = SeedRewardStandardiser([key], n_seeds=2)
+    with pytest.raises(
+        ValueError, match=r"must have shape \[2 seeds, \.\.\., 1\], got \(3, 4, 1\)"
+    ):
+        stack(TensorDict({key: torch.zeros(3, 4, 1)}, [3]))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        stack(TensorDict({key: torch.full((2, 4, 1), float("nan"))}, [2]))
+    with pytest.raises(TypeError, match="floating-point"):
+        stack(TensorDict({key: torch.zeros(2, 4, 1, dtype=torch.int64)}, [2]))
+    with pytest.raises(KeyError, match="none of the reward entries"):
+        stack(TensorDict({"other": torch.zeros(2, 1)}, [2]))
+    with pytest.raises(ValueError, match="n_seeds must be an int >= 1"):
+        SeedRewardStandardiser([key], n_seeds=0)
+    with pytest.raises(KeyError, match=r"stats\.var"):
+        stack.load_seed_state_dict(0, {"stats.mean": torch.zeros(1), "stats.count": 1.0})
+    assert float(stack.count[0]) == pytest.approx(1e-4)  # nothing was merged by the bad ones

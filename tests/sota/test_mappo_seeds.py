@@ -66,6 +66,25 @@ def test_a_continuous_seed_of_a_batched_env_takes_the_same_first_updates(tmp_pat
     assert_same_first_updates(tmp_path / "alone", tmp_path / "stack" / "seed_1")
 
 
+@pytest.mark.slow  # two runs, ~30 s
+def test_standardised_rewards_keep_each_seeds_statistics_as_its_own_run(tmp_path):
+    """``loss.standardise_rewards``: each seed's GAE reads its rewards on its own running
+    scale (its first updates are its own run's), its logged returns stay the env's, and its
+    checkpoint holds its statistics as its own run's would."""
+    budget = (*MPE, "loss.standardise_rewards=true")
+    run("mappo_ippo", tmp_path / "stack", (*budget, "seeds_in_process=2"))
+    run("mappo_ippo", tmp_path / "alone", (*budget, "seed=4"))
+    alone, inside = tmp_path / "alone", tmp_path / "stack" / "seed_4"
+    assert_same_first_updates(alone, inside)  # its episode_reward too: the env's
+    a, b = (Checkpointer(d / "checkpoints").load()["reward_standardisers"] for d in (alone, inside))
+    assert sorted(a) == sorted(b) == ["agents.stats.count", "agents.stats.mean", "agents.stats.var"]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert float(b["agents.stats.count"]) == pytest.approx(200 * 3 + 1e-4)  # 1 batch, 3 agents
+    plain = read_metrics(tmp_path / "stack" / "seed_0" / "metrics.csv")[0]
+    assert plain["agents/episode_reward"] < -1  # simple_spread's distances: the env's scale
+
+
 def test_the_stack_resumes_every_seed(tmp_path):
     stack = tmp_path / "stack"
     run("mappo_ippo", stack, (*MPE, "seeds_in_process=2"))

@@ -104,5 +104,29 @@ def test_the_q_learning_stack_resumes_every_seed(tmp_path):
 
 
 def test_a_config_the_stack_cannot_run_is_refused_by_its_key(tmp_path):
-    with pytest.raises(AssertionError, match=r"does not support loss\.standardise_rewards=True"):
-        run("iql", tmp_path / "run", (*MPE, "seeds_in_process=2", "loss.standardise_rewards=true"))
+    with pytest.raises(AssertionError, match=r"does not support model\.memory=gru"):
+        run("iql", tmp_path / "run", (*MPE, "seeds_in_process=2", "model.memory=gru"))
+
+
+@pytest.mark.slow  # two runs and a resumption, ~40 s
+def test_standardised_rewards_keep_each_seeds_statistics_as_its_own_run(tmp_path):
+    """``loss.standardise_rewards`` in a stack: each seed's rewards on its own running scale,
+    so a seed's first updates, its logged scale and its saved statistics are its own run's;
+    the statistics resume."""
+    budget = (*MPE, "loss.standardise_rewards=true")
+    run("qmix_vdn", tmp_path / "stack", (*budget, "seeds_in_process=2"))
+    run("qmix_vdn", tmp_path / "alone", (*budget, "seed=4"))
+    alone, inside = tmp_path / "alone", tmp_path / "stack" / "seed_4"
+    assert_same_first_updates(alone, inside, mixer=True)  # train/agents/reward_std too
+    a, b = (checkpoint(d)["reward_standardisers"] for d in (alone, inside))
+    assert sorted(a) == sorted(b) == ["agents.stats.count", "agents.stats.mean", "agents.stats.var"]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-7, msg=name)
+    # 2 epochs x 2 minibatches of 50 steps x 3 agents, pooled
+    assert float(b["agents.stats.count"]) == pytest.approx(4 * 50 * 3 + 1e-4)
+    other = checkpoint(tmp_path / "stack" / "seed_0")["reward_standardisers"]
+    assert float(other["agents.stats.mean"]) != pytest.approx(float(b["agents.stats.mean"]))
+    more = (*budget, "seeds_in_process=2", "collector.total_frames=200")
+    run("qmix_vdn", tmp_path / "stack", (*more, f"resume={tmp_path / 'stack'}"))
+    again = checkpoint(inside)["reward_standardisers"]
+    assert float(again["agents.stats.count"]) == pytest.approx(2 * 4 * 50 * 3 + 1e-4)

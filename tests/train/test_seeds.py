@@ -245,10 +245,6 @@ def config(**overrides) -> object:
         ({"model": {"kind": "gnn"}}, "does not support model.kind=gnn yet"),
         ({"device": "cuda"}, "does not support device=cuda yet"),
         ({"callbacks": ["EarlyStopping"]}, "seeds_in_process=4 does not support callbacks yet"),
-        (
-            {"loss": {"standardise_rewards": True}},
-            "does not support loss.standardise_rewards=True yet",
-        ),
     ],
 )
 def test_what_a_stack_cannot_do_is_refused_by_name(overrides: dict, message: str) -> None:
@@ -259,6 +255,8 @@ def test_what_a_stack_cannot_do_is_refused_by_name(overrides: dict, message: str
 def test_one_seed_is_the_usual_run_whatever_the_options() -> None:
     assert check_seeds_config(config(seeds_in_process=1, train={"compile": True})) == 1
     assert check_seeds_config(config()) == 4
+    # each seed keeps its own reward statistics (SeedRewardStandardiser)
+    assert check_seeds_config(config(loss={"standardise_rewards": True})) == 4
 
 
 @pytest.mark.parametrize(

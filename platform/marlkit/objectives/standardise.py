@@ -19,7 +19,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -27,7 +27,7 @@ from tensordict import TensorDictBase
 from marlkit._checks import check_real
 from marlkit.data.keys import NestedKey
 
-__all__ = ["RewardStandardiser", "RunningMeanStd"]
+__all__ = ["RewardStandardiser", "RunningMeanStd", "SeedRewardStandardiser"]
 
 
 class RunningMeanStd(torch.nn.Module):
@@ -156,3 +156,131 @@ class RewardStandardiser(torch.nn.Module):
         for key, value in zip(present, rewards):
             out.set(key, self.stats.normalise(value).to(value.dtype))
         return out
+
+
+class SeedRewardStandardiser(torch.nn.Module):
+    """:class:`RewardStandardiser` for ``n_seeds`` seeds trained as one stack
+    (``seeds_in_process``): batches ``[K, ...]`` whose first dim is the seed, each seed's
+    rewards standardised by statistics of its own (seed ``k``'s as its own run's
+    :class:`RewardStandardiser` would keep them), merged for every seed at once.
+
+    :meth:`seed_state_dict` / :meth:`load_seed_state_dict` give seed ``k``'s share in the
+    layout of a lone run's standardiser (``stats.mean``, ``stats.var``, ``stats.count``), so a
+    seed's checkpoint holds what its own run's would.
+
+    Args:
+        keys: the reward entries, each ``[K, ..., 1]``.
+        n_seeds: ``K``.
+        epsilon: each seed's initial weight (:class:`RunningMeanStd`'s).
+
+    Raises:
+        ValueError: no keys, ``n_seeds`` below 1, a non-positive ``epsilon``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from marlkit.objectives.standardise import SeedRewardStandardiser
+        >>> standardise = SeedRewardStandardiser([("next", "agents", "reward")], n_seeds=2)
+        >>> rewards = torch.tensor([[0.0, 2.0], [0.0, 20.0]]).reshape(2, 2, 1, 1)
+        >>> td = TensorDict({("next", "agents", "reward"): rewards}, [2, 2])
+        >>> out = standardise(td)["next", "agents", "reward"].reshape(2, 2)
+        >>> [[round(r, 3) for r in row] for row in out.tolist()]  # each seed on its own scale
+        [[-0.707, 0.707], [-0.707, 0.707]]
+    """
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, keys: Sequence[NestedKey], n_seeds: int, epsilon: float = 1e-4):
+        super().__init__()
+        self.keys = [k if isinstance(k, str) else tuple(k) for k in keys]
+        if not self.keys:
+            raise ValueError("SeedRewardStandardiser: keys must name at least one reward entry")
+        if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1:
+            raise ValueError(
+                f"SeedRewardStandardiser: n_seeds must be an int >= 1, got {n_seeds!r}"
+            )
+        epsilon = check_real("epsilon", epsilon, low=0.0, owner="SeedRewardStandardiser")
+        self.n_seeds = n_seeds
+        self.register_buffer("mean", torch.zeros(n_seeds, 1))
+        self.register_buffer("var", torch.ones(n_seeds, 1))
+        self.register_buffer("count", torch.full((n_seeds,), float(epsilon), dtype=torch.float64))
+
+    def _rows(self, key: NestedKey, value: torch.Tensor) -> torch.Tensor:
+        """``value`` ``[K, ..., 1]`` as ``[K, N]``, checked."""
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            raise TypeError(
+                f"SeedRewardStandardiser: {key!r} must be a floating-point tensor, got "
+                f"{getattr(value, 'dtype', type(value).__name__)}"
+            )
+        if value.dim() < 2 or value.shape[0] != self.n_seeds or value.shape[-1] != 1:
+            raise ValueError(
+                f"SeedRewardStandardiser: {key!r} must have shape [{self.n_seeds} seeds, ..., 1], "
+                f"got {tuple(value.shape)}"
+            )
+        if value.numel() == 0:
+            raise ValueError(f"SeedRewardStandardiser: {key!r} is empty")
+        if not torch.isfinite(value).all():
+            raise ValueError(f"SeedRewardStandardiser: {key!r} has NaN or infinite entries")
+        return value.reshape(self.n_seeds, -1)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        present = [k for k in self.keys if td.get(k, None) is not None]
+        if not present:
+            raise KeyError(
+                f"SeedRewardStandardiser: the batch has none of the reward entries {self.keys}; "
+                f"it has {sorted(map(str, td.keys(True, True)))}"
+            )
+        rewards = [td.get(k) for k in present]
+        rows = torch.cat([self._rows(k, r) for k, r in zip(present, rewards)], 1)
+        self._update(rows.to(self.mean.dtype))
+        out = td.copy()
+        for key, value in zip(present, rewards):
+            shape = (self.n_seeds,) + (1,) * (value.dim() - 1)
+            scaled = (value - self.mean.view(shape)) / self.var.sqrt().view(shape)
+            out.set(key, scaled.to(value.dtype))
+        return out
+
+    @torch.no_grad()
+    def _update(self, rows: torch.Tensor) -> None:
+        """:meth:`RunningMeanStd.update` of each seed's row of ``rows`` ``[K, N]``."""
+        n = rows.shape[1]
+        batch_mean = rows.mean(1, keepdim=True)
+        batch_var = rows.var(1, correction=1 if n > 1 else 0, keepdim=True)
+        count = self.count.to(self.mean.dtype).unsqueeze(1)
+        total = count + n
+        delta = batch_mean - self.mean
+        m2 = self.var * count + batch_var * n + delta.square() * count * n / total
+        self.mean.add_(delta * n / total)
+        self.var.copy_(m2 / total)
+        self.count.add_(n)
+
+    def seed_state_dict(self, k: int) -> dict[str, torch.Tensor]:
+        """Seed ``k``'s statistics, as its own run's :class:`RewardStandardiser` saves them."""
+        return {
+            "stats.mean": self.mean[k].clone(),
+            "stats.var": self.var[k].clone(),
+            "stats.count": self.count[k].clone(),
+        }
+
+    def load_seed_state_dict(self, k: int, state: Mapping[str, torch.Tensor]) -> None:
+        """Seed ``k``'s statistics from :meth:`seed_state_dict`'s (or a lone run's) layout.
+
+        Raises:
+            KeyError: an entry missing. ValueError: an entry of another shape.
+        """
+        for name, target in (("mean", self.mean), ("var", self.var), ("count", self.count)):
+            entry = f"stats.{name}"
+            if entry not in state:
+                raise KeyError(f"SeedRewardStandardiser: the state has no {entry!r}")
+            value = torch.as_tensor(state[entry])
+            if value.shape != target[k].shape:
+                raise ValueError(
+                    f"SeedRewardStandardiser: {entry!r} has shape {tuple(value.shape)}, "
+                    f"expected {tuple(target[k].shape)}"
+                )
+            target[k].copy_(value)
+
+    def extra_repr(self) -> str:
+        return f"n_seeds={self.n_seeds}, keys={self.keys}"

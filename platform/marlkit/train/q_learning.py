@@ -37,7 +37,7 @@ from marlkit.modules import EGreedy, QValueActor, annealing_steps
 from marlkit.modules.models import MODEL_KINDS
 from marlkit.modules.rnn import recurrent_network, set_recurrent_mode
 from marlkit.modules.seeds import seedwise_sampling, stack_seeds
-from marlkit.objectives.standardise import RewardStandardiser
+from marlkit.objectives.standardise import RewardStandardiser, SeedRewardStandardiser
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train.builders import encoder_network, q_actor
 from marlkit.train.config import check_choice
@@ -52,12 +52,14 @@ from marlkit.train.scripts import (
 )
 from marlkit.train.seeds import (
     SeedBuffers,
+    SeedRewardStatistics,
     SeedRuns,
     SeedState,
     check_seeds_config,
     collector_streams,
     run_seeds,
     seed_config,
+    seed_standardisers,
     seed_width,
     stack_collector,
     update_seed_groups,
@@ -175,7 +177,7 @@ def reward_standardisers(losses: torch.nn.ModuleDict) -> torch.nn.ModuleDict:
     )
 
 
-def _standardised(loss: Any, standardise: RewardStandardiser) -> Any:
+def _standardised(loss: Any, standardise: Any) -> Any:
     """``loss`` reading its input's rewards standardised (the statistics updated first)."""
     return lambda td: loss(standardise(td))
 
@@ -344,6 +346,19 @@ def train_q_learning_seeds(
     collector, split = stack_collector(cfg, [b[0] for b in built], seeds, policy)
     explorers = {g: cast(EGreedy, e) for g, e in zip(groups, policy.module)}
     plain = [{g: cast(EGreedy, e) for g, e in zip(groups, b[1].module)} for b in built]
+    # loss.standardise_rewards: each seed's statistics of its own rewards
+    standardisers: Mapping[str, SeedRewardStandardiser] = {}
+    loss_fns: Mapping[str, Any] = losses
+    if cfg.loss.get("standardise_rewards", False):
+        keys = {g: s.keys for g, s in reward_standardisers(losses).items()}
+        standardisers = cast(
+            Mapping[str, SeedRewardStandardiser], seed_standardisers(keys, n_seeds)
+        )
+        loss_fns = {g: _standardised(losses[g], standardisers[g]) for g in groups}
+    parts: list[dict[str, Any]] = [{"exploration": _Schedules(explorers, own)} for own in plain]
+    if standardisers:
+        for k, part in enumerate(parts):
+            part["reward_standardisers"] = SeedRewardStatistics(standardisers, k)
     runs = SeedRuns(
         [open_run(seed_config(cfg, s)) for s in seeds],
         collector,
@@ -351,7 +366,7 @@ def train_q_learning_seeds(
         [b[1] for b in built],
         policy,
         split=split,
-        parts=[{"exploration": _Schedules(explorers, own)} for own in plain],
+        parts=parts,
         buffers=[{"replay": own} for own in buffers.buffers],
     )
     runs.restore()
@@ -364,11 +379,15 @@ def train_q_learning_seeds(
             {
                 "eps": float(explorers[groups[0]].eps),  # this batch's
                 **{f"replay/{g}/size": len(own[g]) for g in groups},
+                **{  # the scale each seed's rewards are divided by, as a lone run logs it
+                    f"train/{g}/reward_std": float(s.var[k].sqrt())
+                    for g, s in standardisers.items()
+                },
             }
-            for own in buffers.buffers
+            for k, own in enumerate(buffers.buffers)
         ]
         trained = update_seed_groups(
-            losses,
+            loss_fns,
             optims,
             buffers,
             steps,

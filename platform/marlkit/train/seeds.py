@@ -51,6 +51,7 @@ from marlkit.data._fast import stack_tensordicts
 from marlkit.envs import EnvBase, SerialEnv
 from marlkit.modules.seeds import SeedStreams, copy_seed_, seed_parameters
 from marlkit.objectives import SoftUpdate
+from marlkit.objectives.standardise import SeedRewardStandardiser
 from marlkit.replay import (
     GroupReplayBuffers,
     ReplayBuffer,
@@ -65,6 +66,7 @@ from marlkit.train.updates import Losses, _total, gradient_step_terms
 __all__ = [
     "SEEDS_KEY",
     "SeedBuffers",
+    "SeedRewardStatistics",
     "SeedRuns",
     "SeedSplit",
     "SeedState",
@@ -76,6 +78,7 @@ __all__ = [
     "seed_config",
     "seed_env",
     "seed_gradient_steps",
+    "seed_standardisers",
     "seed_width",
     "stack_collector",
     "update_seed_groups",
@@ -94,8 +97,7 @@ def check_seeds_config(cfg: Any) -> int:
             ``collector.kind`` other than ``single``, ``callbacks``, ``device``,
             ``env.device`` or ``collector.device`` other than ``cpu``,
             ``train.precision=bf16``, ``train.compile``, ``model.memory`` other than
-            ``none``, ``model.kind`` other than ``mlp``, ``loss.standardise_rewards`` (each
-            named with its value).
+            ``none``, ``model.kind`` other than ``mlp`` (each named with its value).
     """
     k = cfg.get(SEEDS_KEY, 1)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -106,7 +108,6 @@ def check_seeds_config(cfg: Any) -> int:
     train = cfg.get("train") or {}
     collector = cfg.get("collector") or {}
     env = cfg.get("env") or {}
-    loss = cfg.get("loss") or {}
     refused = [
         ("collector.kind", collector.get("kind", "single"), "single"),
         ("device", str(cfg.get("device", "cpu")), "cpu"),
@@ -116,8 +117,6 @@ def check_seeds_config(cfg: Any) -> int:
         ("train.compile", bool(train.get("compile", False)), False),
         ("model.memory", model.get("memory", "none"), "none"),
         ("model.kind", model.get("kind", "mlp"), "mlp"),
-        # reward statistics would be one over every seed's rewards (one per seed is needed)
-        ("loss.standardise_rewards", bool(loss.get("standardise_rewards", False)), False),
     ]
     for key, value, supported in refused:
         if value != supported:
@@ -379,6 +378,38 @@ def _seed_slice(value: torch.Tensor, like: torch.Tensor, n_seeds: int, k: int) -
     if value.shape == like.shape and value.dim() > 0:
         return value.detach().unflatten(0, (n_seeds, -1))[k].clone()
     return value.detach().clone()
+
+
+def seed_standardisers(
+    keys: Mapping[str, Sequence[Any]], n_seeds: int
+) -> dict[str, SeedRewardStandardiser]:
+    """``loss.standardise_rewards`` for a stack: per group (``keys``: its reward entries), a
+    :class:`~marlkit.objectives.standardise.SeedRewardStandardiser` keeping each seed's running
+    statistics of its own rewards, as its own run's standardiser would."""
+    return {g: SeedRewardStandardiser(list(k), n_seeds) for g, k in keys.items()}
+
+
+class SeedRewardStatistics:
+    """Seed ``k``'s share of a stack's reward standardisers (:func:`seed_standardisers`), a
+    checkpoint part of its run in the layout a lone run saves (``{group}.stats.mean``, ...:
+    a ``ModuleDict`` of :class:`~marlkit.objectives.standardise.RewardStandardiser`)."""
+
+    def __init__(self, standardisers: Mapping[str, SeedRewardStandardiser], k: int):
+        self.standardisers, self.k = standardisers, k
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            f"{g}.{name}": value
+            for g, s in self.standardisers.items()
+            for name, value in s.seed_state_dict(self.k).items()
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for g, s in self.standardisers.items():
+            prefix = f"{g}."
+            s.load_seed_state_dict(
+                self.k, {n[len(prefix) :]: v for n, v in state.items() if n.startswith(prefix)}
+            )
 
 
 class SeedState:
