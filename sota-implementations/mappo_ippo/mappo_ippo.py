@@ -126,6 +126,11 @@ class PPOLossConfig:
     policy term has no gradient; its value learns the team's return). false: an agent's episode
     ends at its own ``terminated`` (a unit's death) and absent agents (``(group, "mask")``
     false) add nothing."""
+    clip_value: float | None = None
+    """PPO's value clipping: the critic's loss is the larger of the new value's and of the new
+    value clipped to ``old +- clip_value`` (``old``: the value at collection), as JaxMARL's
+    MAPPO and IPPO (their ``CLIP_EPS``) and MAPPO (Yu et al.); ``null``: none (TorchRL's
+    tutorial recipe)."""
     standardise_rewards: bool = False
     """Each batch's rewards standardised by the running mean and variance of every reward
     collected so far, before GAE reads them (EPyMARL's ``standardise_rewards``, on in its
@@ -139,6 +144,8 @@ class PPOLossConfig:
         check_real("entropy_coef", self.entropy_coef, low=0.0, strict=False)
         check_real("critic_coef", self.critic_coef, low=0.0, strict=False)
         check_choice("loss_critic_type", self.loss_critic_type, ("l2", "smooth_l1", "l1"))
+        if self.clip_value is not None:
+            check_real("clip_value", self.clip_value, low=0.0)
 
 
 @dataclass
@@ -470,6 +477,7 @@ def make_loss(actor: Any, critic: Any, group: str, cfg: DictConfig, **kwargs: An
         critic_coef=cfg.loss.critic_coef,
         loss_critic_type=cfg.loss.loss_critic_type,
         normalize_advantage=cfg.loss.normalize_advantage,
+        clip_value=cfg.loss.get("clip_value"),  # None for a config written before it existed
         **kwargs,
     )
 

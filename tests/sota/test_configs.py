@@ -151,6 +151,7 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             assert now["loss"].pop("mixer_state_scale", 1.0) == 1.0
             # issue 38: MAPPO's GAE per agent unless a config reads the team's episode
             assert now["loss"].pop("team_episodes", False) is False
+            assert now["loss"].pop("clip_value", None) is None  # and no value clipping
             # issue 37: DDPG's options against a saturated tanh actor, off (TorchRL's DDPG)
             # but for the pre-tanh penalty of MADDPG's recipe (docs/results.md, balance)
             penalty = 0.1 if name == "maddpg_iddpg" else 0.0
@@ -366,6 +367,7 @@ def _refusal(name: str, override: str) -> str:
             ["loss.entropy_coef must be a finite number >= 0"],
         ),
         ("mappo_ippo", "loss.gamma=1.5", ["loss.gamma must be a finite number in [0, 1], got 1.5"]),
+        ("mappo_ippo", "loss.clip_value=0", ["loss.clip_value must be a finite number > 0"]),
         ("qmix_vdn", "buffer.capacity=0", ["buffer.capacity must be an int >= 1, got 0"]),
         ("maddpg_iddpg", "buffer.size=0", ["buffer.size must be an int >= 1, got 0"]),
         ("maddpg_iddpg", "loss.actor_preact_penalty=-1", ["loss.actor_preact_penalty must be"]),

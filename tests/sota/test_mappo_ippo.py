@@ -273,3 +273,37 @@ def test_a_state_critic_is_refused_for_ippo_and_other_encoders(config, overrides
     with pytest.raises(ConfigError, match=message):
         check_config(_compose(config, overrides))
     check_config(_compose(config, overrides[1:]))  # without the state: a run it would train
+
+
+def test_clip_value_reaches_the_loss_and_clips_the_critics_loss():
+    """``loss.clip_value`` (JaxMARL's value clipping): the group's ClipPPOLoss gets it, and a
+    value moved past ``old +- clip_value`` pays the larger of the two squared errors."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from .test_configs import _compose
+
+    module = _mappo_module()
+    cfg = _compose("mappo_ippo", ["loss.clip_value=0.2", "loss.loss_critic_type=l2"])
+    assert cfg.loss.clip_value == 0.2 and _compose("mappo_ippo").loss.clip_value is None
+    env = marlkit.make("navigation", num_envs=2, n_agents=3, seed=0)
+    cells = OmegaConf.create(
+        {"centralised": True, "share_params": True, "depth": 1, "num_cells": 8}
+    )
+    model = OmegaConf.create({"memory": "none", "critic_memory": False, "kind": "mlp"})
+    actor = module.make_actor(env, "agents", cells)
+    critic = module.make_critic(env, "agents", cells, model)
+    loss = module.make_loss(actor, critic, "agents", cfg)
+    assert loss.clip_value == 0.2
+    with torch.no_grad():
+        td = env.rollout(4, actor)  # the actions' log-probabilities, as collected
+    with torch.no_grad():
+        value = critic(td.clone())["agents", "state_value"]
+    td["agents", "advantage"] = torch.zeros_like(value)
+    td["agents", "value_target"] = value + 1.0  # the critic is 1 below its target
+    td["agents", "state_value"] = value - 0.5  # collected lower: clipped to old + 0.2 = v - 0.3
+    coef = cfg.loss.critic_coef
+    # the larger squared error: the clipped value's, 1.3 ** 2, over the new value's 1.0
+    torch.testing.assert_close(loss(td)["loss_critic"].detach(), torch.tensor(1.69 * coef))
+    loss.clip_value = None
+    torch.testing.assert_close(loss(td)["loss_critic"].detach(), torch.tensor(1.0 * coef))
