@@ -1,0 +1,184 @@
+"""marlkit beside EPyMARL: one results JSON (and a figure) from marlkit's run folders and
+``benchmarks/peers/epymarl_run.py``'s JSON lines, the same task, algorithm and budget a side.
+
+Each side's greedy return (EPyMARL's protocol: 100 greedy episodes) at each evaluation and at
+the end, the mean over seeds with a 95 % bootstrap interval (``marlkit.record.bootstrap_ci``),
+and, where a run has a ``<run>.time`` (marlkit: next to its folder) or ``<json stem>.time``
+(EPyMARL) file written by ``/usr/bin/time -f "wall %e user %U sys %S maxrss_kb %M"``, its
+whole command's wall-clock and CPU seconds (children included: EPyMARL's env processes)::
+
+    .venv/bin/python benchmarks/analysis/epymarl_side_by_side.py --experiment mappo-lbf-epymarl \
+        --task "LBF Foraging-8x8-2p-2f-coop-v3, time limit 50" \
+        --marlkit /tmp/mk/mappo-lbf8-s0 /tmp/mk/mappo-lbf8-s1 \
+        --epymarl /tmp/ep/mappo-lbf8-s0.json /tmp/ep/mappo-lbf8-s1.json \
+        --out benchmarks/results/results-mappo-lbf-epymarl-2026-12-07.json \
+        --figure docs/img/results-mappo-lbf-epymarl.png
+
+A marlkit run's curve is its ``eval/<group>/episode_reward`` column of ``metrics.csv`` (the
+agents' summed reward per episode with ``common_reward``, as EPyMARL's ``test_return_mean``),
+its final figure ``summary.json``'s ``trained`` (the last evaluation after training). An
+EPyMARL run's are its JSON's ``curve`` and ``final``. ``--at`` restricts the EPyMARL curve to
+evaluations at or before that many steps (a longer EPyMARL run whose tests fall at the same
+steps as a shorter one's: its prefix is that run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import pathlib
+import platform
+import sys
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from marlkit.record.plot import bootstrap_ci, plot_with_bands
+
+
+def _time(path: pathlib.Path) -> dict[str, float]:
+    """``/usr/bin/time``'s figures (``wall``, ``user``, ``sys``, ``maxrss_kb``), or {}."""
+    if not path.exists():
+        return {}
+    words = path.read_text().split()
+    pairs = dict(zip(words[::2], words[1::2]))
+    try:
+        return {k: float(pairs[k]) for k in ("wall", "user", "sys", "maxrss_kb")}
+    except (KeyError, ValueError):
+        return {}  # a killed command's file holds its message instead
+
+
+def marlkit_run(run: pathlib.Path) -> dict[str, Any]:
+    summary = json.loads((run / "summary.json").read_text())
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    column = next(k for k in rows[0] if k.startswith("eval/") and k.endswith("episode_reward"))
+    curve = [[float(r["frames"]), float(r[column])] for r in rows if r.get(column)]
+    train = column.removeprefix("eval/")
+    training = [[float(r["frames"]), float(r[train])] for r in rows if r.get(train)]
+    key = column.removeprefix("eval/")
+    seed = OmegaConf.load(run / ".hydra" / "config.yaml").seed
+    return {
+        "side": "marlkit",
+        "run": str(run),
+        "seed": int(seed),
+        "final": summary["trained"][key],
+        "random": summary["random"][key],
+        "frames": summary["frames"],
+        "curve": curve,
+        "train_curve": training,
+        **_time(run.parent / f"{run.name}.time"),
+    }
+
+
+def epymarl_run(path: pathlib.Path, at: int | None) -> dict[str, Any]:
+    info = json.loads(path.read_text().strip().splitlines()[-1])
+    curve = [p for p in info["curve"] if at is None or p[0] <= at + info.get("time_limit", 0)]
+    train = [p for p in info["train_curve"] if at is None or p[0] <= at + 1000]
+    return {
+        "side": "epymarl",
+        "run": str(path),
+        "seed": info["seed"],
+        "final": curve[-1][1],
+        "final_t_env": curve[-1][0],
+        "t_max": info["t_max"],
+        "commit": info["commit"],
+        "command": info["command"],
+        "does": info.get("does"),
+        "curve": curve,
+        "train_curve": train,
+        "epymarl_seconds": info["seconds"],
+        **_time(path.with_suffix(".time")),
+    }
+
+
+def _side(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    finals = np.array([r["final"] for r in runs])
+    ci = bootstrap_ci(finals)
+    out: dict[str, Any] = {
+        "seeds": [r["seed"] for r in runs],
+        "finals": finals.tolist(),
+        "mean": float(ci.mean),
+        "ci95": [float(ci.low), float(ci.high)],
+    }
+    for key in ("wall", "user"):
+        if all(key in r for r in runs):
+            out[f"{key}_s"] = [r[key] for r in runs]
+    return out
+
+
+def _curves(runs: list[dict[str, Any]]) -> tuple[np.ndarray, ...] | None:
+    """Mean and band over seeds at the steps every run evaluated (nearest 1,000 steps)."""
+    steps = [{round(x / 1000): y for x, y in r["curve"]} for r in runs]
+    common = sorted(set.intersection(*(set(s) for s in steps)))
+    if not common:
+        return None
+    values = np.array([[s[c] for c in common] for s in steps])
+    ci = bootstrap_ci(values)
+    return np.array(common) * 1000.0, ci.mean, ci.low, ci.high
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--experiment", required=True)
+    p.add_argument("--task", required=True)
+    p.add_argument("--marlkit", nargs="+", type=pathlib.Path, required=True)
+    p.add_argument("--epymarl", nargs="+", type=pathlib.Path, required=True)
+    p.add_argument("--at", type=int, default=None, help="EPyMARL's curve up to these steps")
+    p.add_argument("--marlkit-does", default="")
+    p.add_argument("--note", default="")
+    p.add_argument("--out", type=pathlib.Path, default=None)
+    p.add_argument("--figure", type=pathlib.Path, default=None)
+    args = p.parse_args(argv)
+    mk = [marlkit_run(r) for r in args.marlkit]
+    ep = [epymarl_run(j, args.at) for j in args.epymarl]
+    result: dict[str, Any] = {
+        "benchmark": "results",
+        "experiment": args.experiment,
+        "environment": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+        },
+        "task": args.task,
+        "marlkit_does": args.marlkit_does,
+        "epymarl_does": ep[0]["does"],
+        "note": args.note,
+        "marlkit": _side(mk),
+        "epymarl": _side(ep),
+        "runs": mk + ep,
+    }
+    pairs = [
+        (a, b) for a in mk for b in ep if a["seed"] == b["seed"] and "wall" in a and "wall" in b
+    ]
+    if pairs:
+        result["wall_ratio_marlkit_over_epymarl"] = {
+            str(a["seed"]): a["wall"] / b["wall"] for a, b in pairs
+        }
+    text = json.dumps(result)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
+    if args.figure is not None:
+        curves = {}
+        for label, runs in (("marlkit", mk), ("EPyMARL", ep)):
+            band = _curves(runs)
+            if band is not None:
+                curves[f"{label} ({len(runs)} seeds)"] = band
+        plot_with_bands(
+            curves,
+            args.figure,
+            xlabel="environment steps",
+            ylabel="greedy return (100 episodes)",
+            title=args.task,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
