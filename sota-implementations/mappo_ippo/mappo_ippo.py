@@ -158,6 +158,11 @@ class PPOTrainConfig(EpochsTrainConfig):
     """The learning rate falls linearly over the run's batches, ``lr * (1 - i / n)`` for the
     i-th of n batches (0-based: the first at ``lr``, the last at ``lr / n``), as JaxMARL's,
     EPyMARL's and CleanRL's PPO do (``ANNEAL_LR``); logged as ``lr``."""
+    clip_per_network: bool = False
+    """The actor's and the critic's gradients each clipped to ``max_grad_norm`` on its own (one
+    Adam, a parameter group each), as JaxMARL's and EPyMARL's separate actor and critic
+    optimisers clip them; false: their norm together (TorchRL's). Together, a critic's large
+    gradient shrinks the actor's step too."""
 
 
 @dataclass
@@ -223,6 +228,12 @@ class MappoIppoConfig(ActorCriticRunConfig):
         super().__post_init__()
         check_int("seeds_in_process", self.seeds_in_process, low=1)
         check_critic_input(self.critic, self.model)
+        if self.seeds_in_process > 1 and self.train.clip_per_network:
+            raise ConfigError(
+                f"seeds_in_process={self.seeds_in_process} does not support "
+                "train.clip_per_network=True yet (the stack clips each seed's gradient as one): "
+                "run the seeds as separate runs, or leave train.clip_per_network at False"
+            )
         check_not_above(  # an epoch would be one minibatch of the whole batch
             "train.minibatch_size",
             self.train.minibatch_size,
@@ -541,6 +552,19 @@ def advantages(batch: Any, gaes: dict[str, Any], standardisers: Any) -> Any:
     return batch
 
 
+def adam_per_network(losses: Any, lr: float) -> dict[str, torch.optim.Adam]:
+    """``train.clip_per_network``: per group, one (fused) Adam with a parameter group for the
+    actor and one for the critic (the same steps as one group: Adam is elementwise), so that
+    each is clipped on its own."""
+    optims = {}
+    for group, loss in losses.items():
+        actor = list(loss.actor_network.parameters())
+        mine = {id(p) for p in actor}
+        rest = [p for p in loss.parameters() if id(p) not in mine]
+        optims[group] = torch.optim.Adam([{"params": actor}, {"params": rest}], lr=lr, fused=True)
+    return optims
+
+
 def objective(terms: Any) -> Any:
     """What PPO minimises: the objective, critic and entropy losses summed."""
     return terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
@@ -647,7 +671,8 @@ def main(cfg: DictConfig) -> None:
         use_team_episodes(gaes, losses)
     standardisers = reward_standardisers(groups, cfg)  # loss.standardise_rewards
     to_training_device(cfg, policy, losses, *gaes.values())  # `device`, before the optimisers
-    optims = adam_per_group(losses, cfg.train.lr)
+    clip_apart = bool(cfg.train.get("clip_per_network", False))  # absent: configs before it
+    optims = (adam_per_network if clip_apart else adam_per_group)(losses, cfg.train.lr)
     precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
     # train.compile: the loss's forward and backward through torch.compile (inductor), the
     # same parameters; compiled on the first minibatch
@@ -702,6 +727,7 @@ def main(cfg: DictConfig) -> None:
             steps,
             max_grad_norm=cfg.train.max_grad_norm,
             objective=objective,
+            clip_per_param_group=clip_apart,
         )
         if lr is not None:
             metrics["lr"] = lr

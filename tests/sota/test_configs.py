@@ -141,6 +141,7 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
         assert now["env"].pop("device") is None and now["collector"].pop("device") is None
         assert now["train"].pop("precision", "fp32") == "fp32"
         assert now["train"].pop("anneal_lr", False) is False  # PPO's lr schedule (issue 38)
+        assert now["train"].pop("clip_per_network", False) is False  # PPO's clipping together
         assert now.pop("seeds_in_process", 1) == 1  # one seed per process unless asked
         # issue 37: EPyMARL's reward standardisation, off unless a config turns it on
         if "loss" in now:

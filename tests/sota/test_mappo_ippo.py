@@ -307,3 +307,20 @@ def test_clip_value_reaches_the_loss_and_clips_the_critics_loss():
     torch.testing.assert_close(loss(td)["loss_critic"].detach(), torch.tensor(1.69 * coef))
     loss.clip_value = None
     torch.testing.assert_close(loss(td)["loss_critic"].detach(), torch.tensor(1.0 * coef))
+
+
+@pytest.mark.slow  # a short run, ~15 s
+def test_clip_per_network_gives_actor_and_critic_a_parameter_group_each(tmp_path):
+    """``train.clip_per_network``: one Adam with the actor's and the critic's parameters in a
+    group each (clipped apart), every group annealed; refused with a stack of seeds."""
+    run_dir = tmp_path / "run"
+    budget = (*BUDGET, "eval.every=0", "eval.video=false", "train.anneal_lr=true")
+    run("mappo_ippo", run_dir, (*budget, "train.clip_per_network=true"))
+    state = Checkpointer(run_dir / "checkpoints").load()
+    groups = state["optims"]["agents"]["param_groups"]
+    assert len(groups) == 2 and {g["lr"] for g in groups} == {1.5e-4}  # 2nd of 2 batches
+    actor = [k for k in state["losses"] if k.startswith("agents.actor_network")]
+    assert len(groups[0]["params"]) == len(actor)  # the actor's tensors, then the critic's
+    with pytest.raises(AssertionError, match=r"does not support train\.clip_per_network=True"):
+        run("mappo_ippo", tmp_path / "stack", (*budget, "train.clip_per_network=true",
+                                               "seeds_in_process=2"))  # fmt: skip

@@ -47,6 +47,42 @@ def test_gradient_steps_step_clip_and_report() -> None:
         gradient_steps(loss, optim, lambda: batch, 1, max_grad_norm=1.0, report="max")  # type: ignore[arg-type]
 
 
+class _TwoNets(torch.nn.Module):
+    """An "actor" weight and a "critic" weight whose gradient is 100 times the actor's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.actor = torch.nn.Parameter(torch.tensor([1.0]))
+        self.critic = torch.nn.Parameter(torch.tensor([1.0]))
+
+    def forward(self, td: TensorDict) -> TensorDict:
+        return TensorDict({"loss": (self.actor * 3.0 + self.critic * 300.0).sum()}, [])
+
+
+def test_each_parameter_group_can_be_clipped_on_its_own() -> None:
+    """``clip_per_param_group`` (separate actor and critic clipping, as JaxMARL's and EPyMARL's
+    PPO): the critic's large gradient no longer shrinks the actor's step."""
+    batch = TensorDict({}, [])
+    together, apart = _TwoNets(), _TwoNets()
+    opt_t = torch.optim.SGD(together.parameters(), lr=1.0)
+    opt_a = torch.optim.SGD([{"params": [apart.actor]}, {"params": [apart.critic]}], lr=1.0)
+    out_t = gradient_steps(together, opt_t, lambda: batch, 1, max_grad_norm=1.0)
+    out_a = gradient_steps(
+        apart, opt_a, lambda: batch, 1, max_grad_norm=1.0, clip_per_param_group=True
+    )
+    # together: the gradient (3, 300) scaled to norm 1, the actor moves by 0.01
+    assert 1.0 - together.actor.item() == pytest.approx(3.0 / (3.0**2 + 300.0**2) ** 0.5, rel=1e-4)
+    # apart: each clipped to 1 on its own, the actor moves by 1
+    assert 1.0 - apart.actor.item() == pytest.approx(1.0)
+    assert 1.0 - apart.critic.item() == pytest.approx(1.0)
+    # both report the norm of the whole gradient before clipping
+    assert (
+        out_a["grad_norm"]
+        == pytest.approx(out_t["grad_norm"])
+        == pytest.approx((3.0**2 + 300.0**2) ** 0.5)
+    )
+
+
 def _run(folder, resume=False) -> tuple[TrainingRun, Collector, torch.nn.Linear]:
     env = make_episodic("navigation", num_envs=2, max_steps=10, seed=0, n_agents=2)
     eval_env = make_episodic("navigation", num_envs=2, max_steps=10, n_agents=2)

@@ -87,6 +87,7 @@ def gradient_steps(
     objective: Callable[[TensorDictBase], torch.Tensor] = _total,
     after_step: Callable[[], Any] | None = None,
     report: Literal["last", "mean"] = "last",
+    clip_per_param_group: bool = False,
 ) -> dict[str, float]:
     """``steps`` optimiser steps: each computes ``loss(sample())``, back-propagates
     ``objective`` of its terms (default: the ``"loss"`` entry), clips the gradient norm of the
@@ -103,21 +104,34 @@ def gradient_steps(
             losses summed).
         after_step: called after every optimiser step.
         report: the terms of the ``"last"`` step, or their ``"mean"`` over the steps.
+        clip_per_param_group: clip each of ``optim``'s parameter groups to ``max_grad_norm``
+            on its own (an actor's and a critic's, as separate optimisers with their own
+            clipping do: JaxMARL's and EPyMARL's PPO), not all of them together.
 
     Returns:
         the scalar terms (a ``td_error`` or other per-sample entry left out) and
-        ``"grad_norm"`` (the norm before clipping), as floats.
+        ``"grad_norm"`` (the norm of every gradient before clipping), as floats.
 
     Raises:
         ValueError: ``steps`` below 1, ``max_grad_norm`` not positive, an unknown ``report``.
     """
     max_grad_norm = check_real("max_grad_norm", max_grad_norm, low=0.0)
+
+    def clip(params: list[torch.Tensor]) -> torch.Tensor:
+        if not clip_per_param_group:
+            return torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        norms = [
+            torch.nn.utils.clip_grad_norm_(group["params"], max_grad_norm)
+            for group in optim.param_groups
+        ]
+        return torch.stack(norms).square().sum().sqrt()  # the norm of them all, unclipped
+
     terms = gradient_step_terms(
         loss,
         optim,
         sample,
         steps,
-        clip=lambda params: torch.nn.utils.clip_grad_norm_(params, max_grad_norm),
+        clip=clip,
         objective=objective,
         after_step=after_step,
         report=report,
@@ -168,9 +182,11 @@ def update_groups(
     objective: Callable[[TensorDictBase], torch.Tensor] = _total,
     updaters: Mapping[str, SoftUpdate] | None = None,
     report: Literal["last", "mean"] = "last",
+    clip_per_param_group: bool = False,
 ) -> dict[str, float]:
     """:func:`gradient_steps` of each group's loss on samples of its own buffer, the group's
-    target update (``updaters[group].step``) after each of its steps.
+    target update (``updaters[group].step``) after each of its steps (``clip_per_param_group``:
+    each of an optimiser's parameter groups clipped on its own).
 
     Returns:
         ``{"train/<group>/<term>": value}`` for every group, in the groups' order.
@@ -186,6 +202,7 @@ def update_groups(
             objective=objective,
             after_step=None if updaters is None else updaters[group].step,
             report=report,
+            clip_per_param_group=clip_per_param_group,
         )
         metrics.update({f"train/{group}/{name}": value for name, value in terms.items()})
     return metrics
