@@ -30,6 +30,38 @@ from marlkit.data.keys import NestedKey
 __all__ = ["RewardStandardiser", "RunningMeanStd", "SeedRewardStandardiser"]
 
 
+def _merge(
+    mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor, values: torch.Tensor, dim: int
+) -> None:
+    """Chan et al.'s merge of ``values``' moments along ``dim`` into ``mean``, ``var`` and
+    ``count`` (in place; ``count`` has ``mean``'s shape without ``dim``'s trailing features:
+    a scalar for one set of statistics, ``[K]`` for one per seed)."""
+    n = values.shape[dim]
+    batch_mean = values.mean(dim, keepdim=dim > 0)
+    batch_var = values.var(dim, correction=1 if n > 1 else 0, keepdim=dim > 0)
+    weight = count.to(mean.dtype).reshape(*count.shape, *([1] * (mean.dim() - count.dim())))
+    total = weight + n
+    delta = batch_mean - mean
+    m2 = var * weight + batch_var * n + delta.square() * weight * n / total
+    mean.add_(delta * n / total)
+    var.copy_(m2 / total)
+    count.add_(n)
+
+
+def _rewards(
+    owner: str, keys: Sequence[NestedKey], td: TensorDictBase
+) -> tuple[list[NestedKey], list[torch.Tensor]]:
+    """The reward entries of ``keys`` that ``td`` holds, and their values; a batch with none of
+    them is a ``KeyError`` naming what it holds."""
+    present = [k for k in keys if td.get(k, None) is not None]
+    if not present:
+        raise KeyError(
+            f"{owner}: the batch has none of the reward entries {list(keys)}; "
+            f"it has {sorted(map(str, td.keys(True, True)))}"
+        )
+    return present, [td.get(k) for k in present]
+
+
 class RunningMeanStd(torch.nn.Module):
     """The mean and variance of every value seen so far, per feature of the last ``shape``
     dimensions, merged batch by batch (Chan et al.'s parallel algorithm, EPyMARL's
@@ -89,16 +121,7 @@ class RunningMeanStd(torch.nn.Module):
             ValueError: a trailing shape other than ``shape``; no values; NaN or inf.
         """
         flat = self._samples(values, "values").to(self.mean.dtype)
-        n = flat.shape[0]
-        batch_mean = flat.mean(0)
-        batch_var = flat.var(0, correction=1 if n > 1 else 0)
-        count = self.count.to(self.mean.dtype)
-        total = count + n
-        delta = batch_mean - self.mean
-        m2 = self.var * count + batch_var * n + delta.square() * count * n / total
-        self.mean.add_(delta * n / total)
-        self.var.copy_(m2 / total)
-        self.count.add_(n)
+        _merge(self.mean, self.var, self.count, flat, 0)
 
     def normalise(self, values: torch.Tensor) -> torch.Tensor:
         """``(values - mean) / sqrt(var)``, ``values`` ``[..., *shape]`` (no update)."""
@@ -142,13 +165,7 @@ class RewardStandardiser(torch.nn.Module):
         self.stats = RunningMeanStd((1,), epsilon)
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
-        present = [k for k in self.keys if td.get(k, None) is not None]
-        if not present:
-            raise KeyError(
-                f"RewardStandardiser: the batch has none of the reward entries {self.keys}; "
-                f"it has {sorted(map(str, td.keys(True, True)))}"
-            )
-        rewards = [td.get(k) for k in present]
+        present, rewards = _rewards("RewardStandardiser", self.keys, td)
         for key, value in zip(present, rewards):
             self.stats._samples(value, f"{key!r}")
         self.stats.update(torch.cat([r.reshape(-1, 1) for r in rewards]))
@@ -226,35 +243,16 @@ class SeedRewardStandardiser(torch.nn.Module):
         return value.reshape(self.n_seeds, -1)
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
-        present = [k for k in self.keys if td.get(k, None) is not None]
-        if not present:
-            raise KeyError(
-                f"SeedRewardStandardiser: the batch has none of the reward entries {self.keys}; "
-                f"it has {sorted(map(str, td.keys(True, True)))}"
-            )
-        rewards = [td.get(k) for k in present]
+        present, rewards = _rewards("SeedRewardStandardiser", self.keys, td)
         rows = torch.cat([self._rows(k, r) for k, r in zip(present, rewards)], 1)
-        self._update(rows.to(self.mean.dtype))
+        with torch.no_grad():  # each seed's row merged into its statistics
+            _merge(self.mean, self.var, self.count, rows.to(self.mean.dtype), 1)
         out = td.copy()
         for key, value in zip(present, rewards):
             shape = (self.n_seeds,) + (1,) * (value.dim() - 1)
             scaled = (value - self.mean.view(shape)) / self.var.sqrt().view(shape)
             out.set(key, scaled.to(value.dtype))
         return out
-
-    @torch.no_grad()
-    def _update(self, rows: torch.Tensor) -> None:
-        """:meth:`RunningMeanStd.update` of each seed's row of ``rows`` ``[K, N]``."""
-        n = rows.shape[1]
-        batch_mean = rows.mean(1, keepdim=True)
-        batch_var = rows.var(1, correction=1 if n > 1 else 0, keepdim=True)
-        count = self.count.to(self.mean.dtype).unsqueeze(1)
-        total = count + n
-        delta = batch_mean - self.mean
-        m2 = self.var * count + batch_var * n + delta.square() * count * n / total
-        self.mean.add_(delta * n / total)
-        self.var.copy_(m2 / total)
-        self.count.add_(n)
 
     def seed_state_dict(self, k: int) -> dict[str, torch.Tensor]:
         """Seed ``k``'s statistics, as its own run's :class:`RewardStandardiser` saves them."""
