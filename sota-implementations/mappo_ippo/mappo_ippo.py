@@ -51,7 +51,7 @@ from marlkit.modules import (
     TanhNormal,
 )
 from marlkit.modules.actors import distribution_keys
-from marlkit.modules.models import MODEL_KINDS
+from marlkit.modules.models import MODEL_KINDS, ModelConfig
 from marlkit.modules.rnn import recurrent_modules, recurrent_network, set_recurrent_mode
 from marlkit.modules.seeds import seedwise_sampling, stack_seeds
 from marlkit.objectives import GAE, ClipPPOLoss
@@ -180,10 +180,26 @@ class PPOMemoryConfig(MemoryConfig):
     ``[entities, own]`` with ``kind=deepsets``); see :class:`marlkit.modules.ModelConfig`."""
     entity_mask: str | None = None
     """The group's bool entry masking the entity sets (e.g. SMAX's ``entity_mask``)."""
+    cnn_cells: list[int] = field(default_factory=lambda: list(ModelConfig().cnn_cells))
+    """``kind=cnn``: output channels of each conv layer (TorchRL's default: three of 32)."""
+    kernel_size: int = ModelConfig.kernel_size
+    """``kind=cnn``: the kernel of every conv layer (5: MAgent2's 13 x 13 views need a
+    smaller one, or fewer layers)."""
+    stride: int = ModelConfig.stride
+    """``kind=cnn``: the stride of every conv layer."""
+    padding: int = ModelConfig.padding
+    """``kind=cnn``: the padding of every conv layer."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("kind", self.kind, MODEL_KINDS)
+        if not list(self.cnn_cells):
+            raise ConfigError("cnn_cells must name at least one conv layer, got []")
+        for channels in self.cnn_cells:
+            check_int("cnn_cells", channels, low=1)
+        check_int("kernel_size", self.kernel_size, low=1)
+        check_int("stride", self.stride, low=1)
+        check_int("padding", self.padding, low=0)
 
 
 #: ``critic.input``'s choices

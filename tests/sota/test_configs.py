@@ -40,6 +40,7 @@ SCRIPT_OF = {
     "mappo_smax": "mappo_ippo",
     "ippo_smax": "mappo_ippo",
     "mappo_lbf": "mappo_ippo",
+    "mappo_battle": "mappo_ippo",
     "qmix_vdn": "qmix_vdn",
     "qmix_mpe": "qmix_vdn",
     "qmix_lbf": "qmix_vdn",

@@ -113,6 +113,10 @@ def q_critic(env: EnvBase, group: str, critic: Any) -> StateActionValueCritic:
     )
 
 
+#: the ``model`` keys of the conv stack (``model.kind=cnn``) that a script's section may set
+_CNN_KEYS = ("cnn_cells", "kernel_size", "stride", "padding")
+
+
 def encoder_network(
     env: EnvBase,
     group: str,
@@ -131,8 +135,10 @@ def encoder_network(
     (and ``memory``), a cell of ``model.memory_hidden`` features and a linear head, as the
     ``mlp`` kind's recurrent network puts its cell after ``depth`` layers; without memory, a
     head of ``net.depth`` layers of ``net.num_cells`` (``net``: the ``policy`` or ``critic``
-    section, with ``share_params``). ``name`` prefixes the keys the network writes and its
-    state (``"critic"``: ``(group, "critic_rnn_state")``).
+    section, with ``share_params``). ``model.cnn_cells``, ``kernel_size``, ``stride`` and
+    ``padding``, where ``model`` has them, size the conv stack of ``kind=cnn``. ``name``
+    prefixes the keys the network writes and its state (``"critic"``:
+    ``(group, "critic_rnn_state")``).
 
     Raises:
         ValueError: the group's observations do not fit ``model.kind`` (the message names the
@@ -140,6 +146,13 @@ def encoder_network(
     """
     cell = str(model.memory) if memory else "none"
     inputs = getattr(model, "inputs", None)  # absent from configs written before it existed
+    # the conv stack's sizes where the section has them (ModelConfig's defaults otherwise: a
+    # section, or a checkpoint's config, without them)
+    conv: dict[str, Any] = {
+        name: getattr(model, name) for name in _CNN_KEYS if getattr(model, name, None) is not None
+    }
+    if "cnn_cells" in conv:
+        conv["cnn_cells"] = [int(c) for c in conv["cnn_cells"]]
     config = ModelConfig(
         kind=str(model.kind),
         memory=cell,
@@ -150,6 +163,7 @@ def encoder_network(
         num_cells=int(net.num_cells),
         inputs=None if inputs is None else [str(k) for k in inputs],
         entity_mask=getattr(model, "entity_mask", None),
+        **conv,
     )
     return build_model(
         config,
