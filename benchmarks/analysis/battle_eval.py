@@ -207,14 +207,18 @@ def summarise(res: dict, team: str, other: str) -> dict[str, Any]:
 
 
 def training(run_dir: pathlib.Path, cfg: Any) -> dict[str, Any]:
-    """How the run trained: its config's name and command-line overrides (Hydra's record in
-    ``.hydra/``), and its frames and iterations (its ``summary.json``, once it has ended)."""
+    """How the run trained: its config's name, command-line overrides and env keywords (Hydra's
+    record in ``.hydra/``), and its frames and iterations (its ``summary.json``, once it has
+    ended)."""
     out: dict[str, Any] = {"algorithm": str(cfg.get("algorithm"))}
     hydra = run_dir / ".hydra"
     if (hydra / "hydra.yaml").exists():
         out["config_name"] = OmegaConf.load(hydra / "hydra.yaml").hydra.job.config_name
     if (hydra / "overrides.yaml").exists():
         out["overrides"] = OmegaConf.to_container(OmegaConf.load(hydra / "overrides.yaml"))
+    if (hydra / "config.yaml").exists():  # the env it trained on (the evaluation's may differ)
+        trained = OmegaConf.load(hydra / "config.yaml").env
+        out["env_kwargs"] = OmegaConf.to_container(trained.get("kwargs", {}))
     if (run_dir / "summary.json").exists():
         summary = json.loads((run_dir / "summary.json").read_text())
         out.update({k: summary[k] for k in ("frames", "iterations") if k in summary})

@@ -113,6 +113,9 @@ def test_mappo_battle_runs_and_its_team_is_evaluated_against_random_and_still(tm
         run_dir, episodes=4, num_envs=2, seed=0, env_kwargs={"attack_penalty": -0.1}
     )
     assert out["env_kwargs"]["attack_penalty"] == -0.1 and out["env_kwargs"]["minimap_mode"]
+    assert out["training"]["env_kwargs"]["attack_penalty"] == 0.0  # what it trained with
+    assert out["training"]["config_name"] == "mappo_battle"
+    assert out["training"]["frames"] == 80 and out["training"]["iterations"] == 2
     res = out["pairings"]
     assert sorted(res) == sorted(
         f"{s}_vs_{o}" for s in ("greedy", "sampled", "random", "still") for o in ("random", "still")
