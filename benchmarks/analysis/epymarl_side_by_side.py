@@ -17,9 +17,10 @@ whole command's wall-clock and CPU seconds (children included: EPyMARL's env pro
 A marlkit run's curve is its ``eval/<group>/episode_reward`` column of ``metrics.csv`` (the
 agents' summed reward per episode with ``common_reward``, as EPyMARL's ``test_return_mean``),
 its final figure ``summary.json``'s ``trained`` (the last evaluation after training). An
-EPyMARL run's are its JSON's ``curve`` and ``final``. ``--at`` restricts the EPyMARL curve to
-evaluations at or before that many steps (a longer EPyMARL run whose tests fall at the same
-steps as a shorter one's: its prefix is that run).
+EPyMARL run's are its JSON's ``curve`` and ``final``. ``--at`` cuts both sides' curves at that
+many steps and compares their evaluations there: EPyMARL's loop stops at ``t_max`` without a
+last test (a 1M run's last is at ~900k), and a longer run whose tests fall at the same steps as
+a shorter one's has that run as its prefix.
 """
 
 from __future__ import annotations
@@ -75,25 +76,43 @@ def marlkit_run(run: pathlib.Path) -> dict[str, Any]:
     }
 
 
-def epymarl_run(path: pathlib.Path, at: int | None) -> dict[str, Any]:
+def epymarl_run(path: pathlib.Path) -> dict[str, Any]:
     info = json.loads(path.read_text().strip().splitlines()[-1])
-    curve = [p for p in info["curve"] if at is None or p[0] <= at + info.get("time_limit", 0)]
-    train = [p for p in info["train_curve"] if at is None or p[0] <= at + 1000]
     return {
         "side": "epymarl",
         "run": str(path),
         "seed": info["seed"],
-        "final": curve[-1][1],
-        "final_t_env": curve[-1][0],
+        "final": info["final"],
+        "final_t_env": info["final_t_env"],
         "t_max": info["t_max"],
         "commit": info["commit"],
         "command": info["command"],
         "does": info.get("does"),
-        "curve": curve,
-        "train_curve": train,
+        "curve": info["curve"],
+        "train_curve": info["train_curve"],
         "epymarl_seconds": info["seconds"],
         **_time(path.with_suffix(".time")),
     }
+
+
+def at_steps(run: dict[str, Any], steps: int) -> dict[str, Any]:
+    """``run`` with its curves cut at ``steps`` (an evaluation up to a batch of episodes later
+    counts: EPyMARL tests once ``t_env`` has passed the interval) and its ``final`` the last
+    evaluation kept."""
+    curve = [p for p in run["curve"] if p[0] <= steps + SLACK]
+    return {
+        **run,
+        "curve": curve,
+        "train_curve": [p for p in run["train_curve"] if p[0] <= steps + SLACK],
+        "final": curve[-1][1],
+        "final_t_env": curve[-1][0],
+        "final_at": steps,
+    }
+
+
+#: How far past ``--at`` an evaluation may lie (EPyMARL's come up to a batch of 10 episodes of
+#: 50 steps after each interval; 2,000 covers it for the LBF and MPE time limits).
+SLACK = 2000
 
 
 def _side(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -128,14 +147,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", required=True)
     p.add_argument("--marlkit", nargs="+", type=pathlib.Path, required=True)
     p.add_argument("--epymarl", nargs="+", type=pathlib.Path, required=True)
-    p.add_argument("--at", type=int, default=None, help="EPyMARL's curve up to these steps")
+    p.add_argument(
+        "--at",
+        type=int,
+        default=None,
+        help="compare at these steps: each run's curve cut there, its final the last evaluation "
+        "up to it (default: marlkit's summary and EPyMARL's last test)",
+    )
     p.add_argument("--marlkit-does", default="")
     p.add_argument("--note", default="")
     p.add_argument("--out", type=pathlib.Path, default=None)
     p.add_argument("--figure", type=pathlib.Path, default=None)
     args = p.parse_args(argv)
     mk = [marlkit_run(r) for r in args.marlkit]
-    ep = [epymarl_run(j, args.at) for j in args.epymarl]
+    ep = [epymarl_run(j) for j in args.epymarl]
+    if args.at is not None:
+        mk, ep = [at_steps(r, args.at) for r in mk], [at_steps(r, args.at) for r in ep]
     result: dict[str, Any] = {
         "benchmark": "results",
         "experiment": args.experiment,

@@ -12,10 +12,11 @@ lr 5e-4, eps 1.0 -> 0.05 over 50k steps, double Q, a hard target update every 20
 buffer of 5,000 episodes, batches of 32 episodes, gamma 0.99, standardised rewards, a 2-layer
 hypernetwork mixer), changed only in ``t_max``, the time limit, CPU, and its test schedule:
 ``--tests`` greedy evaluations of ``--test-episodes`` episodes (EPyMARL's protocol: 100,
-greedy), evenly over the run, the first at its start and the last at its end (EPyMARL tests
-when ``t_max / tests`` steps have passed since the last test). The returns are EPyMARL's
-(sacred's ``info.json``): per episode, the agents' rewards summed (``common_reward``,
-``reward_scalarisation: sum``), as marlkit's ``agents/episode_reward`` on
+greedy), every ``t_max / tests`` steps from the start (EPyMARL tests once that many steps have
+passed since the last test, and its loop stops at ``t_max`` without a test: a run of 1M steps
+and 10 tests has them at 0, ~100k, ..., ~900k, so compare it with another side at ~900k).
+The returns are EPyMARL's (sacred's ``info.json``): per episode, the agents' rewards summed
+(``common_reward``, ``reward_scalarisation: sum``), as marlkit's ``agents/episode_reward`` on
 ``lbforaging/...`` with ``common_reward: true`` (every agent given that sum).
 
 EPyMARL's ``main.py`` calls ``torch.set_num_threads(1)`` itself; ``--threads`` sets the
@@ -60,6 +61,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-episodes", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--commit", default="", help="the pinned commit, where no .git is there")
+    p.add_argument(
+        "--from-sacred",
+        default=None,
+        help="print the JSON of this sacred run folder (results/sacred/<alg>/<env>/<n>) instead "
+        "of running EPyMARL: a run whose driver stopped, or one stopped early",
+    )
     p.add_argument("extra", nargs="*", help="more of EPyMARL's 'with' overrides, key=value")
     args = p.parse_args(argv)
     if args.t_max < 1 or args.tests < 1 or args.test_episodes < 1 or args.threads < 1:
@@ -128,9 +135,54 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if proc.returncode:
         raise SystemExit(f"EPyMARL failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     new = sorted({p.parent for p in sacred.glob("**/run.json")} - before)
-    if len(new) != 1:
-        raise SystemExit(f"expected one new sacred run under {sacred}, found {len(new)}")
-    info = json.loads((new[0] / "info.json").read_text())
+    # other runs (of this driver, beside this one) may have started meanwhile: this run's is
+    # the new one with this run's algorithm, env, seed and t_max
+    mine = [d for d in new if _is_run(d, args)]
+    if len(mine) != 1:
+        raise SystemExit(
+            f"expected one new sacred run of {args.alg} seed {args.seed} t_max {args.t_max} on "
+            f"{args.key} under {sacred}, found {[str(d) for d in mine] or 'none'} among "
+            f"{len(new)} new runs"
+        )
+    return _result(args, root, mine[0], overrides, seconds)
+
+
+def _is_run(folder: pathlib.Path, args: argparse.Namespace) -> bool:
+    """Whether the sacred run ``folder`` is of ``args``' algorithm, env, seed and ``t_max``."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (
+        config.get("name") == args.alg
+        and config.get("seed") == args.seed
+        and config.get("t_max") == args.t_max
+        and (config.get("env_args") or {}).get("key") == args.key
+    )
+
+
+def from_sacred(args: argparse.Namespace) -> dict[str, Any]:
+    """``--from-sacred``: the JSON of a sacred run folder already there (a run whose driver
+    stopped, or one stopped early on purpose: its tests up to then), read as :func:`run` reads
+    its own; ``seconds`` is null (time the command instead)."""
+    folder = pathlib.Path(args.from_sacred).resolve()
+    config = json.loads((folder / "config.json").read_text())
+    args.alg, args.seed, args.t_max = config["name"], config["seed"], config["t_max"]
+    args.key, args.time_limit = config["env_args"]["key"], config["env_args"]["time_limit"]
+    root = pathlib.Path(args.epymarl).resolve()
+    run_json = json.loads((folder / "run.json").read_text())
+    overrides = [str(o) for o in run_json.get("meta", {}).get("config_updates", {}).items()]
+    return _result(args, root, folder, overrides, None)
+
+
+def _result(
+    args: argparse.Namespace,
+    root: pathlib.Path,
+    folder: pathlib.Path,
+    overrides: list[str],
+    seconds: float | None,
+) -> dict[str, Any]:
+    info = json.loads((folder / "info.json").read_text())
     tests = _series(info, "test_return_mean")
     return {
         "peer": "epymarl",
@@ -151,7 +203,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "q_taken_mean": _series(info, "q_taken_mean"),
         "target_mean": _series(info, "target_mean"),
         "seconds": seconds,
-        "sacred_run": str(new[0]),
+        "sacred_run": str(folder),
         "command": " ".join(
             [
                 "python",
@@ -162,7 +214,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 *overrides,
             ]
         ),
-        "does": _does(src, args.alg),
+        "does": _does(root / "src", args.alg),
     }
 
 
@@ -193,7 +245,8 @@ def _does(src: pathlib.Path, alg: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    print(json.dumps(run(parse(argv))))
+    args = parse(argv)
+    print(json.dumps(from_sacred(args) if args.from_sacred else run(args)))
     return 0
 
 
