@@ -347,13 +347,13 @@ def train_q_learning_seeds(
     explorers = {g: cast(EGreedy, e) for g, e in zip(groups, policy.module)}
     plain = [{g: cast(EGreedy, e) for g, e in zip(groups, b[1].module)} for b in built]
     # loss.standardise_rewards: each seed's statistics of its own rewards
-    standardisers: Mapping[str, SeedRewardStandardiser] = {}
-    loss_fns: Mapping[str, Any] = losses
+    standardisers: dict[str, SeedRewardStandardiser] = {}
+    loss_fns: dict[str, Any] = dict(losses.items())
     if cfg.loss.get("standardise_rewards", False):
-        keys = {g: s.keys for g, s in reward_standardisers(losses).items()}
-        standardisers = cast(
-            Mapping[str, SeedRewardStandardiser], seed_standardisers(keys, n_seeds)
-        )
+        rewards = {
+            g: cast(RewardStandardiser, s).keys for g, s in reward_standardisers(losses).items()
+        }
+        standardisers = seed_standardisers(rewards, n_seeds)
         loss_fns = {g: _standardised(losses[g], standardisers[g]) for g in groups}
     parts: list[dict[str, Any]] = [{"exploration": _Schedules(explorers, own)} for own in plain]
     if standardisers:
