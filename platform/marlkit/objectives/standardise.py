@@ -48,6 +48,22 @@ def _merge(
     count.add_(n)
 
 
+def _check_values(owner: str, name: str, values: object, fits: bool, shape: str) -> None:
+    """Raise naming ``name`` unless ``values`` is a floating-point tensor that ``fits``
+    ``shape``, has entries, all finite."""
+    if not isinstance(values, torch.Tensor) or not values.is_floating_point():
+        raise TypeError(
+            f"{owner}: {name} must be a floating-point tensor, got "
+            f"{getattr(values, 'dtype', type(values).__name__)}"
+        )
+    if not fits:
+        raise ValueError(f"{owner}: {name} must have shape {shape}, got {tuple(values.shape)}")
+    if values.numel() == 0:
+        raise ValueError(f"{owner}: {name} is empty (shape {tuple(values.shape)})")
+    if not torch.isfinite(values).all():
+        raise ValueError(f"{owner}: {name} has NaN or infinite entries")
+
+
 def _rewards(
     owner: str, keys: Sequence[NestedKey], td: TensorDictBase
 ) -> tuple[list[NestedKey], list[torch.Tensor]]:
@@ -93,22 +109,12 @@ class RunningMeanStd(torch.nn.Module):
 
     def _samples(self, values: torch.Tensor, name: str) -> torch.Tensor:
         """``values`` ``[..., *shape]`` as ``[N, *shape]``, checked."""
-        if not isinstance(values, torch.Tensor) or not values.is_floating_point():
-            raise TypeError(
-                f"RunningMeanStd: {name} must be a floating-point tensor, got "
-                f"{getattr(values, 'dtype', type(values).__name__)}"
-            )
         k = len(self.shape)
-        if values.dim() < k + 1 or tuple(values.shape[values.dim() - k :]) != self.shape:
-            raise ValueError(
-                f"RunningMeanStd: {name} must have shape "
-                f"[N, ..., {', '.join(map(str, self.shape))}]"
-                f" (trailing {self.shape}), got {tuple(values.shape)}"
-            )
-        if values.numel() == 0:
-            raise ValueError(f"RunningMeanStd: {name} is empty (shape {tuple(values.shape)})")
-        if not torch.isfinite(values).all():
-            raise ValueError(f"RunningMeanStd: {name} has NaN or infinite entries")
+        shape = f"[N, ..., {', '.join(map(str, self.shape))}] (trailing {self.shape})"
+        fits = isinstance(values, torch.Tensor) and (
+            values.dim() >= k + 1 and tuple(values.shape[values.dim() - k :]) == self.shape
+        )
+        _check_values("RunningMeanStd", name, values, fits, shape)
         return values.reshape(-1, *self.shape)
 
     @torch.no_grad()
@@ -226,20 +232,11 @@ class SeedRewardStandardiser(torch.nn.Module):
 
     def _rows(self, key: NestedKey, value: torch.Tensor) -> torch.Tensor:
         """``value`` ``[K, ..., 1]`` as ``[K, N]``, checked."""
-        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-            raise TypeError(
-                f"SeedRewardStandardiser: {key!r} must be a floating-point tensor, got "
-                f"{getattr(value, 'dtype', type(value).__name__)}"
-            )
-        if value.dim() < 2 or value.shape[0] != self.n_seeds or value.shape[-1] != 1:
-            raise ValueError(
-                f"SeedRewardStandardiser: {key!r} must have shape [{self.n_seeds} seeds, ..., 1], "
-                f"got {tuple(value.shape)}"
-            )
-        if value.numel() == 0:
-            raise ValueError(f"SeedRewardStandardiser: {key!r} is empty")
-        if not torch.isfinite(value).all():
-            raise ValueError(f"SeedRewardStandardiser: {key!r} has NaN or infinite entries")
+        fits = isinstance(value, torch.Tensor) and (
+            value.dim() >= 2 and value.shape[0] == self.n_seeds and value.shape[-1] == 1
+        )
+        shape = f"[{self.n_seeds} seeds, ..., 1]"
+        _check_values("SeedRewardStandardiser", f"{key!r}", value, fits, shape)
         return value.reshape(self.n_seeds, -1)
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
