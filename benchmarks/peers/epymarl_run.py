@@ -14,7 +14,8 @@ hypernetwork mixer), changed only in ``t_max``, the time limit, CPU, and its tes
 ``--tests`` greedy evaluations of ``--test-episodes`` episodes (EPyMARL's protocol: 100,
 greedy), every ``t_max / tests`` steps from the start (EPyMARL tests once that many steps have
 passed since the last test, and its loop stops at ``t_max`` without a test: a run of 1M steps
-and 10 tests has them at 0, ~100k, ..., ~900k, so compare it with another side at ~900k).
+and 10 tests has them at 0, ~100k, ..., ~900k, so compare it with another side at ~900k, or
+pass ``--final-test``: EPyMARL then runs up to 5,000 steps past ``--t-max`` and tests there).
 The returns are EPyMARL's (sacred's ``info.json``): per episode, the agents' rewards summed
 (``common_reward``, ``reward_scalarisation: sum``), as marlkit's ``agents/episode_reward`` on
 ``lbforaging/...`` with ``common_reward: true`` (every agent given that sum).
@@ -49,6 +50,12 @@ BOOT = (
 )
 
 
+#: ``--final-test``: how far past ``--t-max`` EPyMARL runs so that its test there happens. Its
+#: tests come once the interval has passed, at the end of a batch of episodes, each up to a
+#: batch later than the last: 900k's test of a 1M LBF run came at 902,075.
+FINAL_TEST_SLACK = 5000
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epymarl", required=True, help="EPyMARL's source tree (has src/main.py)")
@@ -61,6 +68,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-episodes", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--commit", default="", help="the pinned commit, where no .git is there")
+    p.add_argument(
+        "--final-test",
+        action="store_true",
+        help=f"run EPyMARL up to {FINAL_TEST_SLACK} steps (half a test interval at most) past "
+        "--t-max so that its test at --t-max happens (its loop stops at t_max without one)",
+    )
     p.add_argument(
         "--from-sacred",
         default=None,
@@ -99,11 +112,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not main.is_file():
         raise SystemExit(f"--epymarl {root}: no src/main.py there (EPyMARL's source tree)")
     interval = max(1, args.t_max // args.tests)
+    # EPyMARL's own t_max: with --final-test, far enough past --t-max for a test there, and
+    # short of the next interval
+    t_max = args.t_max + (min(FINAL_TEST_SLACK, interval // 2) if args.final_test else 0)
     overrides = [
         f"env_args.key={args.key}",
         f"env_args.time_limit={args.time_limit}",
         f"seed={args.seed}",
-        f"t_max={args.t_max}",
+        f"t_max={t_max}",
         f"test_interval={interval}",
         f"test_nepisode={args.test_episodes}",
         f"log_interval={interval}",
@@ -137,18 +153,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     new = sorted({p.parent for p in sacred.glob("**/run.json")} - before)
     # other runs (of this driver, beside this one) may have started meanwhile: this run's is
     # the new one with this run's algorithm, env, seed and t_max
-    mine = [d for d in new if _is_run(d, args)]
+    mine = [d for d in new if _is_run(d, args, t_max)]
     if len(mine) != 1:
         raise SystemExit(
-            f"expected one new sacred run of {args.alg} seed {args.seed} t_max {args.t_max} on "
+            f"expected one new sacred run of {args.alg} seed {args.seed} t_max {t_max} on "
             f"{args.key} under {sacred}, found {[str(d) for d in mine] or 'none'} among "
             f"{len(new)} new runs"
         )
-    return _result(args, root, mine[0], overrides, seconds)
+    return {**_result(args, root, mine[0], overrides, seconds), "epymarl_t_max": t_max}
 
 
-def _is_run(folder: pathlib.Path, args: argparse.Namespace) -> bool:
-    """Whether the sacred run ``folder`` is of ``args``' algorithm, env, seed and ``t_max``."""
+def _is_run(folder: pathlib.Path, args: argparse.Namespace, t_max: int) -> bool:
+    """Whether the sacred run ``folder`` is of ``args``' algorithm, env and seed and of
+    ``t_max``."""
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
@@ -156,7 +173,7 @@ def _is_run(folder: pathlib.Path, args: argparse.Namespace) -> bool:
     return (
         config.get("name") == args.alg
         and config.get("seed") == args.seed
-        and config.get("t_max") == args.t_max
+        and config.get("t_max") == t_max
         and (config.get("env_args") or {}).get("key") == args.key
     )
 
