@@ -59,9 +59,8 @@ def marlkit_run(run: pathlib.Path) -> dict[str, Any]:
         rows = list(csv.DictReader(f))
     column = next(k for k in rows[0] if k.startswith("eval/") and k.endswith("episode_reward"))
     curve = [[float(r["frames"]), float(r[column])] for r in rows if r.get(column)]
-    train = column.removeprefix("eval/")
-    training = [[float(r["frames"]), float(r[train])] for r in rows if r.get(train)]
-    key = column.removeprefix("eval/")
+    key = column.removeprefix("eval/")  # the training episodes' column and summary's entry
+    training = [[float(r["frames"]), float(r[key])] for r in rows if r.get(key)]
     seed = OmegaConf.load(run / ".hydra" / "config.yaml").seed
     return {
         "side": "marlkit",
