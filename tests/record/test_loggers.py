@@ -416,6 +416,31 @@ def test_tensorboard_event_file_reads_back(tmp_path: pathlib.Path) -> None:
         logger.log({"loss": 1.0}, step=300)
 
 
+def test_tensorboard_resume_in_the_same_second_reads_back_in_order(tmp_path: pathlib.Path) -> None:
+    # TensorBoard reads a folder's files sorted by name: second, host, pid, counter. A
+    # first writer whose pid sorted after the resumed one's ("99999999" > "4321") in the
+    # same second was read last: the purged steps came back after the new ones
+    import socket
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with TensorBoardLogger(tmp_path) as first:
+        for step in (1, 2, 3):
+            first.log({"x": float(step)}, step=step)
+    (written,) = tmp_path.glob("events.out.tfevents.*")
+    now = int(time.time())
+    written.rename(tmp_path / f"events.out.tfevents.{now:010d}.{socket.gethostname()}.99999999.9")
+    with TensorBoardLogger(tmp_path, purge_step=3) as resumed:  # the checkpoint was at 2
+        resumed.log({"x": 30.0}, step=3)
+        resumed.log({"x": 40.0}, step=4)
+    names = sorted(p.name for p in tmp_path.glob("events.out.tfevents.*"))
+    assert names[0].endswith(".99999999.9") and int(names[1].split(".")[3]) > now
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("x")] == [(1, 1), (2, 2), (3, 30), (4, 40)]
+
+
 # ---------------------------------------------------------------------------- wandb
 def test_wandb_offline_run(tmp_path: pathlib.Path) -> None:
     import wandb

@@ -41,6 +41,7 @@ import numbers
 import os
 import pathlib
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, get_args
@@ -434,6 +435,26 @@ class CSVLogger(Logger):
 
 
 # ---------------------------------------------------------------------------- TensorBoard
+_EVENT_FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.")
+
+
+def _wait_past_event_files(log_dir: pathlib.Path) -> None:
+    """Sleep until the clock's second is past the newest event file's in ``log_dir``.
+
+    A new writer's file then sorts after every earlier one (its 10-digit second is larger).
+    A file stamped more than a second ahead (another machine's clock) is not waited for.
+    """
+    seconds = [
+        int(m.group(1))
+        for name in (os.listdir(log_dir) if log_dir.is_dir() else ())
+        if (m := _EVENT_FILE.match(name))
+    ]
+    if seconds:
+        wait = max(seconds) + 1 - time.time()
+        if 0 < wait <= 1:
+            time.sleep(wait + 0.01)
+
+
 class TensorBoardLogger(Logger):
     """Metrics to TensorBoard event files (``torch.utils.tensorboard.SummaryWriter``).
 
@@ -447,6 +468,12 @@ class TensorBoardLogger(Logger):
             (they are logged again), as :meth:`CSVLogger.truncate` drops those rows. The
             events stay in the older files; TensorBoard's readers skip them
             (``SummaryWriter(purge_step=...)``).
+
+    TensorBoard reads a folder's event files in the order of their names
+    (``events.out.tfevents.<second>.<host>.<pid>.<n>``), so a writer opened in the same
+    second as an earlier file of ``log_dir`` could be read before it (``"1000" < "999"``), its
+    purge then applying to nothing and the old steps read back after the new ones. The logger
+    waits for the next second in that case (under one second, only then).
     """
 
     def __init__(self, log_dir: str | os.PathLike[str], *, purge_step: int | None = None):
@@ -455,6 +482,7 @@ class TensorBoardLogger(Logger):
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = pathlib.Path(log_dir)
+        _wait_past_event_files(self.log_dir)
         self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge_step)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
