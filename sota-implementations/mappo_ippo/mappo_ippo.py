@@ -28,6 +28,7 @@ train alone, in ``<run_dir>/seed_<s>/`` (:mod:`marlkit.train.seeds`, docs/traini
 
 # No `from __future__ import annotations`: the config dataclasses below need real annotations
 # to load with importlib's spec_from_file_location, which leaves a file out of sys.modules.
+import copy
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +55,7 @@ from marlkit.modules.actors import distribution_keys
 from marlkit.modules.models import MODEL_KINDS, ModelConfig
 from marlkit.modules.rnn import recurrent_modules, recurrent_network, set_recurrent_mode
 from marlkit.modules.seeds import seedwise_sampling, stack_seeds
-from marlkit.objectives import GAE, ClipPPOLoss
+from marlkit.objectives import GAE, ClipPPOLoss, NStepTD, SoftUpdate
 from marlkit.objectives.standardise import RewardStandardiser
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
@@ -99,6 +100,9 @@ from marlkit.train.seeds import (
 )
 from marlkit.train.sequences import MemoryConfig, split_sequences
 
+#: ``loss.estimator``'s choices
+ESTIMATORS = ("gae", "nstep")
+
 
 @dataclass
 class PPOLossConfig:
@@ -107,7 +111,7 @@ class PPOLossConfig:
     gamma: float = MISSING
     """The discount."""
     lmbda: float = MISSING
-    """GAE's lambda."""
+    """GAE's lambda (``estimator=gae``)."""
     clip_epsilon: float = MISSING
     """The probability ratio is clipped to ``[1 - clip_epsilon, 1 + clip_epsilon]``."""
     entropy_coef: float = MISSING
@@ -136,10 +140,34 @@ class PPOLossConfig:
     collected so far, before GAE reads them (EPyMARL's ``standardise_rewards``, on in its
     MAPPO and IPPO configs; its statistics are updated once per batch, as here). The logged
     returns stay the env's."""
+    estimator: str = "gae"
+    """The advantages and value targets: ``gae`` (GAE with ``lmbda``, Yu et al.'s MAPPO,
+    TorchRL's and JaxMARL's) or ``nstep``: ``nstep``-step TD returns
+    (:class:`~marlkit.objectives.NStepTD`), EPyMARL's MAPPO and IPPO (``q_nstep``)."""
+    nstep: int = 5
+    """``estimator=nstep``: the rewards summed before the return bootstraps (EPyMARL: 5)."""
+    target_critic_tau: float | None = None
+    """The estimator reads a target copy of the critic, moved ``tau`` of the way to the critic
+    after each batch's epochs (Polyak averaging; EPyMARL's ``target_update_interval_or_tau:
+    0.01``); ``null``: the critic itself. Needs a feed-forward critic."""
+    refresh_advantage: bool = False
+    """Each epoch's advantage is the value target minus the critic's value at that epoch
+    (:class:`~marlkit.objectives.ClipPPOLoss`'s ``refresh_advantage``), as EPyMARL's
+    ``ppo_learner`` recomputes its TD error each epoch; false: the advantages computed once per
+    batch."""
 
     def __post_init__(self) -> None:
         check_fraction("gamma", self.gamma)
         check_fraction("lmbda", self.lmbda)
+        check_choice("estimator", self.estimator, ESTIMATORS)
+        check_int("nstep", self.nstep, low=1)
+        if self.target_critic_tau is not None:
+            check_fraction("target_critic_tau", self.target_critic_tau, strict=True)
+            if self.clip_value is not None:
+                raise ConfigError(
+                    "loss.clip_value clips the critic around the values of the batch, which "
+                    "loss.target_critic_tau makes the target critic's: use one or the other"
+                )
         check_real("clip_epsilon", self.clip_epsilon)
         check_real("entropy_coef", self.entropy_coef, low=0.0, strict=False)
         check_real("critic_coef", self.critic_coef, low=0.0, strict=False)
@@ -244,6 +272,19 @@ class MappoIppoConfig(ActorCriticRunConfig):
         super().__post_init__()
         check_int("seeds_in_process", self.seeds_in_process, low=1)
         check_critic_input(self.critic, self.model)
+        recurrent_critic = self.model.memory != "none" and self.model.critic_memory
+        if self.loss.target_critic_tau is not None and recurrent_critic:
+            raise ConfigError(
+                "loss.target_critic_tau needs a feed-forward critic: the critic has memory "
+                f"(model.memory={self.model.memory}, model.critic_memory=true); set "
+                "model.critic_memory=false (EPyMARL's critics are feed-forward)"
+            )
+        if self.seeds_in_process > 1 and self.loss.target_critic_tau is not None:
+            raise ConfigError(
+                f"seeds_in_process={self.seeds_in_process} does not support "
+                "loss.target_critic_tau yet (each seed's target critic would have to be saved "
+                "with its run): run the seeds as separate runs, or leave it at null"
+            )
         if self.seeds_in_process > 1 and self.train.clip_per_network:
             raise ConfigError(
                 f"seeds_in_process={self.seeds_in_process} does not support "
@@ -505,6 +546,7 @@ def make_loss(actor: Any, critic: Any, group: str, cfg: DictConfig, **kwargs: An
         loss_critic_type=cfg.loss.loss_critic_type,
         normalize_advantage=cfg.loss.normalize_advantage,
         clip_value=cfg.loss.get("clip_value"),  # None for a config written before it existed
+        refresh_advantage=bool(cfg.loss.get("refresh_advantage", False)),
         **kwargs,
     )
 
@@ -513,6 +555,30 @@ def make_loss(actor: Any, critic: Any, group: str, cfg: DictConfig, **kwargs: An
 #: loss read instead of ``(group, "mask")`` (never written, so nothing is masked).
 TEAM_FLAGS = {"done": "team_done", "terminated": "team_terminated"}
 NO_MASK = "team_episodes_no_mask"
+
+
+def estimators(cfg: DictConfig, critics: dict[str, Any]) -> dict[str, Any]:
+    """Per group, ``loss.estimator``'s estimator over the values of ``critics`` (each group's
+    critic, or its target copy)."""
+    loss = cfg.loss
+    if loss.get("estimator", "gae") == "nstep":
+        return {
+            g: NStepTD(loss.gamma, loss.nstep, value_network=c, group=g) for g, c in critics.items()
+        }
+    return {g: GAE(loss.gamma, loss.lmbda, value_network=c, group=g) for g, c in critics.items()}
+
+
+def target_critics(cfg: DictConfig, critics: dict[str, Any]) -> tuple[Any, Any]:
+    """With ``loss.target_critic_tau``, per group a frozen copy of its critic and the
+    :class:`~marlkit.objectives.SoftUpdate` that moves the copies after each batch; ``(None,
+    None)`` without."""
+    tau = cfg.loss.get("target_critic_tau")
+    if tau is None:
+        return None, None
+    targets = torch.nn.ModuleDict(
+        {g: copy.deepcopy(c).requires_grad_(False) for g, c in critics.items()}
+    )
+    return targets, SoftUpdate([(critics[g], targets[g]) for g in critics], tau=tau)
 
 
 def use_team_episodes(gaes: dict[str, Any], losses: Any) -> None:
@@ -609,9 +675,7 @@ def train_seeds(cfg: DictConfig) -> None:
     policy = seedwise_sampling(stack_seeds([b[1] for b in built]), streams)
     actors = dict(zip(groups, policy.module))
     critics = {g: stack_seeds([b[2][g] for b in built]) for g in groups}
-    gaes = {
-        g: GAE(cfg.loss.gamma, cfg.loss.lmbda, value_network=critics[g], group=g) for g in groups
-    }
+    gaes = estimators(cfg, critics)
     losses = torch.nn.ModuleDict(
         {g: make_loss(actors[g], critics[g], g, cfg, separate_dims=1) for g in groups}
     )
@@ -679,9 +743,9 @@ def main(cfg: DictConfig) -> None:
     policy = make_policy(env, cfg)  # every group's actions in one call
     actors = dict(zip(groups, policy.module))
     critics = {g: make_critic(env, g, cfg.critic, cfg.model) for g in groups}
-    gaes = {
-        g: GAE(cfg.loss.gamma, cfg.loss.lmbda, value_network=critics[g], group=g) for g in groups
-    }
+    # loss.target_critic_tau: the estimator reads target copies of the critics (EPyMARL's)
+    targets, move_targets = target_critics(cfg, critics)
+    gaes = estimators(cfg, dict(targets) if targets is not None else critics)
     losses = torch.nn.ModuleDict({g: make_loss(actors[g], critics[g], g, cfg) for g in groups})
     if cfg.loss.team_episodes:
         use_team_episodes(gaes, losses)
@@ -716,6 +780,8 @@ def main(cfg: DictConfig) -> None:
     state = {"losses": losses, "optims": optims, "collector": collector}
     if standardisers is not None:  # a resumed run goes on with the same statistics
         state["reward_standardisers"] = standardisers
+    if targets is not None:
+        state["target_critics"] = targets
     run.track(state, policy=policy)
     run.restore()
 
@@ -745,6 +811,8 @@ def main(cfg: DictConfig) -> None:
             objective=objective,
             clip_per_param_group=clip_apart,
         )
+        if move_targets is not None:
+            move_targets.step()
         if lr is not None:
             metrics["lr"] = lr
         collector.update_policy_weights_()

@@ -101,6 +101,31 @@ def test_advantage_normalisation_and_value_clipping() -> None:
     torch.testing.assert_close(clipped(td.clone())["loss_critic"], ref)
 
 
+def test_refreshed_advantage_is_the_target_minus_the_critic_now() -> None:
+    # EPyMARL's epochs: the TD error against the critic as it is at each epoch
+    actor, critic = make()
+    td = batch()
+    g = td["agents"]
+    mask = torch.ones(6, N, dtype=torch.bool)
+    mask[0, 1] = mask[4, 2] = False
+    g.set("mask", mask)
+    refreshed = ClipPPOLoss(actor, critic, normalize_advantage=False, refresh_advantage=True)
+    assert ("agents", "advantage") not in refreshed.in_keys
+    with torch.no_grad():
+        v = critic.module(g["observation"])
+    given = td.clone()
+    given["agents", "advantage"] = (g["value_target"] - v).masked_fill(~mask.unsqueeze(-1), 0.0)
+    reference = ClipPPOLoss(actor, critic, normalize_advantage=False)(given)
+    out = refreshed(td.exclude(("agents", "advantage")))  # the entry is not needed
+    for key in ("loss_objective", "loss_critic", "loss_entropy"):
+        torch.testing.assert_close(out[key], reference[key])
+    # the advantage moves no critic parameter: only loss_critic reaches the critic
+    out["loss_objective"].backward()
+    assert not any(grads(critic))
+    with pytest.raises(KeyError, match="value_target"):
+        refreshed(td.exclude(("agents", "value_target")))
+
+
 def grads(module: torch.nn.Module) -> list[bool]:
     return [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in module.parameters()]
 

@@ -57,6 +57,30 @@ def test_updaters_need_target_networks() -> None:
         SoftUpdate(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
 
 
+def test_soft_update_of_module_pairs() -> None:
+    # a PPO critic's target copy (NStepTD's value network): no loss holds it
+    import copy
+
+    torch.manual_seed(0)
+    critic = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    target = copy.deepcopy(critic)
+    updater = SoftUpdate([(critic, target)], tau=0.1)
+    before = [t.clone() for t in target.state_dict().values() if t.is_floating_point()]
+    with torch.no_grad():
+        for p in critic.parameters():
+            p.add_(1.0)
+    critic.train()(torch.randn(5, 3))  # moves the running statistics (buffers)
+    updater.step()
+    after = [t for t in target.state_dict().values() if t.is_floating_point()]
+    online = [t for t in critic.state_dict().values() if t.is_floating_point()]
+    for old, new, o in zip(before, after, online):
+        torch.testing.assert_close(new, 0.9 * old + 0.1 * o)
+    with pytest.raises(ValueError, match=r"does not have the online Linear's parameters"):
+        SoftUpdate([(torch.nn.Linear(3, 4), torch.nn.Linear(3, 5))])
+    with pytest.raises(TypeError, match=r"or a sequence of \(online, target\) module pairs"):
+        SoftUpdate([(critic,)])  # type: ignore[list-item]
+
+
 @pytest.mark.parametrize("updater", ["soft", "hard"])
 def test_updaters_follow_a_loss_converted_after_them(updater: str) -> None:
     # loss.to(device) / loss.double() rebind each parameter's .data: the updater follows the

@@ -12,7 +12,7 @@ import torch
 from tensordict import TensorDict
 
 from marlkit.modules import StateValueCritic, ValueNorm
-from marlkit.objectives import GAE, TD0, TDLambda, gae, td0, td_lambda
+from marlkit.objectives import GAE, TD0, NStepTD, TDLambda, gae, nstep_td, td0, td_lambda
 from marlkit.objectives import value as value_module
 
 GAMMA, LMBDA = 0.9, 0.8
@@ -53,6 +53,33 @@ def ref_td0(v, nv, r, done, term, present):
     return [a - b for a, b in zip(g, v)], g
 
 
+def ref_nstep(n: int):
+    """EPyMARL's n-step sum written as a loop from each start: up to ``n`` rewards, then the
+    next value of the last step summed (none at a termination); an episode end, the data's end
+    or an absent next agent ends the sum early, bootstrapping there."""
+
+    def ref(v, nv, r, done, term, present):
+        T = len(v)
+        g = [0.0] * T
+        for t in range(T):
+            if not present[t]:
+                g[t] = v[t]
+                continue
+            total, discount = 0.0, 1.0
+            for step in range(n):
+                u = t + step
+                total += discount * r[u]
+                last = step == n - 1 or done[u] or u == T - 1 or not present[u + 1]
+                if last:
+                    total += 0.0 if term[u] else discount * GAMMA * nv[u]
+                    break
+                discount *= GAMMA
+            g[t] = total
+        return [a - b for a, b in zip(g, v)], g
+
+    return ref
+
+
 def random_batch(B: int = 3, T: int = 12, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     done = torch.rand(B, T, n, 1, generator=g) < 0.25
@@ -83,10 +110,15 @@ CASES = [
     (lambda *a, **k: gae(GAMMA, LMBDA, *a, **k), ref_gae),
     (lambda *a, **k: td_lambda(GAMMA, LMBDA, *a, **k), ref_td_lambda),
     (lambda *a, **k: td0(GAMMA, *a, **k), ref_td0),
+    (lambda *a, **k: nstep_td(GAMMA, 1, *a, **k), ref_nstep(1)),
+    (lambda *a, **k: nstep_td(GAMMA, 3, *a, **k), ref_nstep(3)),
+    (lambda *a, **k: nstep_td(GAMMA, 40, *a, **k), ref_nstep(40)),  # n past the data's T
 ]
 
 
-@pytest.mark.parametrize(("fn", "ref"), CASES, ids=["gae", "td_lambda", "td0"])
+@pytest.mark.parametrize(
+    ("fn", "ref"), CASES, ids=["gae", "td_lambda", "td0", "nstep1", "nstep3", "nstep40"]
+)
 @pytest.mark.parametrize("use_mask", [False, True])
 def test_functional_matches_reference_loop(fn, ref, use_mask: bool) -> None:
     d = random_batch()
@@ -95,6 +127,47 @@ def test_functional_matches_reference_loop(fn, ref, use_mask: bool) -> None:
     radv, rtgt = reference(ref, d, use_mask)
     torch.testing.assert_close(adv, radv, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(tgt, rtgt, rtol=1e-5, atol=1e-5)
+
+
+def test_nstep_on_whole_episodes_is_epymarls_q_nstep() -> None:
+    # EPyMARL's ppo_learner.nstep_returns on a batch of whole episodes (values [B, T + 1], the
+    # last one the final observation's; filled rows; add_value_last_step), in its own terms
+    gamma, n, B, T = 0.99, 5, 4, 17
+    g = torch.Generator().manual_seed(7)
+    values, rewards = torch.randn(B, T + 1, generator=g), torch.randn(B, T, generator=g)
+    lengths = [17, 17, 9, 3]  # rows 2 and 3 terminated early; rows 0 and 1 hit the time limit
+    mask = torch.zeros(B, T)
+    for b, length in enumerate(lengths):
+        mask[b, :length] = 1.0
+    expected = torch.zeros(B, T)
+    for t_start in range(T):
+        ret = torch.zeros(B)
+        for step in range(n + 1):
+            t = t_start + step
+            if t >= T:
+                break
+            if step == n:
+                ret += gamma**step * values[:, t] * mask[:, t]
+            elif t == T - 1:
+                ret += gamma**step * rewards[:, t] * mask[:, t]
+                ret += gamma ** (step + 1) * values[:, t + 1]
+            else:
+                ret += gamma**step * rewards[:, t] * mask[:, t]
+        expected[:, t_start] = ret
+    # the same data as a collected batch: done at each row's last step, terminated where it
+    # ended before the time limit (EPyMARL's filled-mask zeroes what follows: no bootstrap)
+    done = torch.zeros(B, T, 1, dtype=torch.bool)
+    term = torch.zeros(B, T, 1, dtype=torch.bool)
+    for b, length in enumerate(lengths):
+        done[b, length - 1] = True
+        term[b, length - 1] = length < T
+    present = mask.bool().unsqueeze(-1)
+    r = rewards.unsqueeze(-1) * present
+    _, target = nstep_td(
+        gamma, n, values[:, :-1, None], values[:, 1:, None], r, done, term, mask=present
+    )
+    filled = mask.bool()
+    torch.testing.assert_close(target[..., 0][filled], expected[filled], rtol=1e-5, atol=1e-5)
 
 
 def test_truncation_bootstraps_termination_does_not() -> None:
@@ -135,8 +208,13 @@ def collected(d: dict[str, torch.Tensor], team: bool, root_flags: bool) -> Tenso
 @pytest.mark.parametrize("root_flags", [False, True])
 @pytest.mark.parametrize(
     ("module", "ref"),
-    [(GAE(GAMMA, LMBDA), ref_gae), (TDLambda(GAMMA, LMBDA), ref_td_lambda), (TD0(GAMMA), ref_td0)],
-    ids=["GAE", "TDLambda", "TD0"],
+    [
+        (GAE(GAMMA, LMBDA), ref_gae),
+        (TDLambda(GAMMA, LMBDA), ref_td_lambda),
+        (TD0(GAMMA), ref_td0),
+        (NStepTD(GAMMA, 5), ref_nstep(5)),
+    ],
+    ids=["GAE", "TDLambda", "TD0", "NStepTD"],
 )
 def test_modules_broadcast_root_rewards_and_flags(
     module, ref, team: bool, root_flags: bool
@@ -244,15 +322,15 @@ def test_the_functions_are_documented_with_executed_examples() -> None:
     assert result.attempted >= 1 and result.failed == 0, result
     guide = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "algorithms.md").read_text()
     blocks = "".join(re.findall(r"^```python\n(.*?)^```", guide, re.S | re.M))
-    for call in ("gae(", "td_lambda(", "td0(", "time_dim=-3"):
+    for call in ("gae(", "td_lambda(", "td0(", "nstep_td(", "time_dim=-3"):
         assert call in blocks, f"docs/algorithms.md has no executed example of {call}"
-    for fn in (gae, td_lambda, td0):
+    for fn in (gae, td_lambda, td0, nstep_td):
         assert "time_dim=-3" in " ".join((fn.__doc__ or "").split()), fn.__name__
 
 
-@pytest.mark.parametrize("fn", [gae, td_lambda, td0])
+@pytest.mark.parametrize("fn", [gae, td_lambda, td0, nstep_td])
 def test_functional_time_dim_outside_the_broadcast_shape_is_named(fn) -> None:
-    coefficients = (GAMMA,) if fn is td0 else (GAMMA, LMBDA)
+    coefficients = {td0: (GAMMA,), nstep_td: (GAMMA, 3)}.get(fn, (GAMMA, LMBDA))
     v, flag = torch.zeros(1, 3, 1), torch.zeros(1, 3, 1, dtype=torch.bool)
     expected = (
         "time_dim=-4 is not a dim of the broadcast shape [1, 3, 1] (time_dim must be in [-3, 2])"
@@ -267,3 +345,11 @@ def test_functional_time_dim_outside_the_broadcast_shape_is_named(fn) -> None:
         TypeError, match=r"value estimator: time_dim must be an int, got bool: True"
     ):
         fn(*coefficients, v, v, v, flag, flag, time_dim=True)
+
+
+def test_nstep_refuses_n_below_one() -> None:
+    v, flag = torch.zeros(1, 3, 1), torch.zeros(1, 3, 1, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"nstep_td: n must be .*>= 1.*got 0"):
+        nstep_td(GAMMA, 0, v, v, v, flag, flag)
+    with pytest.raises(TypeError, match=r"NStepTD: n must be an int >= 1, got float: 2\.5"):
+        NStepTD(GAMMA, 2.5)

@@ -154,6 +154,11 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             # issue 38: MAPPO's GAE per agent unless a config reads the team's episode
             assert now["loss"].pop("team_episodes", False) is False
             assert now["loss"].pop("clip_value", None) is None  # and no value clipping
+            # issue 37: EPyMARL's n-step estimator, target critic and refreshed advantages: off
+            assert now["loss"].pop("estimator", "gae") == "gae"
+            assert now["loss"].pop("nstep", 5) == 5
+            assert now["loss"].pop("target_critic_tau", None) is None
+            assert now["loss"].pop("refresh_advantage", False) is False
             # issue 37: DDPG's options against a saturated tanh actor, off (TorchRL's DDPG)
             # but for the pre-tanh penalty of MADDPG's recipe (docs/results.md, balance)
             penalty = 0.1 if name == "maddpg_iddpg" else 0.0

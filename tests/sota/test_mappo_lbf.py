@@ -68,3 +68,80 @@ def test_mappo_lbf_runs_with_agent_ids_and_standardised_rewards(tmp_path):
     assert [r["frames"] for r in rows] == [100, 200]
     info = summary(run_dir)
     assert info["env"] == "lbforaging/Foraging-8x8-2p-2f-coop-v3" and info["variant"] == "MAPPO"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["loss.estimator=td"], r"estimator must be one of \['gae', 'nstep'\]"),
+        (["loss.estimator=nstep", "loss.nstep=0"], r"nstep must be an int >= 1, got 0"),
+        (["loss.target_critic_tau=0"], r"target_critic_tau must be a finite number in \(0, 1\]"),
+        (
+            ["loss.target_critic_tau=0.01", "loss.clip_value=0.2"],
+            r"loss.clip_value clips the critic around the values of the batch",
+        ),
+        (
+            ["loss.target_critic_tau=0.01", "model.critic_memory=true"],
+            r"loss.target_critic_tau needs a feed-forward critic",
+        ),
+        (
+            ["loss.target_critic_tau=0.01", "seeds_in_process=2"],
+            r"seeds_in_process=2 does not support loss.target_critic_tau yet",
+        ),
+    ],
+)
+def test_epymarls_estimator_options_refuse_what_they_cannot_do(overrides, message):
+    from marlkit.train.config import ConfigError, check_config
+
+    with pytest.raises(ConfigError, match=message):
+        check_config(_compose("mappo_lbf", overrides))
+
+
+@pytest.mark.slow  # ~20 s
+def test_mappo_lbf_with_epymarls_estimator_keeps_a_target_critic_and_resumes_it(tmp_path):
+    """``loss.estimator=nstep loss.target_critic_tau=0.01 loss.refresh_advantage=true``:
+    EPyMARL's 5-step TD of a soft-updated target critic, recomputed at each epoch. The target
+    is saved with the run, moved tau of the way after each batch, and a resumed run goes on
+    from it."""
+    import torch
+
+    run_dir = tmp_path / "run"
+    budget = (
+        "env.num_envs=2",
+        "collector.frames_per_batch=100",
+        "train.minibatch_size=100",
+        "eval.num_envs=2",
+        "eval.every=0",
+        "checkpoint.every=1",
+        "loss.estimator=nstep",
+        "loss.target_critic_tau=0.01",
+        "loss.refresh_advantage=true",
+    )
+    run("mappo_ippo", run_dir, (*budget, "collector.total_frames=200"), config="mappo_lbf")
+    state = Checkpointer(run_dir / "checkpoints").load()
+    target = state["target_critics"]
+    critic = {
+        k.removeprefix("agents.critic_network."): v
+        for k, v in state["losses"].items()
+        if k.startswith("agents.critic_network.")
+    }
+    assert {k.removeprefix("agents.") for k in target} == set(critic)
+    moved = [float((critic[k] - target["agents." + k]).abs().max()) for k in critic]
+    assert max(moved) > 0  # two soft updates of 0.01: the target trails the critic
+    # resumed for a third batch from that checkpoint: its target goes on from the saved one
+    run("mappo_ippo", run_dir, (*budget, "collector.total_frames=300", f"resume={run_dir}"),
+        config="mappo_lbf")  # fmt: skip
+    resumed = Checkpointer(run_dir / "checkpoints").load()
+    old = {k: v for k, v in target.items()}
+    online = {"agents." + k: v for k, v in critic.items()}
+    new_online = {
+        k.removeprefix("agents.critic_network."): v
+        for k, v in resumed["losses"].items()
+        if k.startswith("agents.critic_network.")
+    }
+    for key, value in resumed["target_critics"].items():
+        # one more step: 0.99 * the saved target + 0.01 * the critic after the third batch
+        expected = 0.99 * old[key] + 0.01 * new_online[key.removeprefix("agents.")]
+        torch.testing.assert_close(value, expected)
+        assert not torch.equal(value, online[key])
+    assert [r["frames"] for r in read_metrics(run_dir / "metrics.csv")] == [100, 200, 300]

@@ -1,4 +1,4 @@
-"""Training objectives: value estimators (GAE, TD(lambda), TD(0)), the losses of the nine
+"""Training objectives: value estimators (GAE, TD(lambda), TD(0), n-step TD), the losses of the nine
 algorithms (clipped PPO for MAPPO/IPPO; QMIX, VDN, IQL; MADDPG/IDDPG; MASAC/ISAC) and the
 target-network updaters. Objectives import modules and data, never envs (DESIGN.md). See
 ``docs/algorithms.md``.
@@ -18,9 +18,11 @@ from marlkit.objectives.value import (
     GAE,
     TD0,
     EstimatorKeys,
+    NStepTD,
     TDLambda,
     ValueEstimator,
     gae,
+    nstep_td,
     td0,
     td_lambda,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "DiscreteKeys",
     "EstimatorKeys",
     "HardUpdate",
+    "NStepTD",
     "PPOKeys",
     "QMixerLoss",
     "SACLoss",
@@ -46,6 +49,7 @@ __all__ = [
     "ValueKeys",
     "ValueLoss",
     "gae",
+    "nstep_td",
     "td0",
     "td_lambda",
 ]

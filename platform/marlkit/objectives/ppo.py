@@ -127,6 +127,12 @@ class ClipPPOLoss(TensorDictModuleBase):
         clip_value: clip the new value to ``old ± clip_value`` (``None``: no clipping).
         normalize_advantage: standardise advantages over the minibatch (present agents).
         normalize_advantage_per_agent: standardise each agent's advantages separately.
+        refresh_advantage: the advantage is ``value_target - V`` with ``V`` the critic's value
+            computed in this call (detached), not the batch's ``advantage`` entry (not read):
+            each epoch's advantages follow the critic as it learns, as EPyMARL's MAPPO and
+            IPPO (its ``ppo_learner`` recomputes its TD error at each epoch; with
+            :class:`~marlkit.objectives.NStepTD` targets from a target critic). Absent agents'
+            advantages are 0.
         loss_critic_type: ``"l2"`` (squared error), ``"smooth_l1"`` or ``"l1"``.
         value_norm: the critic predicts values normalised by it; targets are normalised
             before the comparison (update it yourself once per batch, see ``docs/algorithms.md``).
@@ -168,6 +174,7 @@ class ClipPPOLoss(TensorDictModuleBase):
         clip_value: float | None = None,
         normalize_advantage: bool = True,
         normalize_advantage_per_agent: bool = False,
+        refresh_advantage: bool = False,
         loss_critic_type: Literal["l2", "smooth_l1", "l1"] = "l2",
         value_norm: ValueNorm | None = None,
         entropy_samples: int = 1,
@@ -199,6 +206,7 @@ class ClipPPOLoss(TensorDictModuleBase):
         self.clip_value = clip_value
         self.normalize_advantage = normalize_advantage
         self.normalize_advantage_per_agent = normalize_advantage_per_agent
+        self.refresh_advantage = bool(refresh_advantage)
         self.loss_critic_type = loss_critic_type
         self.value_norm = value_norm
         self.entropy_samples = check_int("entropy_samples", entropy_samples, low=1)
@@ -221,7 +229,9 @@ class ClipPPOLoss(TensorDictModuleBase):
         k = self.tensor_keys
         actor_in = list(getattr(self.actor_network, "in_keys", []))
         critic_in = list(getattr(self.critic_network, "in_keys", []))
-        keys = [*actor_in, *critic_in, k.action, k.sample_log_prob, k.advantage, k.value_target]
+        keys = [*actor_in, *critic_in, k.action, k.sample_log_prob, k.value_target]
+        if not self.refresh_advantage:
+            keys.append(k.advantage)
         keys += [k.mask, k.collector_mask]  # read where present
         if self.clip_value is not None:  # the values the batch was collected with
             keys.append(k.value)
@@ -320,18 +330,21 @@ class ClipPPOLoss(TensorDictModuleBase):
         """The loss terms for a batch of any leading dims ``[*B]`` (group batch
         ``[*B, n_agents]``)."""
         k = self.tensor_keys
-        adv = self._get(tensordict, k.advantage, "advantage")
-        if adv.dim() < 2 or adv.shape[-1] != 1:
+        # the entry that sets the shapes: the advantage, or the target it is refreshed from
+        lead, what = (k.advantage, "advantage")
+        if self.refresh_advantage:
+            lead, what = k.value_target, "value_target"
+        first = self._get(tensordict, lead, what)
+        if first.dim() < 2 or first.shape[-1] != 1:
             raise ValueError(
-                f"ClipPPOLoss: {k.advantage!r} must have shape [*B, n_agents, 1], got "
-                f"{list(adv.shape)}"
+                f"ClipPPOLoss: {lead!r} must have shape [*B, n_agents, 1], got {list(first.shape)}"
             )
-        shape = tuple(adv.shape)
+        shape = tuple(first.shape)
         keep = self.separate_dims
-        if adv.dim() - 2 < keep:
+        if first.dim() - 2 < keep:
             raise ValueError(
                 f"ClipPPOLoss: separate_dims={keep} needs {keep} batch dims before the agents', "
-                f"got {k.advantage!r} of shape {list(shape)}"
+                f"got {lead!r} of shape {list(shape)}"
             )
         target = self._get(tensordict, k.value_target, "value_target")
         self._check_shape(target, k.value_target, shape)
@@ -363,6 +376,14 @@ class ClipPPOLoss(TensorDictModuleBase):
         if w is not None:  # absent agents: any action, ratio 1 (they are weighted out anyway)
             log_ratio = log_ratio.masked_fill(w == 0, 0.0)
         ratio = log_ratio.exp()
+        loss_critic, value = self._critic_loss(tensordict, target, w)
+        if self.refresh_advantage:  # the critic's value now, not at collection
+            now = self.value_norm.denormalize(value) if self.value_norm is not None else value
+            adv = (target - now).detach()
+            if w is not None:
+                adv = adv.masked_fill(w == 0, 0.0)
+        else:
+            adv = first
         a = self._advantage(adv, w)
         gain = torch.minimum(
             ratio * a, ratio.clamp(1 - self.clip_epsilon, 1 + self.clip_epsilon) * a
@@ -370,7 +391,6 @@ class ClipPPOLoss(TensorDictModuleBase):
         entropy = self._entropy(dist).unsqueeze(-1)
         if w is not None:
             entropy = entropy.masked_fill(w == 0, 0.0)
-        loss_critic, value = self._critic_loss(tensordict, target, w)
         with torch.no_grad():
             clipped = ((ratio - 1).abs() > self.clip_epsilon).to(ratio.dtype)
             kl = (ratio - 1) - log_ratio

@@ -1,8 +1,11 @@
 """Target-network updaters: :class:`SoftUpdate` (Polyak averaging) and :class:`HardUpdate`
 (a copy every ``value_network_update_interval`` steps), for losses built with
-``delay_value=True``."""
+``delay_value=True`` or for any ``(online, target)`` module pairs (a PPO critic's target copy,
+read by :class:`~marlkit.objectives.NStepTD` as EPyMARL's MAPPO reads it)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -21,23 +24,44 @@ class TargetNetUpdater:
     ``loss.double()``) keeps the targets moving.
 
     Args:
-        loss: a value loss with target networks (``delay_value=True``).
+        loss: a value loss with target networks (``delay_value=True``), or a sequence of
+            ``(online, target)`` module pairs of the same structure (a target made with
+            ``copy.deepcopy(online)``).
 
     Raises:
-        TypeError: ``loss`` is not a value loss.
-        ValueError: the loss has no target networks.
+        TypeError: ``loss`` is neither a value loss nor a sequence of module pairs.
+        ValueError: the loss has no target networks; a pair whose modules differ in
+            structure.
     """
 
-    def __init__(self, loss: ValueLoss):
-        if not isinstance(loss, ValueLoss):
+    def __init__(self, loss: ValueLoss | Sequence[tuple[nn.Module, nn.Module]]):
+        name = type(self).__name__
+        if isinstance(loss, ValueLoss):
+            pairs = list(loss.target_pairs())
+        elif isinstance(loss, Sequence) and all(
+            isinstance(pair, tuple)
+            and len(pair) == 2
+            and all(isinstance(m, nn.Module) for m in pair)
+            for pair in loss
+        ):
+            pairs = list(loss)
+            for o_net, t_net in pairs:
+                shapes = [[tuple(p.shape) for p in net.parameters()] for net in (o_net, t_net)]
+                if shapes[0] != shapes[1]:
+                    raise ValueError(
+                        f"{name}: the target {type(t_net).__name__} does not have the online "
+                        f"{type(o_net).__name__}'s parameters (shapes {shapes[1]} against "
+                        f"{shapes[0]}); make it with copy.deepcopy(online)"
+                    )
+        else:
             raise TypeError(
-                f"{type(self).__name__} needs a value loss (QMixerLoss, DQNLoss), got "
-                f"{type(loss).__name__}"
+                f"{name} needs a value loss (QMixerLoss, DQNLoss) or a sequence of (online, "
+                f"target) module pairs, got {type(loss).__name__}"
             )
         self.loss = loss
         params: list[tuple[torch.Tensor, torch.Tensor]] = []
         buffers: list[tuple[nn.Module, nn.Module, str]] = []
-        for o_net, t_net in loss.target_pairs():
+        for o_net, t_net in pairs:
             for o_mod, t_mod in zip(o_net.modules(), t_net.modules()):
                 for key, o in o_mod._parameters.items():
                     t = t_mod._parameters[key]
@@ -48,8 +72,10 @@ class TargetNetUpdater:
                         buffers.append((o_mod, t_mod, key))
         if not params and not buffers:
             raise ValueError(
-                f"{type(self).__name__}: {type(loss).__name__} has no target networks; build it "
+                f"{name}: {type(loss).__name__} has no target networks; build it "
                 "with delay_value=True"
+                if isinstance(loss, ValueLoss)
+                else f"{name}: the (online, target) pairs hold no floating-point tensors"
             )
         self._online = [o for o, _ in params]
         self._target = [t for _, t in params]
@@ -82,7 +108,7 @@ class SoftUpdate(TargetNetUpdater):
     """``target <- (1 - tau) target + tau online`` at every :meth:`step`.
 
     Args:
-        loss: a value loss with target networks.
+        loss: a value loss with target networks, or ``(online, target)`` module pairs.
         tau: the step size, in ``(0, 1]``.
 
     Raises:
@@ -90,7 +116,7 @@ class SoftUpdate(TargetNetUpdater):
         ValueError: ``tau`` outside ``(0, 1]``; a loss without target networks.
     """
 
-    def __init__(self, loss: ValueLoss, tau: float = 0.005):
+    def __init__(self, loss: ValueLoss | Sequence[tuple[nn.Module, nn.Module]], tau: float = 0.005):
         tau = check_real("tau", tau, high=1.0, owner="SoftUpdate")
         super().__init__(loss)
         self.tau = tau
@@ -107,14 +133,18 @@ class HardUpdate(TargetNetUpdater):
     of :meth:`step`.
 
     Args:
-        loss: a value loss with target networks.
+        loss: a value loss with target networks, or ``(online, target)`` module pairs.
         value_network_update_interval: steps between copies (>= 1).
 
     Raises:
         ValueError: an interval < 1; a loss without target networks.
     """
 
-    def __init__(self, loss: ValueLoss, value_network_update_interval: int = 1000):
+    def __init__(
+        self,
+        loss: ValueLoss | Sequence[tuple[nn.Module, nn.Module]],
+        value_network_update_interval: int = 1000,
+    ):
         interval = check_int(
             "value_network_update_interval",
             value_network_update_interval,

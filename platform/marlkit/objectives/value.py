@@ -1,6 +1,6 @@
-"""Value estimators: functional ``gae``, ``td_lambda``, ``td0`` and the modules ``GAE``,
-``TDLambda``, ``TD0`` that read a collected batch ``[*B, T]`` and write ``(group, "advantage")``
-and ``(group, "value_target")`` ``[*B, T, n_agents, 1]``.
+"""Value estimators: functional ``gae``, ``td_lambda``, ``td0``, ``nstep_td`` and the modules
+``GAE``, ``TDLambda``, ``TD0``, ``NStepTD`` that read a collected batch ``[*B, T]`` and write
+``(group, "advantage")`` and ``(group, "value_target")`` ``[*B, T, n_agents, 1]``.
 
 Conventions (as TorchRL's): the episode is over at a step where ``done`` is True, so the
 recursion does not look past it; the next value is bootstrapped unless the step
@@ -51,9 +51,11 @@ __all__ = [
     "GAE",
     "TD0",
     "EstimatorKeys",
+    "NStepTD",
     "TDLambda",
     "ValueEstimator",
     "gae",
+    "nstep_td",
     "td0",
     "td_lambda",
 ]
@@ -254,6 +256,68 @@ def td0(
     if present is not None:
         target = torch.where(present, target, v)
     target = target.movedim(0, time_dim)
+    return target - state_value.expand_as(target), target
+
+
+def nstep_td(
+    gamma: float,
+    n: int,
+    state_value: torch.Tensor,
+    next_state_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    time_dim: int = -2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """n-step returns on plain tensors (what :class:`NStepTD` computes): ``G_t = r_t + gamma
+    r_{t+1} + ... + gamma^(m-1) r_{t+m-1} + gamma^m (1 - terminated_{t+m-1}) V'_{t+m-1}``, with
+    ``m`` the ``n`` steps or fewer where the episode ends (a ``done`` step), the tensors end
+    or the next step's agent is absent first: the return then bootstraps from that step's next
+    value (none at a terminated step). EPyMARL's ``q_nstep`` returns (its ``ppo_learner``,
+    ``nstep_returns``, with ``add_value_last_step``); ``n=1`` is :func:`td0`.
+
+    Arguments, shapes (every tensor broadcast to ``[*B, T, *F]``; ``time_dim=-3`` for
+    per-agent ``[*B, T, n_agents, 1]``), flags (bool ``done``, ``terminated``, ``mask``; no
+    ``truncated``) and errors as :func:`gae`; ``n`` an int >= 1. Returns ``(advantage,
+    value_target)`` with ``advantage = G - V``; an absent agent's target is its value.
+
+    Examples:
+        >>> import torch
+        >>> from marlkit.objectives import nstep_td
+        >>> v = torch.zeros(1, 4, 1)  # [*B, T, 1]: one env, 4 steps, no episode end
+        >>> flag = torch.zeros(1, 4, 1, dtype=torch.bool)
+        >>> _, target = nstep_td(0.5, 2, v, v + 8, torch.ones(1, 4, 1), flag, flag)
+        >>> target.flatten().tolist()  # 1 + 0.5 + 0.25 * 8; the last step bootstraps at once
+        [3.5, 3.5, 3.5, 5.0]
+    """
+    n = check_int("n", n, low=1, owner="nstep_td")
+    v, nv, r, d, term, present = _prepare(
+        state_value, next_state_value, reward, done, terminated, mask, time_dim
+    )
+    steps = v.shape[0]
+    # whether the chain of returns goes on past step t into t + 1: not done, not the tensors'
+    # last step, the next step's agent present
+    goes_on = (~d).contiguous()
+    goes_on[-1] = False
+    if present is not None:
+        goes_on[:-1] &= present[1:]
+    bootstrap = (~term).to(v.dtype) * nv
+    ret = torch.zeros_like(v)
+    alive = torch.ones_like(d)  # the chain from t reaches step t + k
+    discount = 1.0
+    for k in range(min(n, steps)):
+        live = alive[: steps - k]  # the chains from t = 0 .. steps - k - 1, at step t + k
+        at = slice(k, steps)
+        ret[: steps - k] += discount * live * r[at]
+        stop = live & (~goes_on[at] if k < n - 1 else torch.ones_like(live))
+        ret[: steps - k] += discount * gamma * stop * bootstrap[at]
+        alive = live & goes_on[at]
+        discount *= gamma
+    if present is not None:
+        ret = torch.where(present, ret, v)
+    target = ret.movedim(0, time_dim)
     return target - state_value.expand_as(target), target
 
 
@@ -555,3 +619,39 @@ class TD0(ValueEstimator):
     :class:`ValueEstimator`."""
 
     _function = staticmethod(td0)
+
+
+class NStepTD(ValueEstimator):
+    """n-step TD returns over a batch (see :func:`nstep_td`), EPyMARL's MAPPO and IPPO
+    estimator (``q_nstep``).
+
+    Args:
+        gamma: discount.
+        n: the steps summed before the return bootstraps (EPyMARL's ``q_nstep: 5``).
+        value_network, group, value_norm, time_dim: see :class:`ValueEstimator`. EPyMARL runs
+            a target critic here (a copy of the critic, soft-updated after each batch):
+            pass it as ``value_network`` (and train the critic itself in the loss).
+
+    Examples:
+        >>> est = NStepTD(0.99, 5, group="agents")  # values read from the batch
+    """
+
+    def __init__(
+        self,
+        gamma: float,
+        n: int,
+        value_network: nn.Module | None = None,
+        *,
+        group: str = DEFAULT_GROUP,
+        value_norm: ValueNorm | None = None,
+        time_dim: int | None = None,
+    ):
+        super().__init__(
+            gamma, value_network, group=group, value_norm=value_norm, time_dim=time_dim
+        )
+        self.n = check_int("n", n, low=1, owner=f"{type(self).__name__}")
+
+    _function = staticmethod(nstep_td)
+
+    def _coefficients(self) -> tuple[float, ...]:
+        return (self.gamma, self.n)
