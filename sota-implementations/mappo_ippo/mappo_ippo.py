@@ -279,12 +279,6 @@ class MappoIppoConfig(ActorCriticRunConfig):
                 f"(model.memory={self.model.memory}, model.critic_memory=true); set "
                 "model.critic_memory=false (EPyMARL's critics are feed-forward)"
             )
-        if self.seeds_in_process > 1 and self.loss.target_critic_tau is not None:
-            raise ConfigError(
-                f"seeds_in_process={self.seeds_in_process} does not support "
-                "loss.target_critic_tau yet (each seed's target critic would have to be saved "
-                "with its run): run the seeds as separate runs, or leave it at null"
-            )
         if self.seeds_in_process > 1 and self.train.clip_per_network:
             raise ConfigError(
                 f"seeds_in_process={self.seeds_in_process} does not support "
@@ -675,7 +669,9 @@ def train_seeds(cfg: DictConfig) -> None:
     policy = seedwise_sampling(stack_seeds([b[1] for b in built]), streams)
     actors = dict(zip(groups, policy.module))
     critics = {g: stack_seeds([b[2][g] for b in built]) for g in groups}
-    gaes = estimators(cfg, critics)
+    # loss.target_critic_tau: stacked target copies (each seed's slices its own target)
+    targets, move_targets = target_critics(cfg, critics)
+    gaes = estimators(cfg, dict(targets) if targets is not None else critics)
     losses = torch.nn.ModuleDict(
         {g: make_loss(actors[g], critics[g], g, cfg, separate_dims=1) for g in groups}
     )
@@ -693,10 +689,13 @@ def train_seeds(cfg: DictConfig) -> None:
         standardisers = seed_standardisers({g: [("next", g, "reward")] for g in groups}, n_seeds)
         for k, part in enumerate(parts):
             part["reward_standardisers"] = SeedRewardStatistics(standardisers, k)
+    saved = dict(losses)  # each seed's slices of these go to its run's checkpoints
+    if targets is not None:
+        saved.update({f"target_critic.{g}": targets[g] for g in groups})
     runs = SeedRuns(
         [open_run(seed_config(cfg, s)) for s in seeds],
         collector,
-        [SeedState(k, losses, optims, streams) for k in range(n_seeds)],
+        [SeedState(k, saved, optims, streams) for k in range(n_seeds)],
         [b[1] for b in built],
         policy,
         split=split,
@@ -721,6 +720,8 @@ def train_seeds(cfg: DictConfig) -> None:
             max_grad_norm=cfg.train.max_grad_norm,
             objective=objective,
         )
+        if move_targets is not None:
+            move_targets.step()
         if lr is not None:
             metrics = [{**m, "lr": lr} for m in metrics]
         print(runs.progress(runs.end_iteration(batch, metrics)), flush=True)

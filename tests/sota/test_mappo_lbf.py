@@ -84,10 +84,6 @@ def test_mappo_lbf_runs_with_agent_ids_and_standardised_rewards(tmp_path):
             ["loss.target_critic_tau=0.01", "model.critic_memory=true"],
             r"loss.target_critic_tau needs a feed-forward critic",
         ),
-        (
-            ["loss.target_critic_tau=0.01", "seeds_in_process=2"],
-            r"seeds_in_process=2 does not support loss.target_critic_tau yet",
-        ),
     ],
 )
 def test_epymarls_estimator_options_refuse_what_they_cannot_do(overrides, message):

@@ -85,6 +85,31 @@ def test_standardised_rewards_keep_each_seeds_statistics_as_its_own_run(tmp_path
     assert plain["agents/episode_reward"] < -1  # simple_spread's distances: the env's scale
 
 
+@pytest.mark.slow  # two runs, ~30 s
+def test_epymarls_estimator_keeps_each_seeds_target_critic_as_its_own_run(tmp_path):
+    """``loss.estimator=nstep loss.target_critic_tau loss.refresh_advantage``: in a stack each
+    seed's target critic is its slice of the stacked copy, soft-updated with the others; over
+    two batches (the second reads the moved target) a seed takes its own run's updates, and its
+    checkpoint holds its target as its own run's would."""
+    budget = (
+        *MPE,
+        "collector.total_frames=400",
+        "loss.estimator=nstep",
+        "loss.target_critic_tau=0.1",
+        "loss.refresh_advantage=true",
+    )
+    run("mappo_ippo", tmp_path / "stack", (*budget, "seeds_in_process=2"))
+    run("mappo_ippo", tmp_path / "alone", (*budget, "seed=4"))
+    alone, inside = tmp_path / "alone", tmp_path / "stack" / "seed_4"
+    assert_same_first_updates(alone, inside)
+    own = Checkpointer(alone / "checkpoints").load()["target_critics"]
+    params = Checkpointer(inside / "checkpoints").load()["seed"]["params"]["target_critic.agents"]
+    assert len(params) == len(own) > 0
+    for name, value in own.items():  # the solo run's ModuleDict names its entries by group
+        torch.testing.assert_close(params[name.removeprefix("agents.")], value, rtol=1e-4,
+                                   atol=1e-5, msg=name)  # fmt: skip
+
+
 def test_the_stack_resumes_every_seed(tmp_path):
     stack = tmp_path / "stack"
     run("mappo_ippo", stack, (*MPE, "seeds_in_process=2"))
