@@ -1,8 +1,10 @@
 """marlkit beside EPyMARL: one results JSON (and a figure) from marlkit's run folders and
 ``benchmarks/peers/epymarl_run.py``'s JSON lines, the same task, algorithm and budget a side.
 
-Each side's greedy return (EPyMARL's protocol: 100 greedy episodes) at each evaluation and at
-the end, the mean over seeds with a 95 % bootstrap interval (``marlkit.record.bootstrap_ci``),
+Each side's test return (EPyMARL's protocol: 100 episodes, greedy for QMIX/VDN/IQL, sampled for
+MAPPO/IPPO, whose ``soft_policies`` selector samples in its tests: ``--marlkit-eval random``
+reads marlkit's sampled evaluations, ``eval_random/``) at each evaluation and at the end, the
+mean over seeds with a 95 % bootstrap interval (``marlkit.record.bootstrap_ci``),
 and, where a run has a ``<run>.time`` (marlkit: next to its folder) or ``<json stem>.time``
 (EPyMARL) file written by ``/usr/bin/time -f "wall %e user %U sys %S maxrss_kb %M"``, its
 whole command's wall-clock and CPU seconds (children included: EPyMARL's env processes)::
@@ -53,23 +55,42 @@ def _time(path: pathlib.Path) -> dict[str, float]:
         return {}  # a killed command's file holds its message instead
 
 
-def marlkit_run(run: pathlib.Path) -> dict[str, Any]:
+#: ``--marlkit-eval``: the evaluation columns' prefix and ``summary.json``'s entry of each mode
+#: (``eval.exploration=both`` logs the greedy one as ``eval/``, the sampled one as
+#: ``eval_random/``)
+EVALS = {"deterministic": ("eval/", "trained"), "random": ("eval_random/", "trained_random")}
+
+
+def marlkit_run(run: pathlib.Path, exploration: str = "deterministic") -> dict[str, Any]:
     summary = json.loads((run / "summary.json").read_text())
     with open(run / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    column = next(k for k in rows[0] if k.startswith("eval/") and k.endswith("episode_reward"))
-    curve = [[float(r["frames"]), float(r[column])] for r in rows if r.get(column)]
-    key = column.removeprefix("eval/")  # the training episodes' column and summary's entry
+    out: dict[str, Any] = {}
+    for mode, (prefix, entry) in EVALS.items():
+        column = next(
+            (k for k in rows[0] if k.startswith(prefix) and k.endswith("episode_reward")), None
+        )
+        if column is None or entry not in summary:
+            if mode == exploration:
+                raise SystemExit(
+                    f"{run}: no {prefix}...episode_reward column or summary {entry!r}: was it "
+                    f"evaluated with eval.exploration={mode} (or both)?"
+                )
+            continue
+        key = column.removeprefix(prefix)  # the training episodes' column, summary's entry
+        curve = [[float(r["frames"]), float(r[column])] for r in rows if r.get(column)]
+        name = "" if mode == exploration else f"{mode}_"
+        out[f"{name}curve"], out[f"{name}final"] = curve, summary[entry][key]
     training = [[float(r["frames"]), float(r[key])] for r in rows if r.get(key)]
     seed = OmegaConf.load(run / ".hydra" / "config.yaml").seed
     return {
         "side": "marlkit",
         "run": str(run),
         "seed": int(seed),
-        "final": summary["trained"][key],
+        "evaluation": exploration,
+        **out,
         "random": summary["random"][key],
         "frames": summary["frames"],
-        "curve": curve,
         "train_curve": training,
         **_time(run.parent / f"{run.name}.time"),
     }
@@ -154,12 +175,19 @@ def main(argv: list[str] | None = None) -> int:
         help="compare at these steps: each run's curve cut there, its final the last evaluation "
         "up to it (default: marlkit's summary and EPyMARL's last test)",
     )
+    p.add_argument(
+        "--marlkit-eval",
+        choices=sorted(EVALS),
+        default="deterministic",
+        help="marlkit's evaluations to set beside EPyMARL's tests: random for MAPPO and IPPO "
+        "(EPyMARL's soft_policies selector samples in its tests), deterministic for QMIX/VDN/IQL",
+    )
     p.add_argument("--marlkit-does", default="")
     p.add_argument("--note", default="")
     p.add_argument("--out", type=pathlib.Path, default=None)
     p.add_argument("--figure", type=pathlib.Path, default=None)
     args = p.parse_args(argv)
-    mk = [marlkit_run(r) for r in args.marlkit]
+    mk = [marlkit_run(r, args.marlkit_eval) for r in args.marlkit]
     ep = [epymarl_run(j) for j in args.epymarl]
     if args.at is not None:
         mk, ep = [at_steps(r, args.at) for r in mk], [at_steps(r, args.at) for r in ep]
@@ -201,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             curves,
             args.figure,
             xlabel="environment steps",
-            ylabel="greedy return (100 episodes)",
+            ylabel=f"{'sampled' if args.marlkit_eval == 'random' else 'greedy'} return "
+            "(100 episodes)",
             title=args.task,
         )
     return 0

@@ -11,11 +11,14 @@ EPyMARL runs with its defaults (``src/config/default.yaml``, ``algs/<alg>.yaml``
 lr 5e-4, eps 1.0 -> 0.05 over 50k steps, double Q, a hard target update every 200 episodes, a
 buffer of 5,000 episodes, batches of 32 episodes, gamma 0.99, standardised rewards, a 2-layer
 hypernetwork mixer), changed only in ``t_max``, the time limit, CPU, and its test schedule:
-``--tests`` greedy evaluations of ``--test-episodes`` episodes (EPyMARL's protocol: 100,
-greedy), every ``t_max / tests`` steps from the start (EPyMARL tests once that many steps have
-passed since the last test, and its loop stops at ``t_max`` without a test: a run of 1M steps
-and 10 tests has them at 0, ~100k, ..., ~900k, so compare it with another side at ~900k, or
-pass ``--final-test``: EPyMARL then runs up to 5,000 steps past ``--t-max`` and tests there).
+``--tests`` evaluations of ``--test-episodes`` episodes (EPyMARL's protocol: 100; greedy for the
+value-based algorithms, sampled for MAPPO and IPPO: their ``soft_policies`` action selector
+samples whatever ``test_mode`` says, ``test_greedy`` reaching only the epsilon-greedy and
+multinomial selectors; the JSON's ``does`` says which), every ``t_max / tests`` steps from the
+start (EPyMARL tests once that many steps have passed since the last test, and its loop stops at
+``t_max`` without a test: a run of 1M steps and 10 tests has them at 0, ~100k, ..., ~900k, so
+compare it with another side at ~900k, or pass ``--final-test``: EPyMARL then runs up to 5,000
+steps past ``--t-max`` and tests there).
 The returns are EPyMARL's (sacred's ``info.json``): per episode, the agents' rewards summed
 (``common_reward``, ``reward_scalarisation: sum``), as marlkit's ``agents/episode_reward`` on
 ``lbforaging/...`` with ``common_reward: true`` (every agent given that sum).
@@ -25,7 +28,7 @@ OpenMP/MKL threads of the process (and is reported). Its ``envs/__init__.py`` im
 ``smaclite`` (SMAClite, not on PyPI) for SMAClite maps only: this driver puts an empty module
 of that name in ``sys.modules`` before running ``main.py`` and changes nothing else.
 
-Prints one JSON line: the final greedy return (``final``, the last test), the curve of greedy
+Prints one JSON line: the final test return (``final``, the last test), the curve of the
 tests ``[[t_env, return], ...]``, the training episodes' returns, the whole command's
 wall-clock and the commit of the EPyMARL checkout (``git`` where it is a checkout, else
 ``--commit``).
@@ -64,7 +67,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-limit", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--t-max", type=int, default=100_000)
-    p.add_argument("--tests", type=int, default=10, help="greedy evaluations over the run")
+    p.add_argument("--tests", type=int, default=10, help="test evaluations over the run")
     p.add_argument("--test-episodes", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--commit", default="", help="the pinned commit, where no .git is there")
@@ -235,6 +238,20 @@ def _result(
     }
 
 
+def _test_actions(cfg: dict[str, Any]) -> str:
+    """How EPyMARL's test episodes act under ``cfg`` (its action selectors at the pinned
+    commit, ``components/action_selectors.py``): ``soft_policies`` (MAPPO, IPPO, MAA2C, COMA)
+    samples in test mode too; ``epsilon_greedy`` (QMIX, VDN, IQL) takes ``evaluation_epsilon``
+    (0: greedy); ``multinomial`` is greedy when ``test_greedy``."""
+    selector = cfg.get("action_selector", "epsilon_greedy")
+    if selector == "soft_policies":
+        return "sampled (soft_policies: its test episodes sample the policy, test_greedy unused)"
+    if selector == "epsilon_greedy":
+        eps = float(cfg.get("evaluation_epsilon", 0.0))
+        return "greedy" if eps == 0 else f"epsilon-greedy (evaluation_epsilon {eps})"
+    return "greedy" if cfg.get("test_greedy", True) else f"{selector} (test_greedy False)"
+
+
 def _does(src: pathlib.Path, alg: str) -> str:
     """What the run computes, from EPyMARL's own config of ``alg`` (over ``default.yaml``)."""
     import yaml  # EPyMARL's dependency, in its venv
@@ -255,7 +272,8 @@ def _does(src: pathlib.Path, alg: str) -> str:
         )
     return (
         "EPyMARL's own src/main.py at the pinned commit with its defaults for the algorithm and "
-        f"gymma (overrides in 'command'); {training}; greedy tests of test_episodes episodes; "
+        f"gymma (overrides in 'command'); {training}; {_test_actions(cfg)} tests of "
+        "test_episodes episodes; "
         "returns: the agents' rewards summed per episode (common_reward, sum); wall-clock: the "
         "whole command, imports and tests included"
     )

@@ -38,8 +38,13 @@ def test_mappo_lbf_has_epymarls_mappo_hyperparameters():
     assert cfg.loss.loss_critic_type == "l2" and not cfg.loss.normalize_advantage
     # standardise_rewards: True
     assert cfg.loss.standardise_rewards
-    # EPyMARL's evaluation protocol: 100 greedy episodes
-    assert cfg.eval.num_envs == 100 and cfg.eval.exploration == "deterministic"
+    # ppo_learner's advantage: q_nstep 5 returns of a target critic (target_update_interval_or_tau
+    # 0.01) minus the critic's value at each epoch
+    assert (cfg.loss.estimator, cfg.loss.nstep, cfg.loss.target_critic_tau) == ("nstep", 5, 0.01)
+    assert cfg.loss.refresh_advantage
+    # EPyMARL's tests: test_nepisode 100, sampled (its soft_policies selector samples in test
+    # mode); the greedy evaluation logged beside it
+    assert cfg.eval.num_envs == 100 and cfg.eval.exploration == "both"
 
 
 @pytest.mark.slow  # ~15 s
@@ -68,6 +73,15 @@ def test_mappo_lbf_runs_with_agent_ids_and_standardised_rewards(tmp_path):
     assert [r["frames"] for r in rows] == [100, 200]
     info = summary(run_dir)
     assert info["env"] == "lbforaging/Foraging-8x8-2p-2f-coop-v3" and info["variant"] == "MAPPO"
+    # the trained policy reads the agent ids: an env without them is refused naming the
+    # transform (the message named only env.kwargs, which this env has)
+    import marlkit
+
+    from .test_trained_policy import _module
+
+    bare = marlkit.make(info["env"], num_envs=2, time_limit=50, common_reward=True)
+    with pytest.raises(ValueError, match=r"and the observation transforms \['agent_id'\]"):
+        _module("mappo_ippo").trained_policy(bare, run_dir)
 
 
 @pytest.mark.parametrize(

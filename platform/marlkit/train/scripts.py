@@ -315,10 +315,17 @@ def load_policy(
     try:
         policy.load_state_dict(state["policy"])
     except RuntimeError as err:  # other groups or sizes: another env
+        transforms = _plain(cfg.env.get("transforms", []))
+        wrapped = (
+            f" and the observation transforms {transforms} (env.transforms: "
+            "marlkit.train.builders.make_env(name, transforms=...) applies them)"
+            if transforms
+            else ""
+        )
         raise ValueError(
             f"the run in {str(run_dir)!r} trained on {cfg.env.name} with "
-            f"{_plain(cfg.env.get('kwargs', {}))} (env.kwargs of its config): make the env with "
-            "those; "
+            f"{_plain(cfg.env.get('kwargs', {}))} (env.kwargs of its config){wrapped}: make the "
+            "env with those; "
             f"this one does not fit its policy ({str(err).splitlines()[-1].strip()})"
         ) from None
     return set_exploration(exploration)(policy)
