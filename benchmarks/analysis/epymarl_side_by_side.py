@@ -9,12 +9,13 @@ and, where a run has a ``<run>.time`` (marlkit: next to its folder) or ``<json s
 (EPyMARL) file written by ``/usr/bin/time -f "wall %e user %U sys %S maxrss_kb %M"``, its
 whole command's wall-clock and CPU seconds (children included: EPyMARL's env processes)::
 
-    .venv/bin/python benchmarks/analysis/epymarl_side_by_side.py --experiment mappo-lbf-epymarl \
-        --task "LBF Foraging-8x8-2p-2f-coop-v3, time limit 50" \
-        --marlkit /tmp/mk/mappo-lbf8-s0 /tmp/mk/mappo-lbf8-s1 \
+    .venv/bin/python benchmarks/analysis/epymarl_side_by_side.py --marlkit-eval random \
+        --experiment mappo-lbf-epymarl-sampled --at 900000 \
+        --task "LBF Foraging-8x8-2p-2f-coop-v3, time limit 50: MAPPO" \
+        --marlkit /tmp/mk/mappo2-lbf8-s0 /tmp/mk/mappo2-lbf8-s1 \
         --epymarl /tmp/ep/mappo-lbf8-s0.json /tmp/ep/mappo-lbf8-s1.json \
-        --out benchmarks/results/results-mappo-lbf-epymarl-2026-12-07.json \
-        --figure docs/img/results-mappo-lbf-epymarl.png
+        --out benchmarks/results/results-mappo-lbf-epymarl-sampled-2026-12-07.json \
+        --figure docs/img/results-mappo-lbf-epymarl-sampled.png
 
 A marlkit run's curve is its ``eval/<group>/episode_reward`` column of ``metrics.csv`` (the
 agents' summed reward per episode with ``common_reward``, as EPyMARL's ``test_return_mean``),
