@@ -142,7 +142,6 @@ def test_mappo_lbf_with_epymarls_estimator_keeps_a_target_critic_and_resumes_it(
     run("mappo_ippo", run_dir, (*budget, "collector.total_frames=300", f"resume={run_dir}"),
         config="mappo_lbf")  # fmt: skip
     resumed = Checkpointer(run_dir / "checkpoints").load()
-    old = {k: v for k, v in target.items()}
     online = {"agents." + k: v for k, v in critic.items()}
     new_online = {
         k.removeprefix("agents.critic_network."): v
@@ -151,7 +150,7 @@ def test_mappo_lbf_with_epymarls_estimator_keeps_a_target_critic_and_resumes_it(
     }
     for key, value in resumed["target_critics"].items():
         # one more step: 0.99 * the saved target + 0.01 * the critic after the third batch
-        expected = 0.99 * old[key] + 0.01 * new_online[key.removeprefix("agents.")]
+        expected = 0.99 * target[key] + 0.01 * new_online[key.removeprefix("agents.")]
         torch.testing.assert_close(value, expected)
         assert not torch.equal(value, online[key])
     assert [r["frames"] for r in read_metrics(run_dir / "metrics.csv")] == [100, 200, 300]

@@ -311,7 +311,7 @@ def nstep_td(
         live = alive[: steps - k]  # the chains from t = 0 .. steps - k - 1, at step t + k
         at = slice(k, steps)
         ret[: steps - k] += discount * live * r[at]
-        stop = live & (~goes_on[at] if k < n - 1 else torch.ones_like(live))
+        stop = live if k == n - 1 else live & ~goes_on[at]  # the n-th step always bootstraps
         ret[: steps - k] += discount * gamma * stop * bootstrap[at]
         alive = live & goes_on[at]
         discount *= gamma
