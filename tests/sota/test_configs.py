@@ -160,6 +160,8 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             assert now["loss"].pop("nstep", 5) == 5
             assert now["loss"].pop("target_critic_tau", None) is None
             assert now["loss"].pop("refresh_advantage", False) is False
+            # issue 37: EPyMARL's hard target copies (Q-learning), off: soft updates by tau
+            assert now["loss"].pop("hard_update_interval", 0) == 0
             # issue 37: DDPG's options against a saturated tanh actor, off (TorchRL's DDPG)
             # but for the pre-tanh penalty of MADDPG's recipe (docs/results.md, balance)
             penalty = 0.1 if name == "maddpg_iddpg" else 0.0

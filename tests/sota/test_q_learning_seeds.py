@@ -130,3 +130,19 @@ def test_standardised_rewards_keep_each_seeds_statistics_as_its_own_run(tmp_path
     run("qmix_vdn", tmp_path / "stack", (*more, f"resume={tmp_path / 'stack'}"))
     again = checkpoint(inside)["reward_standardisers"]
     assert float(again["agents.stats.count"]) == pytest.approx(2 * 4 * 50 * 3 + 1e-4)
+
+
+def test_hard_target_updates_copy_each_seeds_own_networks(tmp_path):
+    """``loss.hard_update_interval=4``: the 4th and last gradient step of the batch copies
+    each seed's online mixer into its target, inside a stack as alone."""
+    hard = (*MPE, "loss.hard_update_interval=4")
+    run("qmix_vdn", tmp_path / "stack", (*hard, "seeds_in_process=2"))
+    run("qmix_vdn", tmp_path / "alone", (*hard, "seed=4"))
+    assert_same_first_updates(tmp_path / "alone", tmp_path / "stack" / "seed_4", mixer=True)
+    stack = tmp_path / "stack"
+    for run_dir in (tmp_path / "alone", stack / "seed_0", stack / "seed_4"):
+        mixer = mixer_of(run_dir)
+        targets = [k for k in mixer if "target_mixer" in k]
+        assert targets
+        for name in targets:
+            torch.testing.assert_close(mixer[name], mixer[name.replace("target_mixer", "mixer", 1)])

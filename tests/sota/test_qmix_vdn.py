@@ -42,6 +42,7 @@ def test_qmix_on_vmas(tmp_path):
             r"str is not a subclass of QmixVdnLossConfig(?s:.*)full_key: loss",
         ),
         ("loss.mixer_state=global", r"loss.mixer_state must be one of \['observation', 'state'\]"),
+        ("loss.hard_update_interval=-1", r"loss.hard_update_interval must be an int >= 0, got -1"),
         (
             "env=vmas/navigation loss.mixer_state=state",
             r"needs an env with a global 'state'.*use loss.mixer_state=observation",
@@ -103,3 +104,33 @@ def test_a_run_on_a_full_disk_names_the_file(tmp_path, small_fs):
         AssertionError, match=r"(?s)rc 1\).*no space left on the device for '.*run/"
     ):
         run("qmix_vdn", run_dir, budget)
+
+
+def _targets_and_online(state: dict) -> list[tuple[str, object, object]]:
+    """``(name, target, online)`` for every target tensor of a run's QMIX loss."""
+    losses = state["losses"]
+    online = {k.replace("target_", "", 1): k for k in losses if "target_" in k}
+    pairs = [(t, losses[t], losses[o]) for o, t in online.items()]
+    assert len(pairs) >= 4  # the Q-network's and the mixer's weights and biases
+    return pairs
+
+
+def test_hard_target_updates_copy_every_interval_steps_across_a_resume(tmp_path):
+    """``loss.hard_update_interval=8`` with 4 gradient steps a batch: no copy after the first
+    batch (the targets are still the initial networks), a copy at the 8th step, the last of
+    the second batch, even when the run was stopped and resumed between the two batches."""
+    import torch
+
+    run_dir = tmp_path / "run"
+    budget = (*BUDGET, "loss.hard_update_interval=8", "checkpoint.every=1", "eval.every=0")
+    budget = (*budget, "eval.video=false")
+    run("qmix_vdn", run_dir, (*budget, "collector.total_frames=400"))
+    first = Checkpointer(run_dir / "checkpoints").load()
+    for name, target, online in _targets_and_online(first):
+        assert not torch.equal(target, online), name  # 4 Adam steps since the initial copy
+    run("qmix_vdn", run_dir, (*budget, "collector.total_frames=800", f"resume={run_dir}"))
+    second = Checkpointer(run_dir / "checkpoints").load()
+    assert second["iteration"] == 2
+    for name, target, online in _targets_and_online(second):
+        assert torch.equal(target, online), name  # copied at the 8th step, the last
+        assert not torch.equal(target, first["losses"][name]), name

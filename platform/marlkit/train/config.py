@@ -555,6 +555,15 @@ class QLossConfig(TargetLossConfig):
     standardise_rewards: bool = False
     """Rewards standardised by their running mean and variance over the minibatches trained
     on (EPyMARL's ``standardise_rewards``, on in its QMIX, VDN and IQL configs)."""
+    hard_update_interval: int = 0
+    """0: the target networks follow the online ones by soft updates (``tau``) after every
+    gradient step; N >= 1: they are copies of the online networks refreshed every N gradient
+    steps, ``tau`` unused (PyMARL's and EPyMARL's ``target_update_interval``, 200 episodes
+    in EPyMARL's QMIX/VDN/IQL, where one gradient step follows each episode)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("hard_update_interval", self.hard_update_interval, low=0)
 
 
 @dataclass

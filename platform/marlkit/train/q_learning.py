@@ -65,7 +65,12 @@ from marlkit.train.seeds import (
     update_seed_groups,
 )
 from marlkit.train.sequences import MemoryConfig, split_sequences
-from marlkit.train.updates import adam_per_group, soft_updates, update_groups
+from marlkit.train.updates import (
+    adam_per_group,
+    resume_target_updates,
+    target_updates,
+    update_groups,
+)
 
 __all__ = [
     "QModelConfig",
@@ -114,6 +119,11 @@ def egreedy_q_policy(env: EnvBase, cfg: Any, algorithm: str) -> TensorDictSequen
             for group in env.groups
         )
     )
+
+
+def _hard_interval(cfg: Any) -> int:
+    """``loss.hard_update_interval`` (0, soft updates, for configs written before it)."""
+    return int(cfg.loss.get("hard_update_interval", 0))
 
 
 def _memory(cfg: Any) -> str:
@@ -197,13 +207,14 @@ def train_q_learning(
     contents (``buffer.capacity`` items), then each group takes ``train.epochs`` passes of
     ``frames_per_batch // train.minibatch_size`` Adam steps (``train.lr``, gradient norm
     clipped to ``train.max_grad_norm``), each followed by a soft target update
-    (``loss.tau``), its rewards standardised first with ``loss.standardise_rewards``; eps
+    (``loss.tau``; or a copy every ``loss.hard_update_interval`` steps), its rewards
+    standardised first with ``loss.standardise_rewards``; eps
     anneals by the batch's frames; the run logs, evaluates (greedy) and checkpoints (networks,
     optimisers, eps, buffers, collector). ``variant`` goes to ``summary.json``.
     """
     groups = env.groups
     explorers = {g: cast(EGreedy, explorer) for g, explorer in zip(groups, policy.module)}
-    updaters = soft_updates(losses, cfg.loss.tau)
+    updaters = target_updates(losses, cfg.loss.tau, _hard_interval(cfg))
     optims = adam_per_group(losses, cfg.train.lr)
     precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
     frames = cfg.collector.frames_per_batch
@@ -242,6 +253,7 @@ def train_q_learning(
     run.restore()
 
     steps = cfg.train.epochs * max(1, frames // cfg.train.minibatch_size)
+    resume_target_updates(updaters, run.iteration * steps)  # a hard copy's step count
     keys = loss_keys(losses.values())
     for batch in run.batches(collector):
         data = batch.select(*keys, strict=False)
@@ -340,7 +352,8 @@ def train_q_learning_seeds(
     )
     others = {g: stack_seeds([b[2][g] for b in built]) for g in first[2]}
     losses = make_losses(env, policy, others, separate_dims=1)
-    updaters = soft_updates(losses, cfg.loss.tau)  # elementwise: each seed's own targets
+    # elementwise: each seed's own targets
+    updaters = target_updates(losses, cfg.loss.tau, _hard_interval(cfg))
     optims = adam_per_group(losses, cfg.train.lr)  # elementwise: each seed's state in its slices
     buffers = SeedBuffers(groups, seeds, cfg.buffer.capacity, cfg.train.minibatch_size)
     collector, split = stack_collector(cfg, [b[0] for b in built], seeds, policy)
@@ -372,6 +385,7 @@ def train_q_learning_seeds(
     runs.restore()
 
     steps = cfg.train.epochs * max(1, cfg.collector.frames_per_batch // cfg.train.minibatch_size)
+    resume_target_updates(updaters, runs.runs[0].iteration * steps)  # one count for every seed
     keys = loss_keys(losses.values())
     for batch in runs.batches():  # [K, num_envs, T]
         buffers.extend(batch.select(*keys, strict=False))

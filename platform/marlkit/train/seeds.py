@@ -50,7 +50,7 @@ from marlkit.collectors._base import seed_rngs
 from marlkit.data._fast import stack_tensordicts
 from marlkit.envs import EnvBase, SerialEnv
 from marlkit.modules.seeds import SeedStreams, copy_seed_, seed_parameters
-from marlkit.objectives import SoftUpdate
+from marlkit.objectives import TargetNetUpdater
 from marlkit.objectives.standardise import SeedRewardStandardiser
 from marlkit.replay import (
     GroupReplayBuffers,
@@ -348,7 +348,7 @@ def update_seed_groups(
     *,
     max_grad_norm: float,
     objective: Callable[[TensorDictBase], torch.Tensor] = _total,
-    updaters: Mapping[str, SoftUpdate] | None = None,
+    updaters: Mapping[str, TargetNetUpdater] | None = None,
 ) -> list[dict[str, float]]:
     """:func:`seed_gradient_steps` of each group's loss on its stacked samples, the group's
     target update (``updaters[group].step``: elementwise, so each seed's targets move towards

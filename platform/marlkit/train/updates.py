@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDictBase
 
 from marlkit._checks import check_int, check_real
-from marlkit.objectives import SoftUpdate
+from marlkit.objectives import HardUpdate, SoftUpdate, TargetNetUpdater
 from marlkit.replay import GroupReplayBuffers
 from marlkit.train.precision import autocast_scope
 
@@ -19,7 +19,9 @@ __all__ = [
     "adam_per_group",
     "gradient_step_terms",
     "gradient_steps",
+    "resume_target_updates",
     "soft_updates",
+    "target_updates",
     "update_groups",
 ]
 
@@ -172,6 +174,35 @@ def soft_updates(losses: Losses, tau: float) -> dict[str, SoftUpdate]:
     return {group: SoftUpdate(loss, tau=tau) for group, loss in losses.items()}  # type: ignore[arg-type]
 
 
+def target_updates(
+    losses: Losses, tau: float, hard_interval: int = 0
+) -> dict[str, TargetNetUpdater]:
+    """Per group, its loss's target-network update at each ``.step()`` (one per gradient
+    step): :func:`soft_updates` with ``tau`` where ``hard_interval`` is 0, else a
+    :class:`~marlkit.objectives.HardUpdate` copying the online networks every
+    ``hard_interval`` gradient steps (PyMARL's and EPyMARL's ``target_update_interval``).
+
+    Raises:
+        ValueError: ``hard_interval`` below 0.
+    """
+    interval = check_int("loss.hard_update_interval", hard_interval, low=0)
+    if interval == 0:
+        return dict(soft_updates(losses, tau))
+    return {
+        group: HardUpdate(loss, value_network_update_interval=interval)  # type: ignore[arg-type]
+        for group, loss in losses.items()
+    }
+
+
+def resume_target_updates(updaters: Mapping[str, TargetNetUpdater], steps_done: int) -> None:
+    """Set each hard update's step count to ``steps_done``, the gradient steps a resumed run
+    has taken (its iterations times the steps of one), so that its copies fall on the steps
+    where the run alone would have made them; soft updates keep no count."""
+    for updater in updaters.values():
+        if isinstance(updater, HardUpdate):
+            updater.counter = steps_done
+
+
 def update_groups(
     losses: Losses,
     optims: Mapping[str, torch.optim.Optimizer],
@@ -180,7 +211,7 @@ def update_groups(
     *,
     max_grad_norm: float,
     objective: Callable[[TensorDictBase], torch.Tensor] = _total,
-    updaters: Mapping[str, SoftUpdate] | None = None,
+    updaters: Mapping[str, TargetNetUpdater] | None = None,
     report: Literal["last", "mean"] = "last",
     clip_per_param_group: bool = False,
 ) -> dict[str, float]:
