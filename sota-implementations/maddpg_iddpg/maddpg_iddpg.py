@@ -38,7 +38,7 @@ from marlkit.modules import AdditiveGaussian, MultiAgentMLP, TanhBounds, anneali
 from marlkit.objectives import DDPGLoss
 from marlkit.replay import RandomSampler
 from marlkit.train import adam_per_group, soft_updates, update_groups
-from marlkit.train.builders import action_bounds, q_critic
+from marlkit.train.builders import action_bounds, net_activation, q_critic
 from marlkit.train.config import (
     OffPolicyRunConfig,
     TargetLossConfig,
@@ -130,6 +130,7 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> TensorDictSequentia
         share_params=cfg.policy.share_params,
         depth=cfg.policy.depth,
         num_cells=cfg.policy.num_cells,
+        activation=net_activation(cfg.policy, "policy.activation"),
     )
     preact = cfg.loss.get("actor_preact_penalty", 0.0) > 0  # runs before the option: none
     actor = TensorDictModule(

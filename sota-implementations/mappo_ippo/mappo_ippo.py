@@ -59,7 +59,7 @@ from marlkit.objectives import GAE, ClipPPOLoss, NStepTD, SoftUpdate
 from marlkit.objectives.standardise import RewardStandardiser
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
-from marlkit.train.builders import encoder_network
+from marlkit.train.builders import encoder_network, net_activation
 from marlkit.train.config import (
     ActorCriticRunConfig,
     ConfigError,
@@ -314,6 +314,7 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> 
     n_agents = len(env.group_map[group])
     n_obs = env.observation_spec[group, "observation"].shape[-1]
     spec = env.action_spec[group, "action"]
+    activation = net_activation(cfg, "policy.activation")
 
     def net(n_out: int, dist: type, head: Any = None) -> Any:
         keys = [k for name, k in distribution_keys(dist, group).items() if name != "mask"]
@@ -329,6 +330,7 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> 
                 share_params=cfg.share_params,
                 depth=cfg.depth,
                 num_cells=cfg.num_cells,
+                activation=activation,
             )
             return mlp if head is None else torch.nn.Sequential(mlp, head)
         return recurrent_network(
@@ -343,6 +345,7 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> 
             share_params=cfg.share_params,
             depth=cfg.depth,
             num_cells=cfg.num_cells,
+            activation=activation,
         )
 
     if isinstance(spec, Categorical):
@@ -461,6 +464,7 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
             share_params=cfg.share_params,
             depth=cfg.depth,
             num_cells=cfg.num_cells,
+            activation=net_activation(cfg, "critic.activation"),
         )
     return StateValueCritic(
         len(env.group_map[group]),
@@ -470,6 +474,7 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
         share_params=cfg.share_params,
         depth=cfg.depth,
         num_cells=cfg.num_cells,
+        activation=net_activation(cfg, "critic.activation"),
     )
 
 
@@ -496,6 +501,7 @@ def make_state_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> 
             share_params=cfg.share_params,
             depth=cfg.depth,
             num_cells=cfg.num_cells,
+            activation=net_activation(cfg, "critic.activation"),
         )
     return StateValueCritic(
         n,
@@ -505,6 +511,7 @@ def make_state_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> 
         share_params=cfg.share_params,
         depth=cfg.depth,
         num_cells=cfg.num_cells,
+        activation=net_activation(cfg, "critic.activation"),
     )
 
 

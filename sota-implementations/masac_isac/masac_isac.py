@@ -38,7 +38,7 @@ from marlkit.modules import MultiAgentMLP, NormalParamExtractor, ProbabilisticAc
 from marlkit.objectives import SACLoss
 from marlkit.replay import RandomSampler
 from marlkit.train import adam_per_group, soft_updates, update_groups
-from marlkit.train.builders import action_bounds, q_critic
+from marlkit.train.builders import action_bounds, net_activation, q_critic
 from marlkit.train.config import (
     OffPolicyRunConfig,
     TargetLossConfig,
@@ -102,6 +102,7 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig) -> ProbabilisticActor:
         share_params=cfg.policy.share_params,
         depth=cfg.policy.depth,
         num_cells=cfg.policy.num_cells,
+        activation=net_activation(cfg.policy, "policy.activation"),
     )
     return ProbabilisticActor(
         nn.Sequential(mlp, NormalParamExtractor()),

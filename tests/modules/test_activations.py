@@ -13,9 +13,11 @@ import torch
 from torch import nn
 
 from marlkit.modules import (
+    ACTIVATIONS,
     MultiAgentMLP,
     StateValueCritic,
     Tanh,
+    activation_class,
     activations,
     fast_tanh,
     get_tanh_method,
@@ -215,3 +217,19 @@ def test_environment_variable_is_read_on_first_use(monkeypatch: pytest.MonkeyPat
         match=r"MARLKIT_TANH must be one of \['auto', 'torch', 'sigmoid'\], got 'fastest'",
     ):
         get_tanh_method()
+
+
+def test_activation_class_maps_each_name_to_its_class_and_refuses_others() -> None:
+    """What a config's ``activation`` names (issue 37: EPyMARL's networks use ReLU)."""
+    classes = {name: activation_class(name) for name in ACTIVATIONS}
+    assert classes == {"tanh": Tanh, "relu": nn.ReLU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
+    mlp = MultiAgentMLP(4, 2, 3, depth=2, num_cells=8, activation=activation_class("relu"))
+    assert [type(a) for a in mlp.activations] == [nn.ReLU, nn.ReLU]
+    with pytest.raises(
+        ValueError,
+        match=r"policy.activation must be one of \['tanh', 'relu', 'elu', 'leaky_relu'\], got "
+        r"'relo'. Did you mean: relu\?",
+    ):
+        activation_class("relo", key="policy.activation")
+    with pytest.raises(ValueError, match=r"^activation must be one of"):
+        activation_class("ReLU")  # the names are lower case, as the configs write them

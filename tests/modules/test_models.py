@@ -221,7 +221,25 @@ def test_observations_that_do_not_fit_the_kind() -> None:
         build_model(ModelConfig(), _vector_spec(), group="others", n_outputs=1, out_keys=["o"])
 
 
+@pytest.mark.parametrize("memory", ["none", "gru"])
+def test_the_heads_activation_is_the_configs(memory: str) -> None:
+    """``ModelConfig.activation`` (a script's ``policy``/``critic.activation``) follows each
+    hidden layer of the head; the encoder keeps its own (the GNN's Tanh)."""
+    from marlkit.modules import MultiAgentGNN, MultiAgentMLP, Tanh
+
+    spec, extra = SPECS["gnn"]
+    for name, cls in (("tanh", Tanh), ("relu", torch.nn.ReLU)):
+        net = _build("gnn", spec, memory=memory, depth=2, activation=name, **extra)
+        gnn = next(m for m in net.modules() if isinstance(m, MultiAgentGNN))
+        inside = {id(m) for m in gnn.modules()}
+        (head,) = [m for m in net.modules() if isinstance(m, MultiAgentMLP) and id(m) not in inside]
+        assert [type(a) for a in head.activations] == [cls, cls]
+    assert ModelConfig().activation == "tanh"  # the networks as before
+
+
 def test_config_errors_name_the_key() -> None:
+    with pytest.raises(ValueError, match=r"model.activation must be one of \['tanh', 'relu'"):
+        ModelConfig(activation="sigmoid")
     with pytest.raises(ValueError, match=r"model must be one of .*got 'cnnn'. Did you mean: cnn"):
         ModelConfig(kind="cnnn")
     with pytest.raises(ValueError, match=r"model.memory must be one of \['none', 'gru', 'lstm'\]"):

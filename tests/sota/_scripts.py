@@ -81,6 +81,16 @@ def kill_after(
     return out
 
 
+def activation_types(module: Any) -> set[type]:
+    """The classes of the activation layers in ``module`` (a script's actor, critic or
+    Q-network): ``nn.Tanh`` (marlkit's ``Tanh`` is one), ``nn.ReLU``, ``nn.ELU``,
+    ``nn.LeakyReLU``."""
+    from torch import nn
+
+    kinds = (nn.Tanh, nn.ReLU, nn.ELU, nn.LeakyReLU)
+    return {type(m) for m in module.modules() if isinstance(m, kinds)}
+
+
 def summary(run_dir: pathlib.Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 

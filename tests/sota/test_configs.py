@@ -171,6 +171,10 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             assert now["loss"].pop("actor_delay", 1) == 1
         if "critic" in now:  # issue 38: the critic reads observations unless told the state
             assert now["critic"].pop("input", "observations") == "observations"
+        # issue 37: the networks' activation, marlkit's Tanh unless a config asks for another
+        for net in ("policy", "critic"):
+            if net in now:
+                assert now[net].pop("activation") == "tanh"
         if "model" in now:  # model (issue 37): no memory, the networks as before
             model = now.pop("model")
             assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"

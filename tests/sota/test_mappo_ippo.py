@@ -9,7 +9,7 @@ import marlkit
 from marlkit.record import read_metrics
 from marlkit.train import Checkpointer
 
-from ._scripts import ALGORITHMS, run, summary
+from ._scripts import ALGORITHMS, activation_types, run, summary
 
 BUDGET = ALGORITHMS["mappo_ippo"].budget
 
@@ -206,6 +206,50 @@ def test_a_state_critic_reads_the_state_and_each_agents_one_hot_id(critic_memory
     # a checkpoint's config written before critic.input: the observations' critic, as before
     old = OmegaConf.create({k: v for k, v in cfg.critic.items() if k != "input"})
     assert ("ally", "observation") in module.make_critic(env, "ally", old, cfg.model).in_keys
+
+
+SMALL_NETS = ("policy.num_cells=16", "critic.num_cells=16", "model.memory_hidden=8")
+
+
+@pytest.mark.parametrize(
+    ("config", "overrides"),
+    [
+        ("mappo_ippo", ["critic.centralised=false"]),  # feed-forward, continuous actions
+        ("mappo_ippo", ["model.memory=gru"]),  # a GRU actor and critic
+        ("mappo_smax", ["critic.input=state", "model.critic_memory=false"]),  # the state's
+        ("mappo_smax", ["critic.input=state"]),  # GRU actor and state critic (mappo_smax's)
+    ],
+)
+def test_the_activations_reach_the_actor_and_the_critic(config, overrides):
+    """``policy.activation`` and ``critic.activation`` (issue 37: EPyMARL's networks use
+    ReLU) reach the actor and the critic of every kind, each its own section's; the default,
+    and a checkpoint's config written before the keys, is marlkit's Tanh."""
+    from omegaconf import OmegaConf
+    from torch import nn
+
+    from marlkit.modules import Tanh
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _compose
+
+    module = _mappo_module()
+    relu = ["policy.activation=relu", "critic.activation=relu"]
+    cfg = _compose(config, [*SMALL_NETS, *overrides, *relu])
+    env = env_factory(cfg, 2, seed=0)()
+    group = env.groups[0]
+    policy = module.make_policy(env, cfg)
+    critic = module.make_critic(env, group, cfg.critic, cfg.model)
+    assert activation_types(policy) == activation_types(critic) == {nn.ReLU}
+    assert critic(policy(env.reset()))[group, "state_value"].isfinite().all()
+    # each section its own: the critic of a config that sets only the policy's is as before
+    cfg = _compose(config, [*SMALL_NETS, *overrides, "policy.activation=relu"])
+    assert activation_types(module.make_policy(env, cfg)) == {nn.ReLU}
+    assert activation_types(module.make_critic(env, group, cfg.critic, cfg.model)) == {Tanh}
+    old = OmegaConf.create(OmegaConf.to_container(_compose(config, [*SMALL_NETS, *overrides])))
+    for net in ("policy", "critic"):
+        del old[net]["activation"]  # as a checkpoint written before the key holds its config
+    assert activation_types(module.make_policy(env, old)) == {Tanh}
+    assert activation_types(module.make_critic(env, group, old.critic, old.model)) == {Tanh}
 
 
 @pytest.mark.parametrize("critic_memory", ["false", "true"])

@@ -11,7 +11,7 @@ from marlkit.record import read_metrics
 from marlkit.train.checkpoint import Checkpointer
 from marlkit.train.config import ConfigError, check_config
 
-from ._scripts import ALGORITHMS, run
+from ._scripts import ALGORITHMS, activation_types, run
 from .test_configs import _compose, _script_module
 
 SMAX_SETS = ("model.kind=deepsets", "model.inputs=[entities,own]", "model.entity_mask=entity_mask")
@@ -58,6 +58,44 @@ def test_iql_reads_smax_unit_lists_as_sets_and_acts_within_the_mask():
         allowed = td["ally", "action_mask"].gather(-1, td["ally", "action"][..., None])
         assert allowed.all()
         td = env.step(td)["next"]
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("qmix_vdn", []),  # q_actor's MultiAgentMLP
+        ("iql", []),
+        ("qmix_vdn", ["model.memory=gru", "model.memory_hidden=8", "policy.depth=1"]),
+    ],
+)
+def test_policy_activation_reaches_the_q_networks(name, overrides):
+    """``policy.activation=relu`` (EPyMARL's agents, issue 37): the agents' Q-networks, with
+    and without memory, hold ReLU layers and no Tanh; by default, and for a checkpoint's config
+    written before the key existed, marlkit's Tanh as before."""
+    from omegaconf import OmegaConf
+
+    from marlkit.modules import Tanh
+
+    env, _, module, policy = _policy_and_losses(name, [*overrides, "policy.activation=relu"])
+    assert activation_types(policy) == {torch.nn.ReLU}
+    td = env.rollout(2, policy)  # the Q-values of the ReLU network choose the actions
+    assert td["agents", "action_value"].isfinite().all()
+    _, default, _, policy = _policy_and_losses(name, overrides)
+    assert default.policy.activation == "tanh" and activation_types(policy) == {Tanh}
+    old = OmegaConf.create(OmegaConf.to_container(default))
+    del old.policy["activation"]  # as a checkpoint written before policy.activation holds it
+    assert activation_types(module.make_policy(env, old)) == {Tanh}
+
+
+def test_policy_activation_reaches_the_head_after_an_encoder():
+    """With ``model.kind`` another encoder, ``policy.activation`` follows the head's hidden
+    layers (``encoder_network``); the encoder keeps its own (the GNN's Tanh)."""
+    from marlkit.modules import MultiAgentGNN, MultiAgentMLP
+
+    _, _, _, policy = _policy_and_losses("qmix_vdn", ["model.kind=gnn", "policy.activation=relu"])
+    encoder = {id(m) for g in policy.modules() if isinstance(g, MultiAgentGNN) for m in g.modules()}
+    heads = [m for m in policy.modules() if isinstance(m, MultiAgentMLP) and id(m) not in encoder]
+    assert len(heads) == 1 and activation_types(heads[0]) == {torch.nn.ReLU}
 
 
 def test_a_kind_the_observation_does_not_fit_is_refused_naming_the_key():

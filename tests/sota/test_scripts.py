@@ -9,7 +9,15 @@ import pytest
 from marlkit.record import read_metrics, read_video
 from marlkit.train import Checkpointer
 
-from ._scripts import ALGORITHMS, copy_run, finished, kill_after, run, summary
+from ._scripts import (
+    ALGORITHMS,
+    activation_types,
+    copy_run,
+    finished,
+    kill_after,
+    run,
+    summary,
+)
 
 NAMES = sorted(ALGORITHMS)
 
@@ -343,3 +351,34 @@ def test_mappo_takes_agent_ids_as_epymarl_does(tmp_path):
     assert state["config"]["env"]["transforms"] == ["agent_id"]
     first = [v for k, v in state["policy"].items() if k.endswith("layers.0.weight")]
     assert [tuple(w.shape) for w in first] == [(1, 12 + 2, 16)]  # one network, shared
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_scripts_networks_take_the_configs_activation(name):
+    """``policy.activation`` and ``critic.activation`` (issue 37: EPyMARL's agents and critics
+    use ReLU) reach each script's policy and critic: ReLU layers and no Tanh; by default
+    marlkit's Tanh, as before. (Memory, encoders and the state critic: the scripts' own
+    tests.)"""
+    from torch import nn
+
+    from marlkit.modules import Tanh
+    from marlkit.train.builders import q_critic
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _compose, _script_module
+
+    module = _script_module(name)
+    has_critic = "critic" in _compose(name)
+    sizes = ["policy.num_cells=8", *(["critic.num_cells=8"] if has_critic else [])]
+    relu = ["policy.activation=relu", *(["critic.activation=relu"] if has_critic else [])]
+    for overrides, expected in ((relu, nn.ReLU), ([], Tanh)):
+        cfg = _compose(name, [*sizes, *overrides])
+        env = env_factory(cfg, 2, seed=0)()
+        assert activation_types(module.make_policy(env, cfg)) == {expected}
+        if not has_critic:
+            continue
+        if hasattr(module, "make_critic"):  # MAPPO's state-value critic
+            critic = module.make_critic(env, "agents", cfg.critic, cfg.model)
+        else:  # MADDPG's and MASAC's Q(o, a)
+            critic = q_critic(env, "agents", cfg.critic)
+        assert activation_types(critic) == {expected}

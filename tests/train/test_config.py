@@ -57,6 +57,9 @@ def test_a_composed_config_passes():
     assert (env.imports, env.eval_kwargs, env.actions) == ([], {}, None)
     assert env.kwargs == {"n_agents": 2}
     assert cfg.collector.num_workers == 1
+    # the networks' activation: marlkit's Tanh where a file leaves it out (issue 37)
+    assert cfg.policy.activation == cfg.critic.activation == "tanh"
+    check_config(_config(policy__activation="relu", critic__activation="leaky_relu"))
 
 
 @pytest.mark.parametrize(
@@ -70,6 +73,8 @@ def test_a_composed_config_passes():
         ("logger__backends", "csv", "logger.backends must be auto or a list of"),
         ("collector__kind", "multi", "collector.kind must be one of ['single', 'multisync'"),
         ("env__max_steps", 0, "env.max_steps must be an int >= 1, got 0"),
+        ("policy__activation", "relo", "policy.activation must be one of ['tanh', 'relu', "),
+        ("critic__activation", "gelu", "critic.activation must be one of ['tanh', 'relu', "),
     ],
 )
 def test_a_value_out_of_range_is_named_in_full(key, value, message):

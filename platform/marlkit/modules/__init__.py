@@ -12,7 +12,14 @@ Every module reads and writes group keys (``(group, "observation")`` ``[*B, n_ag
 
 from __future__ import annotations
 
-from marlkit.modules.activations import Tanh, fast_tanh, get_tanh_method, set_tanh_method
+from marlkit.modules.activations import (
+    ACTIVATIONS,
+    Tanh,
+    activation_class,
+    fast_tanh,
+    get_tanh_method,
+    set_tanh_method,
+)
 from marlkit.modules.actors import NormalParamExtractor, ProbabilisticActor, distribution_keys
 from marlkit.modules.cnn import MultiAgentCNN
 from marlkit.modules.continuous import AdditiveGaussian, StateActionValueCritic, TanhBounds
@@ -27,6 +34,7 @@ from marlkit.modules.qvalue import EGreedy, QValueActor, annealing_steps
 from marlkit.modules.rnn import MultiAgentGRU, MultiAgentLSTM, recurrent_mode, set_recurrent_mode
 
 __all__ = [
+    "ACTIVATIONS",
     "AdditiveGaussian",
     "Categorical",
     "DeepSets",
@@ -54,6 +62,7 @@ __all__ = [
     "TanhNormal",
     "VDNMixer",
     "ValueNorm",
+    "activation_class",
     "annealing_steps",
     "build_model",
     "distribution_keys",

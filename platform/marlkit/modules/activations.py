@@ -38,7 +38,14 @@ from torch import nn
 
 from marlkit._checks import check_one_of
 
-__all__ = ["Tanh", "fast_tanh", "get_tanh_method", "set_tanh_method"]
+__all__ = [
+    "ACTIVATIONS",
+    "Tanh",
+    "activation_class",
+    "fast_tanh",
+    "get_tanh_method",
+    "set_tanh_method",
+]
 
 TanhMethod = Literal["torch", "sigmoid"]
 _CHOICES = ("auto", "torch", "sigmoid")
@@ -172,3 +179,32 @@ class Tanh(nn.Tanh):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # nn.Tanh's argument name
         return fast_tanh(input)
+
+
+#: the names an ``activation`` setting takes (the training scripts' ``policy.activation`` and
+#: ``critic.activation``, :attr:`ModelConfig.activation <marlkit.modules.ModelConfig.activation>`)
+ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "elu", "leaky_relu")
+_CLASSES: dict[str, type[nn.Module]] = {
+    "tanh": Tanh,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "leaky_relu": nn.LeakyReLU,
+}
+
+
+def activation_class(name: str, *, key: str = "activation") -> type[nn.Module]:
+    """The activation class a setting names: ``"tanh"`` marlkit's :class:`Tanh` (the default of
+    every network), ``"relu"`` ``nn.ReLU`` (EPyMARL's agents and critics), ``"elu"``
+    ``nn.ELU``, ``"leaky_relu"`` ``nn.LeakyReLU`` (torch's default slope, 0.01).
+
+    Raises:
+        ValueError: another name; the message names ``key``, e.g. ``"policy.activation must be
+            one of ['tanh', 'relu', 'elu', 'leaky_relu'], got 'relo'. Did you mean: relu?"``.
+
+    Examples:
+        >>> activation_class("relu")
+        <class 'torch.nn.modules.activation.ReLU'>
+        >>> activation_class("tanh").__name__
+        'Tanh'
+    """
+    return _CLASSES[check_one_of(key, name, ACTIVATIONS)]

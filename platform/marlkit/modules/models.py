@@ -38,6 +38,7 @@ from marlkit._checks import check_flag, check_int, check_one_of, check_real, did
 from marlkit.data.composite import Composite
 from marlkit.data.keys import MASK, OBSERVATION, RNN_STATE, NestedKey, join_key
 from marlkit.data.specs import TensorSpec
+from marlkit.modules.activations import ACTIVATIONS, activation_class
 from marlkit.modules.cnn import MultiAgentCNN
 from marlkit.modules.entities import DeepSets, EntityAttention
 from marlkit.modules.graph import MultiAgentGNN
@@ -82,6 +83,9 @@ class ModelConfig:
     """Hidden layers of the MLP head."""
     num_cells: int = 256
     """Units of each hidden layer of the head."""
+    activation: str = "tanh"
+    """The head's activation: ``tanh`` (:class:`~marlkit.modules.Tanh`), ``relu``, ``elu`` or
+    ``leaky_relu`` (:func:`~marlkit.modules.activation_class`); the encoders keep their own."""
     hidden_size: int = 128
     """Units of the recurrent layer (``memory`` gru or lstm)."""
     cnn_cells: list[int] = field(default_factory=lambda: [32, 32, 32])
@@ -120,6 +124,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check_one_of("model", self.kind, MODEL_KINDS)
         check_one_of("model.memory", self.memory, MEMORY_KINDS)
+        check_one_of("model.activation", self.activation, ACTIVATIONS)
         check_flag("model.share_params", self.share_params)
         check_flag("model.centralised", self.centralised)
         for name in ("depth", "padding", "attention_depth"):
@@ -529,6 +534,7 @@ def build_model(
         share_params=config.share_params,
         depth=config.depth,
         num_cells=config.num_cells,
+        activation=activation_class(config.activation, key="model.activation"),
     )
     tail: nn.Module = head if postprocess is None else nn.Sequential(head, postprocess)
     if config.memory == "none":

@@ -1,7 +1,8 @@
 """What several training scripts build the same way: the configured env (with the observation
-transforms of ``env.transforms``), and from an env's specs a group's Q-network over discrete
-actions, the bounds of its continuous actions, and a network with an encoder chosen by
-``model.kind`` (:func:`encoder_network`)."""
+transforms of ``env.transforms``), the activation a ``policy`` or ``critic`` section names
+(:func:`net_activation`), and from an env's specs a group's Q-network over discrete actions, the
+bounds of its continuous actions, and a network with an encoder chosen by ``model.kind``
+(:func:`encoder_network`)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,17 @@ import torch
 from marlkit.data.specs import Bounded, Categorical, OneHot
 from marlkit.envs import EnvBase, TransformedEnv, make_episodic
 from marlkit.envs.transforms import make_transforms
-from marlkit.modules import MultiAgentMLP, QValueActor, StateActionValueCritic
+from marlkit.modules import MultiAgentMLP, QValueActor, StateActionValueCritic, activation_class
 from marlkit.modules.models import ModelConfig, build_model
 
-__all__ = ["action_bounds", "encoder_network", "make_env", "q_actor", "q_critic"]
+__all__ = [
+    "action_bounds",
+    "encoder_network",
+    "make_env",
+    "net_activation",
+    "q_actor",
+    "q_critic",
+]
 
 
 def make_env(
@@ -50,9 +58,27 @@ def make_env(
     return env
 
 
+def _activation_name(net: Any) -> str:
+    """``activation`` of a ``policy`` or ``critic`` section (a config or the schema's
+    dataclass): ``"tanh"`` for a checkpoint's config written before the key existed."""
+    return str(getattr(net, "activation", "tanh"))
+
+
+def net_activation(net: Any, key: str = "activation") -> type[torch.nn.Module]:
+    """The activation class ``activation`` of a ``policy`` or ``critic`` section names
+    (:func:`~marlkit.modules.activation_class`: ``tanh``, marlkit's ``Tanh``, for a config
+    without the key), for its networks' hidden layers.
+
+    Raises:
+        ValueError: a name that is not one of the choices; the message names ``key``.
+    """
+    return activation_class(_activation_name(net), key=key)
+
+
 def q_actor(env: EnvBase, group: str, policy: Any, algorithm: str) -> QValueActor:
     """The Q-network of ``group`` (one :class:`MultiAgentMLP` over its agents, sized by
-    ``policy.share_params``, ``policy.depth`` and ``policy.num_cells``) and its greedy action.
+    ``policy.share_params``, ``policy.depth`` and ``policy.num_cells``, its hidden layers
+    followed by ``policy.activation``) and its greedy action.
 
     Raises:
         ValueError: the group's actions are not discrete; the message names ``algorithm`` and
@@ -73,6 +99,7 @@ def q_actor(env: EnvBase, group: str, policy: Any, algorithm: str) -> QValueActo
         share_params=policy.share_params,
         depth=policy.depth,
         num_cells=policy.num_cells,
+        activation=net_activation(policy, "policy.activation"),
     )
     return QValueActor(mlp, group=group, spec=spec)
 
@@ -99,8 +126,8 @@ def action_bounds(env: EnvBase, group: str, algorithm: str) -> tuple[torch.Tenso
 
 def q_critic(env: EnvBase, group: str, critic: Any) -> StateActionValueCritic:
     """Q(o, a) per agent of ``group``: centralised (every agent's observation and action) or
-    not, per ``critic.centralised``, ``critic.share_params``, ``critic.depth`` and
-    ``critic.num_cells``."""
+    not, per ``critic.centralised``, ``critic.share_params``, ``critic.depth``,
+    ``critic.num_cells`` and ``critic.activation``."""
     return StateActionValueCritic(
         len(env.group_map[group]),
         env.observation_spec[group, "observation"].shape[-1],
@@ -110,6 +137,7 @@ def q_critic(env: EnvBase, group: str, critic: Any) -> StateActionValueCritic:
         share_params=critic.share_params,
         depth=critic.depth,
         num_cells=critic.num_cells,
+        activation=net_activation(critic, "critic.activation"),
     )
 
 
@@ -134,11 +162,11 @@ def encoder_network(
     (:func:`~marlkit.modules.build_model`): the kind's encoder, then, with ``model.memory``
     (and ``memory``), a cell of ``model.memory_hidden`` features and a linear head, as the
     ``mlp`` kind's recurrent network puts its cell after ``depth`` layers; without memory, a
-    head of ``net.depth`` layers of ``net.num_cells`` (``net``: the ``policy`` or ``critic``
-    section, with ``share_params``). ``model.cnn_cells``, ``kernel_size``, ``stride`` and
-    ``padding``, where ``model`` has them, size the conv stack of ``kind=cnn``. ``name``
-    prefixes the keys the network writes and its state (``"critic"``:
-    ``(group, "critic_rnn_state")``).
+    head of ``net.depth`` layers of ``net.num_cells``, each followed by ``net.activation``
+    (``net``: the ``policy`` or ``critic`` section, with ``share_params``; the encoders keep
+    their own activations). ``model.cnn_cells``, ``kernel_size``, ``stride`` and ``padding``,
+    where ``model`` has them, size the conv stack of ``kind=cnn``. ``name`` prefixes the keys
+    the network writes and its state (``"critic"``: ``(group, "critic_rnn_state")``).
 
     Raises:
         ValueError: the group's observations do not fit ``model.kind`` (the message names the
@@ -161,6 +189,7 @@ def encoder_network(
         centralised=centralised,
         depth=0 if cell != "none" else int(net.depth),
         num_cells=int(net.num_cells),
+        activation=_activation_name(net),
         inputs=None if inputs is None else [str(k) for k in inputs],
         entity_mask=getattr(model, "entity_mask", None),
         **conv,

@@ -39,6 +39,7 @@ from marlkit import _checks
 from marlkit._utils import import_optional
 from marlkit.collectors import CollectorKind
 from marlkit.envs.transforms import make_transforms
+from marlkit.modules.activations import ACTIVATIONS
 from marlkit.record.loggers import Backend
 from marlkit.train.evaluation import EVAL_EXPLORATIONS
 from marlkit.train.precision import PRECISIONS
@@ -282,10 +283,15 @@ class PolicyConfig:
     """Hidden layers."""
     num_cells: int = MISSING
     """Units of each hidden layer."""
+    activation: str = "tanh"
+    """The activation after each hidden layer: ``tanh`` (marlkit's
+    :class:`~marlkit.modules.Tanh`), ``relu`` (EPyMARL's agents and critics), ``elu`` or
+    ``leaky_relu`` (:func:`marlkit.modules.activation_class`)."""
 
     def __post_init__(self) -> None:
         check_int("depth", self.depth, low=0)
         check_int("num_cells", self.num_cells, low=1)
+        check_choice("activation", self.activation, ACTIVATIONS)
 
 
 @dataclass
