@@ -21,6 +21,8 @@ def test_qmix_lbf_has_epymarls_qmix_hyperparameters():
     # EPyMARL's RNNAgent with use_rnn: False (algs/qmix.yaml, vdn.yaml): fc1, fc, fc2 of 64
     assert (cfg.model.memory, cfg.model.kind) == ("none", "mlp")
     assert (cfg.policy.depth, cfg.policy.num_cells, cfg.policy.share_params) == (2, 64, True)
+    assert cfg.policy.activation == "relu"  # F.relu after fc1 and fc
+    assert list(cfg.env.transforms) == ["agent_id"]  # obs_agent_id: True
     # standardise_rewards: True
     assert cfg.loss.standardise_rewards
     # lr 5e-4, grad norm 10, gamma 0.99, double Q, mixing embedding 32
@@ -37,8 +39,8 @@ def test_qmix_lbf_has_epymarls_qmix_hyperparameters():
     assert cfg.train.minibatch_size == 32 * episode
     steps = cfg.train.epochs * max(1, cfg.collector.frames_per_batch // cfg.train.minibatch_size)
     assert steps * episode == cfg.collector.frames_per_batch
-    # the target's time scale: EPyMARL copies it every 200 gradient steps
-    assert cfg.loss.tau == 1 / 200
+    # target_update_interval_or_tau: 200: a copy every 200 gradient steps (one per episode)
+    assert cfg.loss.hard_update_interval == 200
     # EPyMARL's evaluation protocol: 100 greedy episodes
     assert cfg.eval.num_envs == 100 and cfg.eval.exploration == "deterministic"
 
