@@ -19,7 +19,9 @@ per-group buffers, modules, estimator and loss; the run's folder, checkpoints, e
 and summary are :mod:`marlkit.train`'s.
 With ``model.memory=gru|lstm`` the actor (and the critic) carry a recurrent state
 (``(group, "rnn_state")``, collected with the rollout) and learn on windows of ``model.seq_len``
-steps (:func:`marlkit.train.sequences.split_sequences`), replayed in recurrent mode.
+steps (:func:`marlkit.train.sequences.split_sequences`), replayed in recurrent mode;
+``model.head_depth`` puts hidden layers between the cell and the output layer (JaxMARL's SMAX
+actor and critic have one).
 With ``model.kind=cnn|deepsets|attention|gnn`` the actor and the critic read the observation
 through that encoder (:func:`marlkit.train.builders.encoder_network`, docs/models.md).
 With ``seeds_in_process=K`` it trains ``K`` seeds' runs in this one process, each as it would
@@ -59,7 +61,7 @@ from marlkit.objectives import GAE, ClipPPOLoss, NStepTD, SoftUpdate
 from marlkit.objectives.standardise import RewardStandardiser
 from marlkit.replay import SamplerWithoutReplacement
 from marlkit.train import adam_per_group, update_groups
-from marlkit.train.builders import encoder_network, net_activation
+from marlkit.train.builders import encoder_network, memory_head, net_activation
 from marlkit.train.config import (
     ActorCriticRunConfig,
     ConfigError,
@@ -346,6 +348,7 @@ def make_actor(env: EnvBase, group: str, cfg: DictConfig, model: Any = None) -> 
             depth=cfg.depth,
             num_cells=cfg.num_cells,
             activation=activation,
+            **memory_head(model),
         )
 
     if isinstance(spec, Categorical):
@@ -465,6 +468,7 @@ def make_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> Any:
             depth=cfg.depth,
             num_cells=cfg.num_cells,
             activation=net_activation(cfg, "critic.activation"),
+            **memory_head(model),
         )
     return StateValueCritic(
         len(env.group_map[group]),
@@ -502,6 +506,7 @@ def make_state_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> 
             depth=cfg.depth,
             num_cells=cfg.num_cells,
             activation=net_activation(cfg, "critic.activation"),
+            **memory_head(model),
         )
     return StateValueCritic(
         n,

@@ -238,3 +238,71 @@ def test_sequence_mode_takes_an_empty_batch(share_params: bool) -> None:
     with set_recurrent_mode(True):
         out = m(td)["agents", "rnn_output"]
     assert out.shape == (0, 6, 3, 5)
+
+
+@pytest.mark.parametrize("share_params", [False, True])
+def test_recurrent_network_head_layers_sit_between_the_cell_and_the_output(
+    share_params: bool,
+) -> None:
+    """``head_depth`` hidden layers of ``head_cells`` (JaxMARL's SMAX actor: Dense-ReLU after
+    the GRU), batched over the agents like the encoder; ``head_depth=0`` is the linear head,
+    its parameters (and the random draws that make them) those of the network without it."""
+    from torch import nn
+
+    from marlkit.modules import MultiAgentMLP
+    from marlkit.modules.rnn import recurrent_network
+
+    keys = [("agents", "logits")]
+    kwargs = {"hidden_size": 8, "out_keys": keys, "share_params": share_params}
+    torch.manual_seed(0)
+    linear = recurrent_network(4, 3, 2, **kwargs)
+    torch.manual_seed(0)
+    explicit = recurrent_network(4, 3, 2, head_depth=0, head_cells=64, **kwargs)
+    assert linear.state_dict().keys() == explicit.state_dict().keys()
+    for (name, p), q in zip(linear.state_dict().items(), explicit.state_dict().values()):
+        assert torch.equal(p, q), name
+    net = recurrent_network(
+        4, 3, 2, head_depth=2, head_cells=[16, 12], activation=nn.ReLU, **kwargs
+    )
+    stacks = 1 if share_params else 2
+    head = {k: tuple(v.shape) for k, v in net.state_dict().items() if k.startswith("module.2")}
+    assert head == {
+        "module.2.module.layers.0.weight": (stacks, 8, 16),
+        "module.2.module.layers.0.bias": (stacks, 1, 16),
+        "module.2.module.layers.1.weight": (stacks, 16, 12),
+        "module.2.module.layers.1.bias": (stacks, 1, 12),
+        "module.2.module.layers.2.weight": (stacks, 12, 3),
+        "module.2.module.layers.2.bias": (stacks, 1, 3),
+    }
+    td = group_td(torch.randn(5, 2, 4), torch.zeros(5, 1, dtype=torch.bool))
+    out = net(td)
+    assert out["agents", "logits"].shape == (5, 2, 3)  # the output as without the layers
+    mlp = net.module[2].module
+    assert isinstance(mlp, MultiAgentMLP) and not mlp.centralised
+    for agent in range(2):  # each agent's head: Linear-ReLU-Linear-ReLU-Linear on its cell output
+        reference = mlp.agent_network(agent)
+        assert [type(m) for m in reference] == [nn.Linear, nn.ReLU] * 2 + [nn.Linear]
+        torch.testing.assert_close(
+            out["agents", "logits"][:, agent], reference(out["agents", "rnn_output"][:, agent])
+        )
+    # one width for every layer, the cell's by default
+    widths = recurrent_network(4, 3, 2, head_depth=2, **kwargs).module[2].module
+    assert [layer.out_features for layer in widths.layers] == [8, 8, 3]
+
+
+def test_recurrent_network_refuses_a_bad_head() -> None:
+    from marlkit.modules.rnn import recurrent_network
+
+    keys = [("agents", "logits")]
+    for kwargs, error, match in (
+        (
+            {"head_depth": -1},
+            ValueError,
+            r"recurrent_network: head_depth must be an int >= 0, got -1",
+        ),
+        ({"head_depth": 1.0}, TypeError, r"head_depth must be an int >= 0, got float"),
+        ({"head_depth": 1, "head_cells": 0}, ValueError, r"head_cells must be an int or a seq"),
+        ({"head_depth": 2, "head_cells": [8]}, ValueError, r"sequence of 2 ints >= 1, got \[8\]"),
+    ):
+        with pytest.raises(error, match=match):
+            recurrent_network(4, 3, 2, hidden_size=8, out_keys=keys, **kwargs)

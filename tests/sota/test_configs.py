@@ -178,6 +178,8 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
         if "model" in now:  # model (issue 37): no memory, the networks as before
             model = now.pop("model")
             assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"
+            # issue 38: no hidden layers after a cell (a linear head) unless a config asks
+            assert model.get("head_depth", 0) == 0 and model.get("head_cells") is None
         assert now == before, (name, env)
 
 
@@ -352,6 +354,23 @@ def _refusal(name: str, override: str) -> str:
         ("qmix_vdn", "model.seq_len=0", ["model.seq_len must be an int >= 1, got 0"]),
         ("iql", "model.burn_in=-1", ["model.burn_in must be an int >= 0, got -1"]),
         ("mappo_ippo", "model.critic_memory=maybe", ["full_key: model.critic_memory"]),
+        # issue 38: hidden layers between the cell and the output layer (JaxMARL's SMAX nets)
+        ("mappo_smax", "model.head_depth=-1", ["model.head_depth must be an int >= 0, got -1"]),
+        (
+            "qmix_smax",
+            "model.head_cells=0",
+            ["model.head_cells must be an int >= 1 or None, got 0"],
+        ),
+        ("iql", "model.head_depth=1.5", ["to Integer", "full_key: model.head_depth"]),
+        (  # without a cell there is nothing to put layers after: the MLP's depth does that
+            "mappo_ippo",
+            "model.head_depth=1",
+            [
+                "model.head_depth=1 adds hidden layers between the recurrent cell and the output "
+                "layer: it needs model.memory (gru or lstm), got none"
+            ],
+        ),
+        ("qmix_vdn", "model.head_depth=2", ["model.head_depth=2 adds", "policy.depth"]),
         (
             "mappo_ippo",
             "model.kind=transformer",

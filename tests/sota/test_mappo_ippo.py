@@ -368,3 +368,193 @@ def test_clip_per_network_gives_actor_and_critic_a_parameter_group_each(tmp_path
     with pytest.raises(AssertionError, match=r"does not support train\.clip_per_network=True"):
         run("mappo_ippo", tmp_path / "stack", (*budget, "train.clip_per_network=true",
                                                "seeds_in_process=2"))  # fmt: skip
+
+
+#: JaxMARL's SMAX actor and critic: one hidden layer after the GRU (issue 38)
+HEAD = ("model.head_depth=1", "model.head_cells=64")
+
+
+def _head_mlps(network):
+    """The ``MultiAgentMLP`` reading each cell's output in ``network`` (its head)."""
+    from tensordict.nn import TensorDictModule
+
+    from marlkit.modules import MultiAgentMLP
+
+    return [
+        next(m for m in part.module.modules() if isinstance(m, MultiAgentMLP))
+        for part in network.modules()
+        if isinstance(part, TensorDictModule) and str(part.in_keys[0][-1]).endswith("rnn_output")
+    ]
+
+
+def _shapes(network, leave_out=()) -> dict:
+    """``network``'s parameter names and shapes, without those of the modules ``leave_out``."""
+    skip = {id(p) for m in leave_out for p in m.parameters()}
+    return {n: tuple(p.shape) for n, p in network.named_parameters() if id(p) not in skip}
+
+
+@pytest.mark.parametrize(
+    ("config", "overrides", "critic_cells"),
+    [
+        ("mappo_ippo", ["model.memory=gru"], 1),  # continuous actions, MAPPO's critic
+        (  # IPPO, a network per agent (the layers stacked over the agents)
+            "mappo_ippo",
+            ["model.memory=lstm", "critic.centralised=false", "policy.share_params=false"],
+            1,
+        ),
+        ("mappo_smax", ["critic.input=state"], 1),  # masked actions; the state's critic
+        ("mappo_ippo", ["model.memory=gru", "model.kind=gnn"], 1),  # build_model's head
+        ("mappo_ippo", ["model.memory=gru", "model.critic_memory=false"], 0),  # no cell: as is
+    ],
+)
+def test_head_depth_puts_a_hidden_layer_after_every_cell(config, overrides, critic_cells):
+    """``model.head_depth=1 model.head_cells=64``: the head of the actor and of a recurrent
+    critic is ``[cell width -> 64]``, the section's activation, ``[64 -> outputs]``, batched
+    over the agents as the linear head was; every other parameter, and every output's shape,
+    as without the keys (the rollout and the training pass agree: test_sequences.py)."""
+    from torch import nn
+
+    from marlkit.modules import Tanh
+    from marlkit.train.config import check_config
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _compose
+
+    module = _mappo_module()
+    base = _compose(config, [*SMALL_NETS, *overrides])
+    cfg = _compose(config, [*SMALL_NETS, *overrides, *HEAD, "policy.activation=relu"])
+    check_config(cfg)
+    env = env_factory(cfg, 2, seed=0)()
+    group = env.groups[0]
+
+    def networks(c):
+        return module.make_policy(env, c), module.make_critic(env, group, c.critic, c.model)
+
+    td = env.reset()
+    for before, after, activation, cells in zip(
+        networks(base), networks(cfg), (nn.ReLU, Tanh), (1, critic_cells)
+    ):
+        old_heads, heads = _head_mlps(before), _head_mlps(after)
+        assert len(heads) == len(old_heads) == cells
+        for old, head in zip(old_heads, heads):
+            assert len(old.layers) == 1  # the linear head without the keys
+            stacks, width, outputs = old.layers[0].weight.shape
+            shapes = [tuple(layer.weight.shape) for layer in head.layers]
+            assert shapes == [(stacks, width, 64), (stacks, 64, outputs)]
+            assert [type(a) for a in head.activations] == [activation]  # its section's
+            assert head.share_params == old.share_params
+        assert _shapes(after, heads) == _shapes(before, old_heads)
+        new, old_out = after(td.clone()), before(td.clone())
+        shapes = {k: v.shape for k, v in new.items(True, True)}
+        assert shapes == {k: v.shape for k, v in old_out.items(True, True)}
+
+
+@pytest.mark.parametrize(
+    ("config", "overrides"),
+    [
+        ("mappo_smax", []),  # a GRU actor and critic (JaxMARL's recipe)
+        ("mappo_ippo", ["model.memory=lstm", "model.kind=gnn"]),
+        ("mappo_smax", ["critic.input=state"]),
+    ],
+)
+def test_without_head_depth_the_networks_are_those_before_the_keys(config, overrides):
+    """The default (``head_depth=0``), an explicit 0 with any ``head_cells``, and a
+    checkpoint's config written before the keys build the same parameters from the same
+    seed: the linear head after the cell, and no other random draw."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _compose
+
+    module = _mappo_module()
+    default = _compose(config, [*SMALL_NETS, *overrides])
+    assert (default.model.head_depth, default.model.head_cells) == (0, None)
+    explicit = _compose(config, [*SMALL_NETS, *overrides, "model.head_depth=0", HEAD[1]])
+    old = OmegaConf.create(OmegaConf.to_container(default))
+    del old.model["head_depth"], old.model["head_cells"]  # as a checkpoint before them
+    env = env_factory(default, 2, seed=0)()
+    group = env.groups[0]
+    built = []
+    for cfg in (default, explicit, old):
+        torch.manual_seed(0)
+        policy = module.make_policy(env, cfg)
+        critic = module.make_critic(env, group, cfg.critic, cfg.model)
+        built.append((policy.state_dict(), critic.state_dict(), torch.rand(2)))
+    for policy_state, critic_state, draw in built[1:]:
+        assert torch.equal(draw, built[0][2])  # the random stream where it was
+        for state, expected in ((policy_state, built[0][0]), (critic_state, built[0][1])):
+            assert list(state) == list(expected)
+            assert all(torch.equal(state[k], expected[k]) for k in state)
+    heads = _head_mlps(module.make_policy(env, default))
+    assert [len(h.layers) for h in heads] == [1] and heads[0].n_agent_inputs == 8  # the cell's
+
+
+def test_mappo_smax_networks_keep_their_parameters_names_and_shapes():
+    """mappo_smax's actor and critic, parameter by parameter, as before ``model.head_depth``
+    (a checkpoint of theirs loads into them)."""
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _compose
+
+    module = _mappo_module()
+    cfg = _compose("mappo_smax", list(SMALL_NETS))
+    env = env_factory(cfg, 2, seed=0)()
+    cell = {
+        "1.input_gates.weight": (1, 8, 24),
+        "1.input_gates.bias": (1, 1, 24),
+        "1.hidden_gates.weight": (1, 8, 24),
+        "1.hidden_gates.bias": (1, 1, 24),
+    }
+    actor = "module.0.module.0.module."
+    assert _shapes(module.make_policy(env, cfg)) == {
+        f"{actor}0.module.0.layers.0.weight": (1, 75, 16),
+        f"{actor}0.module.0.layers.0.bias": (1, 1, 16),
+        f"{actor}0.module.0.layers.1.weight": (1, 16, 8),
+        f"{actor}0.module.0.layers.1.bias": (1, 1, 8),
+        **{f"{actor}{k}": v for k, v in cell.items()},
+        f"{actor}2.module.layers.0.weight": (1, 8, 8),  # the linear head: 8 actions
+        f"{actor}2.module.layers.0.bias": (1, 1, 8),
+    }
+    assert _shapes(module.make_critic(env, "ally", cfg.critic, cfg.model)) == {
+        "module.0.module.0.layers.0.weight": (1, 225, 16),  # the 3 allies' observations
+        "module.0.module.0.layers.0.bias": (1, 1, 16),
+        "module.0.module.0.layers.1.weight": (1, 16, 8),
+        "module.0.module.0.layers.1.bias": (1, 1, 8),
+        **{f"module.{k}": v for k, v in cell.items()},
+        "module.2.module.layers.0.weight": (1, 8, 1),
+        "module.2.module.layers.0.bias": (1, 1, 1),
+    }
+
+
+@pytest.mark.slow  # a short run, ~15 s
+def test_mappo_trains_a_recurrent_actor_and_critic_with_a_head_layer(tmp_path):
+    """Two iterations on native navigation with ``model.head_depth=1``: the checkpoint holds
+    the actor's and the critic's extra layer, and the trained policy reads back from it."""
+    import math
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from marlkit.train.scripts import env_factory
+
+    run_dir = tmp_path / "run"
+    overrides = ("model.memory=gru", "model.memory_hidden=16", "model.seq_len=10", *HEAD)
+    run("mappo_ippo", run_dir, (*BUDGET, "eval.video=false", *overrides))
+    last = read_metrics(run_dir / "metrics.csv")[-1]
+    assert math.isfinite(last["train/agents/loss_objective"])
+    assert math.isfinite(last["train/agents/loss_critic"])
+    state = Checkpointer(run_dir / "checkpoints").load()
+    assert state["config"]["model"]["head_depth"] == 1
+    weights = {k: tuple(v.shape) for k, v in state["losses"].items() if k.endswith("weight")}
+    actor = "agents.actor_network.module.0.module.2.module.0.layers"  # then NormalParamExtractor
+    critic = "agents.critic_network.module.2.module.layers"
+    assert weights[f"{actor}.0.weight"] == (1, 16, 64)
+    assert weights[f"{actor}.1.weight"] == (1, 64, 4)  # loc and scale of 2 action dims
+    assert weights[f"{critic}.0.weight"] == (1, 16, 64)
+    assert weights[f"{critic}.1.weight"] == (1, 64, 1)
+    env = env_factory(OmegaConf.create(state["config"]), 2, seed=1)()
+    td = _mappo_module().trained_policy(env, str(run_dir))(env.reset())
+    assert td["agents", "action"].shape == (2, 3, 2) and td["agents", "action"].isfinite().all()
+    assert torch.is_floating_point(td["agents", "action"])

@@ -161,3 +161,62 @@ def test_qmix_script_builds_the_hypernetworks_asked_for(overrides, layers, scale
         assert isinstance(w1, nn.Linear if layers == 1 else nn.Sequential)
         if layers == 2:
             assert w1[0].out_features == 24 and w1[-1].out_features == 32 * 3
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model.memory=gru", "model.memory_hidden=8"],  # recurrent_network
+        ["model.memory=lstm", "model.memory_hidden=8", "model.kind=gnn"],  # build_model's head
+    ],
+)
+def test_head_depth_puts_a_hidden_layer_between_the_cell_and_the_q_values(overrides):
+    """``model.head_depth=1 model.head_cells=64`` (issue 38): the agents' Q-network has a
+    ``[8 -> 64]`` layer and ``policy.activation`` between its cell and the ``[64 -> actions]``
+    output, and the Q-values' shape of the linear head; without the keys (and for a
+    checkpoint's config written before them), the same parameters from the same seed as
+    before."""
+    from omegaconf import OmegaConf
+    from tensordict.nn import TensorDictModule
+
+    from marlkit.modules import MultiAgentMLP
+
+    def head(policy):
+        return [
+            next(m for m in part.module.modules() if isinstance(m, MultiAgentMLP))
+            for part in policy.modules()
+            if isinstance(part, TensorDictModule) and part.in_keys[0][-1] == "rnn_output"
+        ]
+
+    head_keys = ["model.head_depth=1", "model.head_cells=64", "policy.activation=relu"]
+    env, _, module, policy = _policy_and_losses("qmix_vdn", [*overrides, *head_keys])
+    (mlp,) = head(policy)
+    assert [tuple(layer.weight.shape) for layer in mlp.layers] == [(1, 8, 64), (1, 64, 5)]
+    assert [type(a) for a in mlp.activations] == [torch.nn.ReLU]
+    td = env.rollout(3, policy)  # the Q-values of the deeper head choose the actions
+    assert td["agents", "action_value"].shape == (3, 3, 3, 5)
+    _, default, _, _ = _policy_and_losses("qmix_vdn", overrides)
+    old = OmegaConf.create(OmegaConf.to_container(default))
+    del old.model["head_depth"], old.model["head_cells"]  # as a checkpoint before the keys
+    states = []
+    for cfg in (default, old):
+        torch.manual_seed(0)
+        states.append(module.make_policy(env, cfg).state_dict())
+    assert list(states[0]) == list(states[1])
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    (linear,) = head(module.make_policy(env, default))
+    assert [tuple(layer.weight.shape) for layer in linear.layers] == [(1, 8, 5)]
+
+
+@pytest.mark.slow  # a short run, ~15 s
+def test_qmix_trains_a_recurrent_q_network_with_a_head_layer(tmp_path):
+    run_dir = tmp_path / "run"
+    budget = (*ALGORITHMS["qmix_vdn"].budget, "eval.video=false", "env.max_steps=25")
+    memory = ("model.memory=gru", "model.memory_hidden=16", "model.seq_len=5")
+    run("qmix_vdn", run_dir, (*budget, *memory, "model.head_depth=1", "model.head_cells=24"))
+    last = read_metrics(run_dir / "metrics.csv")[-1]
+    assert abs(last["train/agents/loss"]) < float("inf")
+    state = Checkpointer(run_dir / "checkpoints").load()
+    weights = {k: tuple(v.shape) for k, v in state["losses"].items() if k.endswith("weight")}
+    head = [k for k in weights if ".module.2.module.layers." in k and "target" not in k]
+    assert [weights[k] for k in sorted(head)] == [(1, 16, 24), (1, 24, 5)], sorted(weights)

@@ -56,7 +56,7 @@ def test_split_keeps_the_batch_own_mask_and_refuses_bad_input() -> None:
         split_sequences(bad, 3)
 
 
-def _recurrent_agents(env, memory: str, continuous: bool):
+def _recurrent_agents(env, memory: str, continuous: bool, head_depth: int = 0):
     n = len(env.group_map["agents"])
     obs = env.observation_spec["agents", "observation"].shape[-1]
     spec = env.action_spec["agents", "action"]
@@ -65,7 +65,10 @@ def _recurrent_agents(env, memory: str, continuous: bool):
         width, dist = 2 * spec.shape[-1], TanhNormal
     else:
         keys, head, width, dist = [("agents", "logits")], None, spec.n, Categorical
-    net = recurrent_network(obs, width, n, memory=memory, hidden_size=8, out_keys=keys, head=head)
+    # head_depth: hidden layers between the cell and the output (JaxMARL's SMAX networks)
+    net = recurrent_network(
+        obs, width, n, memory=memory, hidden_size=8, out_keys=keys, head=head, head_depth=head_depth
+    )
     actor = ProbabilisticActor(net, group="agents", distribution_class=dist)
     critic = recurrent_network(
         obs,
@@ -77,19 +80,25 @@ def _recurrent_agents(env, memory: str, continuous: bool):
         centralised=True,
         share_params=True,
         out_keys=[("agents", "state_value")],
+        head_depth=head_depth,
+        head_cells=5,
     )
     return actor, critic
 
 
-@pytest.mark.parametrize(("memory", "continuous"), [("gru", False), ("lstm", True)])
+@pytest.mark.parametrize(
+    ("memory", "continuous", "head_depth"),
+    [("gru", False, 0), ("lstm", True, 0), ("gru", False, 1), ("lstm", True, 2)],
+)
 def test_training_pass_gives_back_the_rollout_before_any_update(
-    memory: str, continuous: bool
+    memory: str, continuous: bool, head_depth: int
 ) -> None:
     torch.manual_seed(0)
     env = make_episodic(
         "navigation", num_envs=3, max_steps=5, seed=0, n_agents=2, continuous_actions=continuous
     ).append_transform(InitTracker())
-    actor, critic = _recurrent_agents(env, memory, continuous)
+    actor, critic = _recurrent_agents(env, memory, continuous, head_depth)
+    assert sum(1 for name, _ in critic.named_parameters() if "weight" in name) == 4 + head_depth
     assert [c.state_key for c in recurrent_modules(critic)] == [("agents", "critic_rnn_state")]
     # the critic steps with the rollout: its state is collected, as the actor's
     collector = Collector(

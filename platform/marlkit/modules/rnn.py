@@ -29,7 +29,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from marlkit._checks import check_int
+from marlkit._checks import check_int, check_ints
 from marlkit.data.keys import (
     DEFAULT_GROUP,
     IS_INIT,
@@ -360,15 +360,20 @@ def recurrent_network(
     depth: int = 0,
     num_cells: int | Sequence[int] = 64,
     activation: type[nn.Module] = Tanh,
+    head_depth: int = 0,
+    head_cells: int | Sequence[int] | None = None,
     head: nn.Module | None = None,
     preprocess: nn.Module | None = None,
     device: torch.device | str | None = None,
 ) -> TensorDictSequential:
     """A per-agent network with memory, EPyMARL's ``RNNAgent`` in marlkit's keys: an encoder
     (a :class:`MultiAgentMLP` of ``depth`` hidden layers to ``hidden_size`` features, then
-    ``activation``), a :class:`MultiAgentGRU` or :class:`MultiAgentLSTM` cell, and a linear
-    head to ``output_size`` features (then ``head``, a :class:`NormalParamExtractor` say).
-    ``depth=0`` is EPyMARL's agent (``fc1``, the cell, ``fc2``).
+    ``activation``), a :class:`MultiAgentGRU` or :class:`MultiAgentLSTM` cell, and a head to
+    ``output_size`` features (then ``head``, a :class:`NormalParamExtractor` say): a
+    :class:`MultiAgentMLP` of ``head_depth`` hidden layers of ``head_cells``, each followed by
+    ``activation``, linear with ``head_depth=0``. ``depth=0`` is EPyMARL's agent (``fc1``, the
+    cell, ``fc2``); ``depth=0, head_depth=1`` with ``activation=nn.ReLU`` JaxMARL's SMAX actor
+    (``Dense``-ReLU, the GRU, ``Dense``-ReLU, ``Dense``).
 
     Keys under ``group``: the encoder writes ``(group, f"{name}_input")``, the cell
     ``(group, f"{name}_output")`` and its state ``(group, f"{name}_state")`` (and ``_in``):
@@ -388,15 +393,21 @@ def recurrent_network(
         name: the prefix of the network's own keys.
         centralised: the encoder reads every agent's input (a MAPPO critic).
         share_params: one network for every agent.
-        depth, num_cells, activation: the encoder (see :class:`MultiAgentMLP`).
-        head: a module after the linear head (``None``: the linear output).
+        depth, num_cells, activation: the encoder (see :class:`MultiAgentMLP`); the
+            activation follows the head's hidden layers too.
+        head_depth: hidden layers between the cell and the output layer (0: a linear head,
+            the cell's output read by the output layer).
+        head_cells: their width, an int for every layer or one per layer (``None``:
+            ``hidden_size``, the cell's width).
+        head: a module after the output layer (``None``: its output).
         preprocess: a module before the encoder, turning ``in_key``'s tensor into the
             ``[*B, n_agents, input_size]`` the encoder reads (a
             :class:`~marlkit.modules.StateWithAgentId` of the root ``"state"``, say).
         device: where the parameters live.
 
     Raises:
-        ValueError: an unknown ``memory``, no ``out_keys``, or a size below 1.
+        ValueError: an unknown ``memory``, no ``out_keys``, a size below 1 or a
+            ``head_depth`` below 0.
 
     Examples:
         >>> net = recurrent_network(4, 3, 2, hidden_size=8, out_keys=[("agents", "logits")])
@@ -408,6 +419,14 @@ def recurrent_network(
     if not out_keys:
         raise ValueError("recurrent_network: out_keys must name where the head's outputs go")
     hidden_size = check_int("hidden_size", hidden_size, low=1)
+    head_depth = check_int("head_depth", head_depth, low=0, owner="recurrent_network")
+    head_widths = check_ints(
+        "head_cells",
+        hidden_size if head_cells is None else head_cells,
+        low=1,
+        length=head_depth,
+        owner="recurrent_network",
+    )
     encoder = MultiAgentMLP(
         input_size,
         hidden_size,
@@ -432,8 +451,17 @@ def recurrent_network(
         state_key=(group, f"{name}_state"),
         device=device,
     )
+    # head_depth=0: one linear layer, the parameters (and the draws) of the head before the
+    # key existed
     linear: nn.Module = MultiAgentMLP(
-        hidden_size, output_size, n_agents, share_params=share_params, depth=0, device=device
+        hidden_size,
+        output_size,
+        n_agents,
+        share_params=share_params,
+        depth=head_depth,
+        num_cells=head_widths,
+        activation=activation,
+        device=device,
     )
     if head is not None:
         linear = nn.Sequential(linear, head)

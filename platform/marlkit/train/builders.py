@@ -7,7 +7,7 @@ bounds of its continuous actions, and a network with an encoder chosen by ``mode
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -18,9 +18,11 @@ from marlkit.modules import MultiAgentMLP, QValueActor, StateActionValueCritic, 
 from marlkit.modules.models import ModelConfig, build_model
 
 __all__ = [
+    "MemoryHead",
     "action_bounds",
     "encoder_network",
     "make_env",
+    "memory_head",
     "net_activation",
     "q_actor",
     "q_critic",
@@ -73,6 +75,34 @@ def net_activation(net: Any, key: str = "activation") -> type[torch.nn.Module]:
         ValueError: a name that is not one of the choices; the message names ``key``.
     """
     return activation_class(_activation_name(net), key=key)
+
+
+class MemoryHead(TypedDict):
+    """:func:`memory_head`'s keyword arguments of :func:`~marlkit.modules.rnn.recurrent_network`."""
+
+    head_depth: int
+    head_cells: int
+
+
+def memory_head(model: Any) -> MemoryHead:
+    """The hidden layers between a network's cell and its output layer, as the keyword
+    arguments of :func:`~marlkit.modules.rnn.recurrent_network`: ``head_depth`` layers of
+    ``head_cells`` units (``model.memory_hidden`` where ``head_cells`` is ``None``). ``model``
+    is a script's ``model`` section (a config or the schema's dataclass); one written before
+    the keys existed gives ``head_depth=0``, the linear head it was trained with.
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> memory_head(SimpleNamespace(memory="gru", memory_hidden=128))
+        {'head_depth': 0, 'head_cells': 128}
+        >>> memory_head(SimpleNamespace(memory_hidden=128, head_depth=1, head_cells=64))
+        {'head_depth': 1, 'head_cells': 64}
+    """
+    cells = getattr(model, "head_cells", None)
+    return MemoryHead(
+        head_depth=int(getattr(model, "head_depth", 0)),
+        head_cells=int(model.memory_hidden if cells is None else cells),
+    )
 
 
 def q_actor(env: EnvBase, group: str, policy: Any, algorithm: str) -> QValueActor:
@@ -160,13 +190,15 @@ def encoder_network(
 ) -> Any:
     """The network of ``group`` for a script's ``model.kind`` other than ``mlp``
     (:func:`~marlkit.modules.build_model`): the kind's encoder, then, with ``model.memory``
-    (and ``memory``), a cell of ``model.memory_hidden`` features and a linear head, as the
-    ``mlp`` kind's recurrent network puts its cell after ``depth`` layers; without memory, a
-    head of ``net.depth`` layers of ``net.num_cells``, each followed by ``net.activation``
-    (``net``: the ``policy`` or ``critic`` section, with ``share_params``; the encoders keep
-    their own activations). ``model.cnn_cells``, ``kernel_size``, ``stride`` and ``padding``,
-    where ``model`` has them, size the conv stack of ``kind=cnn``. ``name`` prefixes the keys
-    the network writes and its state (``"critic"``: ``(group, "critic_rnn_state")``).
+    (and ``memory``), a cell of ``model.memory_hidden`` features and a head of
+    ``model.head_depth`` hidden layers of ``model.head_cells`` (:func:`memory_head`; 0: a linear
+    head), each followed by ``net.activation``, as the ``mlp`` kind's recurrent network puts its
+    cell after ``depth`` layers; without memory, a head of ``net.depth`` layers of
+    ``net.num_cells``, each followed by ``net.activation`` (``net``: the ``policy`` or
+    ``critic`` section, with ``share_params``; the encoders keep their own activations).
+    ``model.cnn_cells``, ``kernel_size``, ``stride`` and ``padding``, where ``model`` has them,
+    size the conv stack of ``kind=cnn``. ``name`` prefixes the keys the network writes and its
+    state (``"critic"``: ``(group, "critic_rnn_state")``).
 
     Raises:
         ValueError: the group's observations do not fit ``model.kind`` (the message names the
@@ -181,14 +213,19 @@ def encoder_network(
     }
     if "cnn_cells" in conv:
         conv["cnn_cells"] = [int(c) for c in conv["cnn_cells"]]
+    if cell != "none":  # build_model's head (depth layers of num_cells) follows the cell
+        head = memory_head(model)
+        depth, cells = head["head_depth"], head["head_cells"]
+    else:
+        depth, cells = int(net.depth), int(net.num_cells)
     config = ModelConfig(
         kind=str(model.kind),
         memory=cell,
         hidden_size=int(model.memory_hidden),
         share_params=bool(net.share_params),
         centralised=centralised,
-        depth=0 if cell != "none" else int(net.depth),
-        num_cells=int(net.num_cells),
+        depth=depth,
+        num_cells=cells,
         activation=_activation_name(net),
         inputs=None if inputs is None else [str(k) for k in inputs],
         entity_mask=getattr(model, "entity_mask", None),

@@ -39,7 +39,7 @@ from marlkit.modules.rnn import recurrent_network, set_recurrent_mode
 from marlkit.modules.seeds import seedwise_sampling, stack_seeds
 from marlkit.objectives.standardise import RewardStandardiser, SeedRewardStandardiser
 from marlkit.replay import SamplerWithoutReplacement
-from marlkit.train.builders import encoder_network, net_activation, q_actor
+from marlkit.train.builders import encoder_network, memory_head, net_activation, q_actor
 from marlkit.train.config import check_choice
 from marlkit.train.precision import set_precision
 from marlkit.train.scripts import (
@@ -167,6 +167,7 @@ def _q_network(env: EnvBase, group: str, cfg: Any, algorithm: str) -> QValueActo
         depth=cfg.policy.depth,
         num_cells=cfg.policy.num_cells,
         activation=net_activation(cfg.policy, "policy.activation"),
+        **memory_head(cfg.model),
     )
     return QValueActor(network, group=group, spec=spec)
 

@@ -34,7 +34,8 @@ class MemoryConfig:
 
     memory: str = "none"
     """``none``, ``gru`` or ``lstm``: ``policy.depth`` hidden layers, then the cell, then a
-    linear head (EPyMARL's agent with ``policy.depth=0``)."""
+    linear head (EPyMARL's agent with ``policy.depth=0``; ``head_depth`` puts hidden layers
+    before it)."""
     memory_hidden: int = 128
     """The cell's state features per agent (EPyMARL: 128 for PPO, 64 for Q-learning); a
     ``model.kind`` other than ``mlp`` passes it to :class:`~marlkit.modules.ModelConfig` as its
@@ -44,12 +45,30 @@ class MemoryConfig:
     holds ``minibatch_size // seq_len`` windows."""
     burn_in: int = 0
     """Steps before each window that only warm the state up (outside the loss)."""
+    head_depth: int = 0
+    """Hidden layers between the cell and the output layer, each followed by the network's
+    activation (``policy.activation``, ``critic.activation``): JaxMARL's SMAX actor and critic
+    have one (``Dense``-ReLU after the GRU); 0, the default: a linear head, the networks as
+    before the key. It applies to every network with a cell: the actor, the critic with
+    ``critic_memory``, the Q-network, a ``kind`` encoder's network. Needs ``memory`` (without a
+    cell the MLP's ``policy.depth``/``critic.depth`` are its hidden layers)."""
+    head_cells: int | None = None
+    """Units of each of those layers (``None``: ``memory_hidden``, JaxMARL's ``GRU_HIDDEN_DIM``)."""
 
     def __post_init__(self) -> None:
         config.check_choice("memory", self.memory, ("none", *MEMORIES))
         config.check_int("memory_hidden", self.memory_hidden, low=1)
         config.check_int("seq_len", self.seq_len, low=1)
         config.check_int("burn_in", self.burn_in, low=0)
+        config.check_int("head_depth", self.head_depth, low=0)
+        config.check_int("head_cells", self.head_cells, low=1, allow_none=True)
+        if self.head_depth and self.memory == "none":
+            raise config.ConfigError(
+                f"head_depth={self.head_depth} adds hidden layers between the recurrent cell "
+                "and the output layer: it needs model.memory (gru or lstm), got none. Without "
+                "memory the network is one MLP whose hidden layers are policy.depth and "
+                "critic.depth: set those, or model.head_depth=0"
+            )
 
 
 def sequence_windows(
