@@ -87,20 +87,25 @@ def test_mappo_lbf_runs_with_agent_ids_and_standardised_rewards(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["loss.estimator=td"], r"estimator must be one of \['gae', 'nstep'\]"),
-        (["loss.estimator=nstep", "loss.nstep=0"], r"nstep must be an int >= 1, got 0"),
-        (["loss.target_critic_tau=0"], r"target_critic_tau must be a finite number in \(0, 1\]"),
+        (["loss.estimator=td"], r"^loss.estimator must be one of \['gae', 'nstep'\]"),
+        (["loss.estimator=nstep", "loss.nstep=0"], r"^loss.nstep must be an int >= 1, got 0"),
+        (
+            ["loss.target_critic_tau=0"],
+            r"^loss.target_critic_tau must be a finite number in \(0, 1\]",
+        ),
         (
             ["loss.target_critic_tau=0.01", "loss.clip_value=0.2"],
-            r"loss.clip_value clips the critic around the values of the batch",
+            r"^loss.clip_value clips the critic around the values of the batch",
         ),
         (
             ["loss.target_critic_tau=0.01", "model.critic_memory=true"],
-            r"loss.target_critic_tau needs a feed-forward critic",
+            r"^loss.target_critic_tau needs a feed-forward critic",
         ),
     ],
 )
 def test_epymarls_estimator_options_refuse_what_they_cannot_do(overrides, message):
+    """Each message names its key in full, once (a section's check that names keys of other
+    sections is not prefixed with its section again: it read "loss.loss.clip_value")."""
     from marlkit.train.config import ConfigError, check_config
 
     with pytest.raises(ConfigError, match=message):

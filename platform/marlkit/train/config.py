@@ -676,7 +676,10 @@ def _check_node(omegaconf: Any, node: Any, path: str) -> None:
         try:
             omegaconf.OmegaConf.to_object(node)
         except ConfigError as err:
-            raise ConfigError(f"{path}{err}") from None
+            # a section's check names its key relative to the section ("epochs must be ...")
+            # or, where it names keys of other sections too, in full ("loss.clip_value ...")
+            message = str(err)
+            raise ConfigError(message if message.startswith(path) else path + message) from None
 
 
 def env_config(env: Any) -> EnvConfig:
