@@ -17,8 +17,11 @@ whole command's wall-clock and CPU seconds (children included: EPyMARL's env pro
         --out benchmarks/results/results-mappo-lbf-epymarl-sampled-2026-12-07.json \
         --figure docs/img/results-mappo-lbf-epymarl-sampled.png
 
-A marlkit run's curve is its ``eval/<group>/episode_reward`` column of ``metrics.csv`` (the
-agents' summed reward per episode with ``common_reward``, as EPyMARL's ``test_return_mean``),
+A marlkit run is a run folder, or a seed's folder of a ``seeds_in_process`` stack
+(``<stack>/seed_<s>``: its seed read from the name; the stack's ``.time`` is the stack's, not
+read per seed). A marlkit run's curve is its ``eval/<group>/episode_reward`` column of
+``metrics.csv`` (the agents' summed reward per episode with ``common_reward``, as EPyMARL's
+``test_return_mean``),
 its final figure ``summary.json``'s ``trained`` (the last evaluation after training). An
 EPyMARL run's are its JSON's ``curve`` and ``final``. ``--at`` cuts both sides' curves at that
 many steps and compares their evaluations there: EPyMARL's loop stops at ``t_max`` without a
@@ -83,7 +86,10 @@ def marlkit_run(run: pathlib.Path, exploration: str = "deterministic") -> dict[s
         name = "" if mode == exploration else f"{mode}_"
         out[f"{name}curve"], out[f"{name}final"] = curve, summary[entry][key]
     training = [[float(r["frames"]), float(r[key])] for r in rows if r.get(key)]
-    seed = OmegaConf.load(run / ".hydra" / "config.yaml").seed
+    if (run / ".hydra").is_dir():
+        seed = OmegaConf.load(run / ".hydra" / "config.yaml").seed
+    else:  # a seed of a seeds_in_process stack: <stack>/seed_<s>/, the stack's config above
+        seed = int(run.name.removeprefix("seed_"))
     return {
         "side": "marlkit",
         "run": str(run),
