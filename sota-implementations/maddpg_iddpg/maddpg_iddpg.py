@@ -190,7 +190,7 @@ def main(cfg: DictConfig) -> None:
     )
     to_training_device(cfg, policy, losses)  # `device`, before the optimisers
     updaters = soft_updates(losses, cfg.loss.tau)
-    optims = adam_per_group(losses, cfg.train.lr)
+    optims = adam_per_group(losses, cfg.train.lr, cfg.train.adam_eps)
     precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
     sampler = functools.partial(RandomSampler, seed=cfg.seed)
     buffers = group_buffers(groups, cfg.buffer.size, sampler, cfg.train.minibatch_size)

@@ -52,6 +52,7 @@ from marlkit.modules import (
     StateValueCritic,
     StateWithAgentId,
     TanhNormal,
+    orthogonal_init_,
 )
 from marlkit.modules.actors import distribution_keys
 from marlkit.modules.models import MODEL_KINDS, ModelConfig
@@ -195,6 +196,10 @@ class PPOTrainConfig(EpochsTrainConfig):
     gradient shrinks the actor's step too."""
 
 
+#: ``model.init``'s choices
+INITS = ("default", "orthogonal")
+
+
 @dataclass
 class PPOMemoryConfig(MemoryConfig):
     """``model``: memory in the policy and the critic (see :class:`MemoryConfig`)."""
@@ -219,10 +224,28 @@ class PPOMemoryConfig(MemoryConfig):
     """``kind=cnn``: the stride of every conv layer."""
     padding: int = ModelConfig.padding
     """``kind=cnn``: the padding of every conv layer."""
+    init: str = "default"
+    """How the actor's and the critic's linear and conv layers are drawn: ``default`` (torch's,
+    uniform in ``+-1/sqrt(in)``) or ``orthogonal`` (CleanRL's, JaxMARL's and the MAPPO paper's
+    PPO: orthogonal weights with gain sqrt(2), the actor's output layer 0.01, so that the first
+    policy is near uniform, the critic's 1.0, zero biases;
+    :func:`marlkit.modules.orthogonal_init_`). Recurrent cells keep torch's initialisation."""
+    init_head_gain: float | None = None
+    """With ``init=orthogonal``: the gain of the hidden layers after the recurrent cell
+    (``head_depth``); null: sqrt(2) as the others. JaxMARL's recurrent MAPPO draws them with 2."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("kind", self.kind, MODEL_KINDS)
+        check_choice("init", self.init, INITS)
+        if self.init_head_gain is not None:
+            check_real("init_head_gain", self.init_head_gain)
+            if self.init != "orthogonal":
+                raise ConfigError(
+                    f"init_head_gain={self.init_head_gain} is the orthogonal initialisation's "
+                    f"gain after the recurrent cell: it needs model.init=orthogonal, got "
+                    f"{self.init!r}"
+                )
         if not list(self.cnn_cells):
             raise ConfigError("cnn_cells must name at least one conv layer, got []")
         for channels in self.cnn_cells:
@@ -520,6 +543,21 @@ def make_state_critic(env: EnvBase, group: str, cfg: DictConfig, model: Any) -> 
     )
 
 
+def init_networks(cfg: DictConfig, policy: TensorDictSequential, critics: dict[str, Any]) -> None:
+    """``model.init=orthogonal``: every group's actor and critic drawn again, orthogonal
+    (:func:`~marlkit.modules.orthogonal_init_`: output gain 0.01 for an actor, 1.0 for a critic,
+    ``model.init_head_gain`` after a recurrent cell); ``default`` leaves them (and torch's
+    generator) as built."""
+    model = cfg.get("model")
+    if model is None or model.get("init", "default") == "default":
+        return
+    head_gain = model.get("init_head_gain")
+    for actor in policy.module:
+        orthogonal_init_(actor, output_gain=0.01, head_gain=head_gain)
+    for critic in critics.values():
+        orthogonal_init_(critic, output_gain=1.0, head_gain=head_gain)
+
+
 def make_policy(env: EnvBase, cfg: DictConfig) -> TensorDictSequential:
     """Every group's actor, in one call."""
     model = cfg.get("model") if memory(cfg) != "none" or kind(cfg.get("model")) != "mlp" else None
@@ -640,7 +678,7 @@ def advantages(batch: Any, gaes: dict[str, Any], standardisers: Any) -> Any:
     return batch
 
 
-def adam_per_network(losses: Any, lr: float) -> dict[str, torch.optim.Adam]:
+def adam_per_network(losses: Any, lr: float, eps: float = 1e-8) -> dict[str, torch.optim.Adam]:
     """``train.clip_per_network``: per group, one (fused) Adam with a parameter group for the
     actor and one for the critic (the same steps as one group: Adam is elementwise), so that
     each is clipped on its own."""
@@ -649,7 +687,9 @@ def adam_per_network(losses: Any, lr: float) -> dict[str, torch.optim.Adam]:
         actor = list(loss.actor_network.parameters())
         mine = {id(p) for p in actor}
         rest = [p for p in loss.parameters() if id(p) not in mine]
-        optims[group] = torch.optim.Adam([{"params": actor}, {"params": rest}], lr=lr, fused=True)
+        optims[group] = torch.optim.Adam(
+            [{"params": actor}, {"params": rest}], lr=lr, eps=eps, fused=True
+        )
     return optims
 
 
@@ -667,11 +707,10 @@ def train_seeds(cfg: DictConfig) -> None:
     def build(seed: int) -> tuple[EnvBase, TensorDictSequential, dict[str, Any]]:
         torch.manual_seed(seed)  # as start() seeds a run of its own
         env = env_factory(cfg, cfg.env.num_envs, seed)()
-        return (
-            env,
-            make_policy(env, cfg),
-            {g: make_critic(env, g, cfg.critic, cfg.model) for g in env.groups},
-        )
+        policy = make_policy(env, cfg)
+        critics = {g: make_critic(env, g, cfg.critic, cfg.model) for g in env.groups}
+        init_networks(cfg, policy, critics)  # model.init, under the seed's own generator
+        return env, policy, critics
 
     first = build(cfg.seed)
     seeds = run_seeds(cfg.seed, n_seeds, seed_width(first[0]))
@@ -689,7 +728,8 @@ def train_seeds(cfg: DictConfig) -> None:
     )
     if cfg.loss.team_episodes:
         use_team_episodes(gaes, losses)
-    optims = adam_per_group(losses, cfg.train.lr)  # elementwise: each seed's state in its slices
+    # elementwise: each seed's state in its slices
+    optims = adam_per_group(losses, cfg.train.lr, cfg.train.adam_eps)
     frames = cfg.collector.frames_per_batch
     buffers = SeedBuffers(groups, seeds, frames, cfg.train.minibatch_size)
     # the seeds' envs stepped together (Python adapters: one env of K x num_envs instances)
@@ -756,6 +796,7 @@ def main(cfg: DictConfig) -> None:
     policy = make_policy(env, cfg)  # every group's actions in one call
     actors = dict(zip(groups, policy.module))
     critics = {g: make_critic(env, g, cfg.critic, cfg.model) for g in groups}
+    init_networks(cfg, policy, critics)  # model.init
     # loss.target_critic_tau: the estimator reads target copies of the critics (EPyMARL's)
     targets, move_targets = target_critics(cfg, critics)
     gaes = estimators(cfg, dict(targets) if targets is not None else critics)
@@ -765,7 +806,9 @@ def main(cfg: DictConfig) -> None:
     standardisers = reward_standardisers(groups, cfg)  # loss.standardise_rewards
     to_training_device(cfg, policy, losses, *gaes.values())  # `device`, before the optimisers
     clip_apart = bool(cfg.train.get("clip_per_network", False))  # absent: configs before it
-    optims = (adam_per_network if clip_apart else adam_per_group)(losses, cfg.train.lr)
+    optims = (adam_per_network if clip_apart else adam_per_group)(
+        losses, cfg.train.lr, cfg.train.adam_eps
+    )
     precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
     # train.compile: the loss's forward and backward through torch.compile (inductor), the
     # same parameters; compiled on the first minibatch

@@ -144,6 +144,7 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
         assert now["train"].pop("precision", "fp32") == "fp32"
         assert now["train"].pop("anneal_lr", False) is False  # PPO's lr schedule (issue 38)
         assert now["train"].pop("clip_per_network", False) is False  # PPO's clipping together
+        assert now["train"].pop("adam_eps") == 1e-8  # torch's Adam eps (issue 38)
         assert now.pop("seeds_in_process", 1) == 1  # one seed per process unless asked
         # issue 37: EPyMARL's reward standardisation, off unless a config turns it on
         if "loss" in now:
@@ -180,6 +181,9 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
             assert model["memory"] == "none" and model.get("kind", "mlp") == "mlp"
             # issue 38: no hidden layers after a cell (a linear head) unless a config asks
             assert model.get("head_depth", 0) == 0 and model.get("head_cells") is None
+            # issue 38: torch's initialisation unless a config asks for the orthogonal one
+            assert model.get("init", "default") == "default"
+            assert model.get("init_head_gain") is None
         assert now == before, (name, env)
 
 
@@ -385,6 +389,23 @@ def _refusal(name: str, override: str) -> str:
             ["train.max_grad_norm must be a finite number > 0, got -1.0"],
         ),
         ("mappo_ippo", "train.lr=inf", ["train.lr must be a finite number > 0, got inf"]),
+        ("qmix_vdn", "train.adam_eps=0", ["train.adam_eps must be a finite number > 0, got 0"]),
+        ("masac_isac", "train.adam_eps=-1e-5", ["train.adam_eps must be a finite number > 0"]),
+        # issue 38: the PPO references' orthogonal initialisation
+        (
+            "mappo_smax",
+            "model.init=xavier",
+            ["model.init must be one of ['default', 'orthogonal'], got 'xavier'"],
+        ),
+        ("mappo_smax", "model.init_head_gain=0", ["model.init_head_gain must be a finite"]),
+        (
+            "mappo_smax",
+            "model.init_head_gain=2",
+            [
+                "model.init_head_gain=2.0 is the orthogonal initialisation's gain after the "
+                "recurrent cell: it needs model.init=orthogonal, got 'default'"
+            ],
+        ),
         ("mappo_ippo", "train.epochs=0", ["train.epochs must be an int >= 1, got 0"]),
         ("maddpg_iddpg", "train.num_updates=0", ["train.num_updates must be an int >= 1, got 0"]),
         ("mappo_ippo", "eval.num_envs=0", ["eval.num_envs must be an int >= 1, got 0"]),

@@ -370,6 +370,72 @@ def test_clip_per_network_gives_actor_and_critic_a_parameter_group_each(tmp_path
                                                "seeds_in_process=2"))  # fmt: skip
 
 
+def test_orthogonal_init_draws_jaxmarls_gains_into_the_actor_and_the_critic():
+    """``model.init=orthogonal`` with ``model.init_head_gain=2``: JaxMARL's SMAX MAPPO
+    (Dense sqrt(2), GRU, Dense 2, output 0.01 for the actor and 1.0 for the critic); the
+    default leaves the networks and torch's generator as built."""
+    import math
+
+    import torch
+
+    from marlkit.modules import MultiAgentGRU, dense_layers
+    from marlkit.train.scripts import env_factory
+
+    from .test_configs import _compose
+
+    module = _mappo_module()
+    layers = ["policy.depth=0", "critic.depth=0", "model.head_depth=1", *SMALL_NETS]
+
+    def build(*overrides):
+        cfg = _compose("mappo_smax", [*layers, *overrides])
+        env = env_factory(cfg, 2, seed=0)()
+        torch.manual_seed(0)
+        policy = module.make_policy(env, cfg)
+        critics = {g: module.make_critic(env, g, cfg.critic, cfg.model) for g in env.groups}
+        module.init_networks(cfg, policy, critics)
+        return policy, critics["ally"], torch.rand(1)
+
+    policy, critic, after = build("model.init=orthogonal", "model.init_head_gain=2")
+    for net, output_gain in ((policy.module[0], 0.01), (critic, 1.0)):
+        found = dense_layers(net)
+        assert [a for _, a in found] == [False, True, True]  # encoder, head, output
+        for (layer, _), gain in zip(found, (math.sqrt(2.0), 2.0, output_gain), strict=True):
+            w = layer.weight.detach()[0]  # [in, out], one network shared by the agents
+            small = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            eye = torch.eye(min(w.shape))
+            torch.testing.assert_close(small, gain**2 * eye, atol=1e-4, rtol=0)
+            assert torch.count_nonzero(layer.bias) == 0
+    # the default: the networks torch drew, and the generator where they left it
+    default, default_critic, untouched = build()
+    plain, plain_critic, plain_after = build("model.init=default")
+    for a, b in zip(
+        [*default.parameters(), *default_critic.parameters()],
+        [*plain.parameters(), *plain_critic.parameters()],
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert torch.equal(untouched, plain_after) and not torch.equal(untouched, after)
+    cell = next(m for m in policy.modules() if isinstance(m, MultiAgentGRU))
+    default_cell = next(m for m in default.modules() if isinstance(m, MultiAgentGRU))
+    for a, b in zip(cell.parameters(), default_cell.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # the cell keeps torch's draw
+
+
+@pytest.mark.slow  # two short runs, ~20 s
+def test_adam_eps_and_orthogonal_init_train_alone_and_in_a_stack_of_seeds(tmp_path):
+    """``train.adam_eps`` reaches Adam's parameter groups (here the actor's and the critic's,
+    clipped apart); ``model.init=orthogonal`` trains alone and in a stack of seeds (each
+    seed's networks drawn under its own seed)."""
+    budget = (*BUDGET, "eval.every=0", "eval.video=false", "model.init=orthogonal")
+    run("mappo_ippo", tmp_path / "run", (*budget, "train.adam_eps=1e-5",
+                                         "train.clip_per_network=true"))  # fmt: skip
+    optims = Checkpointer(tmp_path / "run" / "checkpoints").load()["optims"]
+    assert [g["eps"] for o in optims.values() for g in o["param_groups"]] == [1e-5, 1e-5]
+    run("mappo_ippo", tmp_path / "stack", (*budget, "seeds_in_process=2"))
+    for seed in (0, 1):
+        assert summary(tmp_path / "stack" / f"seed_{seed}")["frames"] == 800
+
+
 #: JaxMARL's SMAX actor and critic: one hidden layer after the GRU (issue 38)
 HEAD = ("model.head_depth=1", "model.head_cells=64")
 

@@ -87,7 +87,12 @@ def test_a_finished_run_resumes_to_its_summary(tmp_path_factory, tmp_path, name)
 def test_heterogeneous_groups_get_a_loss_each(tmp_path, name):
     algorithm = ALGORITHMS[name]
     run_dir = tmp_path / "run"
-    run(name, run_dir, (*algorithm.budget, "env=predator_prey", "eval.video=false"))
+    # train.adam_eps (issue 38) reaches each group's optimiser in every script
+    run(name, run_dir, (*algorithm.budget, "env=predator_prey", "eval.video=false",
+                        "train.adam_eps=1e-6"))  # fmt: skip
+    optims = Checkpointer(run_dir / "checkpoints").load()["optims"]
+    assert set(optims) == {"predator", "prey"}
+    assert {g["eps"] for o in optims.values() for g in o["param_groups"]} == {1e-6}
     last = read_metrics(run_dir / "metrics.csv")[-1]
     for group in ("predator", "prey"):
         for term in algorithm.losses:

@@ -27,6 +27,7 @@ from marlkit.modules.critics import StateValueCritic, StateWithAgentId, ValueNor
 from marlkit.modules.distributions import Categorical, MaskedCategorical, Normal, TanhNormal
 from marlkit.modules.entities import DeepSets, EntityAttention
 from marlkit.modules.graph import MultiAgentGNN, full_graph, radius_graph
+from marlkit.modules.initialisation import dense_layers, orthogonal_init_
 from marlkit.modules.mixers import Mixer, QMixer, VDNMixer
 from marlkit.modules.mlp import MultiAgentMLP, StackedLinear
 from marlkit.modules.models import ModelConfig, build_model
@@ -65,10 +66,12 @@ __all__ = [
     "activation_class",
     "annealing_steps",
     "build_model",
+    "dense_layers",
     "distribution_keys",
     "fast_tanh",
     "full_graph",
     "get_tanh_method",
+    "orthogonal_init_",
     "radius_graph",
     "recurrent_mode",
     "set_recurrent_mode",

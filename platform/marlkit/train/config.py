@@ -311,6 +311,9 @@ class TrainConfig:
     """Items of each minibatch."""
     lr: float = MISSING
     """Adam's learning rate."""
+    adam_eps: float = 1e-8
+    """Adam's ``eps`` (torch's default 1e-8; CleanRL's, JaxMARL's and EPyMARL's PPO use 1e-5,
+    which damps the steps of parameters whose gradients are rare or small)."""
     max_grad_norm: float = MISSING
     """Gradients are clipped to this norm (a negative one would flip every update)."""
     precision: str = "fp32"
@@ -321,6 +324,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_int("minibatch_size", self.minibatch_size, low=1)
         check_real("lr", self.lr)
+        check_real("adam_eps", self.adam_eps)
         check_real("max_grad_norm", self.max_grad_norm)
         check_choice("precision", self.precision, PRECISIONS)
 

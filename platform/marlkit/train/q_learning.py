@@ -217,7 +217,7 @@ def train_q_learning(
     groups = env.groups
     explorers = {g: cast(EGreedy, explorer) for g, explorer in zip(groups, policy.module)}
     updaters = target_updates(losses, cfg.loss.tau, _hard_interval(cfg))
-    optims = adam_per_group(losses, cfg.train.lr)
+    optims = adam_per_group(losses, cfg.train.lr, cfg.train.adam_eps)
     precision = set_precision(losses, cfg.train.precision)  # bf16: autocast in the updates
     frames = cfg.collector.frames_per_batch
     recurrent = _memory(cfg) != "none"
@@ -356,7 +356,8 @@ def train_q_learning_seeds(
     losses = make_losses(env, policy, others, separate_dims=1)
     # elementwise: each seed's own targets
     updaters = target_updates(losses, cfg.loss.tau, _hard_interval(cfg))
-    optims = adam_per_group(losses, cfg.train.lr)  # elementwise: each seed's state in its slices
+    # elementwise: each seed's state in its slices
+    optims = adam_per_group(losses, cfg.train.lr, cfg.train.adam_eps)
     buffers = SeedBuffers(groups, seeds, cfg.buffer.capacity, cfg.train.minibatch_size)
     collector, split = stack_collector(cfg, [b[0] for b in built], seeds, policy)
     explorers = {g: cast(EGreedy, e) for g, e in zip(groups, policy.module)}

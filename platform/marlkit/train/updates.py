@@ -156,13 +156,13 @@ def _reported(terms: TensorDictBase, grad_norm: torch.Tensor) -> dict[str, torch
     return out
 
 
-def adam_per_group(losses: Losses, lr: float) -> dict[str, torch.optim.Adam]:
+def adam_per_group(losses: Losses, lr: float, eps: float = 1e-8) -> dict[str, torch.optim.Adam]:
     """One (fused) Adam per group, over what its loss trains: ``online_parameters()`` where the
     loss has target networks (an updater moves those, not the optimiser), else all of its
-    parameters."""
+    parameters; ``eps`` is Adam's (``train.adam_eps``)."""
     return {
         group: torch.optim.Adam(
-            getattr(loss, "online_parameters", loss.parameters)(), lr=lr, fused=True
+            getattr(loss, "online_parameters", loss.parameters)(), lr=lr, eps=eps, fused=True
         )
         for group, loss in losses.items()
     }
