@@ -17,6 +17,11 @@ whole command's wall-clock and CPU seconds (children included: EPyMARL's env pro
         --out benchmarks/results/results-mappo-lbf-epymarl-sampled-2026-12-07.json \
         --figure docs/img/results-mappo-lbf-epymarl-sampled.png
 
+``--previous`` adds the runs of an earlier results JSON of this script (each run's curve,
+final return and times are in its ``runs``): a comparison grows by a seed without the first
+runs' folders, which a new machine no longer has; a run given again (same side and seed) is
+refused.
+
 A marlkit run is a run folder, or a seed's folder of a ``seeds_in_process`` stack
 (``<stack>/seed_<s>``: its seed read from the name; the stack's ``.time`` is the stack's, not
 read per seed). A marlkit run's curve is its ``eval/<group>/episode_reward`` column of
@@ -47,7 +52,7 @@ from omegaconf import OmegaConf
 from marlkit.record.plot import bootstrap_ci, plot_with_bands
 
 
-def _time(path: pathlib.Path) -> dict[str, float]:
+def time_file(path: pathlib.Path) -> dict[str, float]:
     """``/usr/bin/time``'s figures (``wall``, ``user``, ``sys``, ``maxrss_kb``), or {}."""
     if not path.exists():
         return {}
@@ -99,7 +104,7 @@ def marlkit_run(run: pathlib.Path, exploration: str = "deterministic") -> dict[s
         "random": summary["random"][key],
         "frames": summary["frames"],
         "train_curve": training,
-        **_time(run.parent / f"{run.name}.time"),
+        **time_file(run.parent / f"{run.name}.time"),
     }
 
 
@@ -118,8 +123,48 @@ def epymarl_run(path: pathlib.Path) -> dict[str, Any]:
         "curve": info["curve"],
         "train_curve": info["train_curve"],
         "epymarl_seconds": info["seconds"],
-        **_time(path.with_suffix(".time")),
+        **time_file(path.with_suffix(".time")),
     }
+
+
+def previous_runs(
+    path: pathlib.Path,
+    exploration: str,
+    marlkit: list[dict[str, Any]],
+    epymarl: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``marlkit`` and ``epymarl`` with the runs of the earlier results JSON at ``path`` first
+    (its marlkit runs only if they were read with the same ``--marlkit-eval``).
+
+    Raises:
+        SystemExit: ``path`` is not a results JSON of this script; its marlkit runs were read
+            in another evaluation mode; a run (side and seed) is both in it and given.
+    """
+    try:
+        old = json.loads(path.read_text())
+        runs = old["runs"]
+        sides = {r["side"] for r in runs}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        message = f"--previous {path}: not a results JSON of this script ({err!r})"
+        raise SystemExit(message) from None
+    if old.get("benchmark") != "results" or not sides <= {"marlkit", "epymarl"}:
+        raise SystemExit(f"--previous {path}: not a results JSON of this script")
+    modes = {r.get("evaluation") for r in runs if r["side"] == "marlkit"}
+    if modes - {exploration}:
+        raise SystemExit(
+            f"--previous {path}: its marlkit runs were read with --marlkit-eval "
+            f"{sorted(m for m in modes if m)}, this comparison with {exploration}"
+        )
+    out = {"marlkit": [], "epymarl": []}
+    for r in runs:
+        out[r["side"]].append(r)
+    for side, given in (("marlkit", marlkit), ("epymarl", epymarl)):
+        taken = {r["seed"] for r in out[side]}
+        again = sorted(r["seed"] for r in given if r["seed"] in taken)
+        if again:
+            raise SystemExit(f"{side} seed(s) {again} are already in --previous {path}")
+        out[side].extend(given)
+    return out["marlkit"], out["epymarl"]
 
 
 def at_steps(run: dict[str, Any], steps: int) -> dict[str, Any]:
@@ -173,8 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--experiment", required=True)
     p.add_argument("--task", required=True)
-    p.add_argument("--marlkit", nargs="+", type=pathlib.Path, required=True)
-    p.add_argument("--epymarl", nargs="+", type=pathlib.Path, required=True)
+    p.add_argument("--marlkit", nargs="*", type=pathlib.Path, default=[])
+    p.add_argument("--epymarl", nargs="*", type=pathlib.Path, default=[])
+    p.add_argument(
+        "--previous",
+        type=pathlib.Path,
+        default=None,
+        help="an earlier results JSON of this script whose runs are added to those given",
+    )
     p.add_argument(
         "--at",
         type=int,
@@ -196,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     mk = [marlkit_run(r, args.marlkit_eval) for r in args.marlkit]
     ep = [epymarl_run(j) for j in args.epymarl]
+    if args.previous is not None:
+        mk, ep = previous_runs(args.previous, args.marlkit_eval, mk, ep)
+    for side, runs in (("marlkit", mk), ("EPyMARL", ep)):
+        if not runs:
+            raise SystemExit(f"no {side} run: give --{side.lower()} or --previous")
     if args.at is not None:
         mk, ep = [at_steps(r, args.at) for r in mk], [at_steps(r, args.at) for r in ep]
     result: dict[str, Any] = {
