@@ -43,3 +43,31 @@ def test_smax_runs_reads_win_rates_seeds_and_times(tmp_path):
     (tmp_path / "s4" / "summary.json").unlink()
     with pytest.raises(SystemExit, match="s4: not a finished SMAX run with a 'won' flag"):
         smax.main(["--experiment", "e", "--task", "t", "--runs", str(tmp_path / "s4")])
+
+
+@pytest.mark.slow  # a short SMAX run and 8 episodes on each simulator, ~40 s
+def test_smax_cross_eval_plays_a_run_on_both_simulators(tmp_path):
+    """``benchmarks/analysis/smax_cross_eval.py``: the run's actor on native SMAX and on
+    JaxMARL's own (the ``jaxmarl`` adapter); its win rule equals the native ``won`` flag."""
+    pytest.importorskip("jaxmarl")
+    path = ROOT / "benchmarks" / "analysis" / "smax_cross_eval.py"
+    spec = importlib.util.spec_from_file_location("_smax_cross_eval", path)
+    cross = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross)
+    budget = (*ALGORITHMS["mappo_ippo"].budget, "env=smax/3m", "eval.video=false",
+              "model.memory=gru", "model.memory_hidden=8", "model.seq_len=10")  # fmt: skip
+    run("mappo_ippo", tmp_path / "run", budget)
+    out = tmp_path / "cross.json"
+    cross.main(["--run", str(tmp_path / "run"), "--episodes", "8", "--out", str(out)])
+    (result,) = json.loads(out.read_text())["runs"]
+    assert result["map"] == "3m" and result["exploration"] == "deterministic"
+    for side in ("native", "jaxmarl"):
+        assert result[side]["episodes"] == 8 and 0.0 <= result[side]["won"] <= 1.0
+        assert 1 <= result[side]["episode_length"] <= 101
+    assert result["native"]["rule_agrees_with_flag"]
+    assert "native_won_flag" not in result["jaxmarl"]  # JaxMARL's env has no such flag
+    # a run on another env is named
+    other = tmp_path / "nav"
+    run("mappo_ippo", other, (*ALGORITHMS["mappo_ippo"].budget, "eval.video=false"))
+    with pytest.raises(SystemExit, match=r"trained on navigation with .*: not smax/<map>"):
+        cross.main(["--run", str(other), "--episodes", "2"])

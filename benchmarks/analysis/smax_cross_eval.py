@@ -1,0 +1,144 @@
+"""A trained SMAX policy of marlkit on both simulators: marlkit's native ``smax/<map>`` and
+JaxMARL's own ``HeuristicEnemySMAX`` (through marlkit's ``jaxmarl`` adapter), the same
+episodes count, greedy or sampled, one JSON line.
+
+    .venv/bin/python benchmarks/analysis/smax_cross_eval.py --run /tmp/smax/all-s0 \
+        --episodes 100 --seed 10000
+
+Where marlkit's greedy win rate trails JaxMARL's at equal training curves (docs/results.md,
+"MAPPO on SMAX 3m"), this says whether the simulator the episodes are played on accounts for
+it: the run's actor (its latest checkpoint, the run's own config and observation transforms)
+plays ``--episodes`` episodes, one per env, on each simulator. A win is counted the same way on
+both (JaxMARL's env has no ``won`` flag): the episode's first ``done`` is a termination (a team
+wiped out, not the 100-step limit) whose ally reward holds SMAX's win bonus (``>= 1``: the
+enemy's lost health of one step is below 1 unless that step wins); on the native env that rule
+is checked against its own ``won`` flag (``native_won_flag`` in the JSON).
+JaxMARL's env is built with the options of the native one (``see_enemy_actions``,
+``walls_cause_death``, the heuristic enemy attacking the closest unit: marlkit's defaults and
+JaxMARL's peer run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import pathlib
+import sys
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from marlkit.data.exploration import set_exploration
+from marlkit.train import Checkpointer
+from marlkit.train.scripts import env_factory, load_policy
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GROUP = "ally"
+
+
+def _make_policy_fn() -> Any:
+    path = ROOT / "sota-implementations" / "mappo_ippo" / "mappo_ippo.py"
+    spec = importlib.util.spec_from_file_location("_mappo_for_cross_eval", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.make_policy
+
+
+def _wins(rollout: Any) -> dict[str, Any]:
+    """Per env, whether its first episode was won by the rule of the module's notes, and the
+    native ``won`` flag's verdict where the env has one."""
+    shape = rollout.shape  # [E, T]
+    done = rollout.get(("next", "done")).reshape(shape).bool()
+    terminated = rollout.get(("next", "terminated")).reshape(shape).bool()
+    reward = rollout.get(("next", GROUP, "reward")).reshape(*shape, -1).max(-1).values
+    first = (done.long().cumsum(-1) - done.long() == 0) & done  # each env's first done step
+    finished = first.any(-1)
+    by_rule = (first & terminated & (reward >= 1.0)).any(-1)
+    out: dict[str, Any] = {
+        "episodes": int(shape[0]),
+        "finished": int(finished.sum()),
+        "won": float(by_rule.float().mean()),
+        "episode_length": float(
+            torch.where(finished, first.float().argmax(-1) + 1, torch.tensor(shape[1]))
+            .float()
+            .mean()
+        ),
+    }
+    if ("next", "won") in rollout.keys(True, True):
+        flag = (rollout.get(("next", "won")).reshape(shape).bool() & first).any(-1)
+        out["native_won_flag"] = float(flag.float().mean())
+        out["rule_agrees_with_flag"] = bool(torch.equal(flag, by_rule))
+    return out
+
+
+def cross_eval(run: pathlib.Path, episodes: int, seed: int, exploration: str) -> dict[str, Any]:
+    """``run``'s actor on the native SMAX and on JaxMARL's, ``episodes`` a side.
+
+    Raises:
+        SystemExit: ``run`` has no checkpoint, or did not train on a ``smax/<map>`` env.
+    """
+    try:
+        cfg = OmegaConf.create(Checkpointer(run / "checkpoints").load()["config"])
+    except (FileNotFoundError, KeyError, TypeError) as err:
+        raise SystemExit(f"{run}: no checkpoint with its config ({err!r})") from None
+    name = str(cfg.env.name)
+    if not name.startswith("smax/") or dict(cfg.env.get("kwargs") or {}):
+        raise SystemExit(f"{run} trained on {name} with {cfg.env.get('kwargs')}: not smax/<map>")
+    map_name = name.removeprefix("smax/")
+    make_policy = _make_policy_fn()
+    steps = int(cfg.env.max_steps) + 1
+    out: dict[str, Any] = {"run": str(run), "map": map_name, "exploration": exploration}
+    sides = {
+        "native": (name, {}),
+        "jaxmarl": (
+            "jaxmarl/HeuristicEnemySMAX",
+            {
+                "map_name": map_name,
+                "attack_mode": "closest",
+                "group_map": {GROUP: [f"ally_{i}" for i in range(_allies(name))]},
+            },
+        ),
+    }
+    for side, (env_name, kwargs) in sides.items():
+        side_cfg = copy.deepcopy(cfg)
+        side_cfg.env.name, side_cfg.env.kwargs = env_name, kwargs
+        env = env_factory(side_cfg, episodes, seed, evaluation=True)()
+        policy = load_policy(run, env, make_policy, exploration)  # type: ignore[arg-type]
+        with torch.no_grad(), set_exploration(exploration):  # type: ignore[arg-type]
+            rollout = env.rollout(steps, policy, break_when_any_done=False)
+        out[side] = _wins(rollout)
+        env.close()
+    return out
+
+
+def _allies(name: str) -> int:
+    import marlkit
+
+    env = marlkit.make(name, num_envs=1, seed=0)
+    try:
+        return len(env.group_map[GROUP])
+    finally:
+        env.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", type=pathlib.Path, nargs="+", required=True)
+    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--seed", type=int, default=10000)
+    p.add_argument("--exploration", choices=["deterministic", "random"], default="deterministic")
+    p.add_argument("--out", type=pathlib.Path, default=None)
+    args = p.parse_args(argv)
+    results = [cross_eval(r, args.episodes, args.seed, args.exploration) for r in args.run]
+    text = json.dumps({"benchmark": "smax_cross_eval", "runs": results})
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
