@@ -20,7 +20,8 @@ whole command's wall-clock and CPU seconds (children included: EPyMARL's env pro
 ``--previous`` adds the runs of an earlier results JSON of this script (each run's curve,
 final return and times are in its ``runs``): a comparison grows by a seed without the first
 runs' folders, which a new machine no longer has; a run given again (same side and seed) is
-refused.
+refused. ``--previous-sides epymarl`` takes only EPyMARL's runs from it: another marlkit recipe
+set beside the same EPyMARL runs.
 
 A marlkit run is a run folder, or a seed's folder of a ``seeds_in_process`` stack
 (``<stack>/seed_<s>``: its seed read from the name; the stack's ``.time`` is the stack's, not
@@ -132,9 +133,11 @@ def previous_runs(
     exploration: str,
     marlkit: list[dict[str, Any]],
     epymarl: list[dict[str, Any]],
+    sides: str = "both",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``marlkit`` and ``epymarl`` with the runs of the earlier results JSON at ``path`` first
-    (its marlkit runs only if they were read with the same ``--marlkit-eval``).
+    """``marlkit`` and ``epymarl`` with the runs of the earlier results JSON at ``path`` first,
+    those of ``sides`` (``both``, ``epymarl`` or ``marlkit``; its marlkit runs only if they
+    were read with the same ``--marlkit-eval``).
 
     Raises:
         SystemExit: ``path`` is not a results JSON of this script; its marlkit runs were read
@@ -143,12 +146,13 @@ def previous_runs(
     try:
         old = json.loads(path.read_text())
         runs = old["runs"]
-        sides = {r["side"] for r in runs}
+        found = {r["side"] for r in runs}
     except (OSError, ValueError, KeyError, TypeError) as err:
         message = f"--previous {path}: not a results JSON of this script ({err!r})"
         raise SystemExit(message) from None
-    if old.get("benchmark") != "results" or not sides <= {"marlkit", "epymarl"}:
+    if old.get("benchmark") != "results" or not found <= {"marlkit", "epymarl"}:
         raise SystemExit(f"--previous {path}: not a results JSON of this script")
+    runs = [r for r in runs if sides in ("both", r["side"])]
     modes = {r.get("evaluation") for r in runs if r["side"] == "marlkit"}
     if modes - {exploration}:
         raise SystemExit(
@@ -227,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         help="an earlier results JSON of this script whose runs are added to those given",
     )
     p.add_argument(
+        "--previous-sides",
+        choices=["both", "epymarl", "marlkit"],
+        default="both",
+        help="which side's runs --previous contributes",
+    )
+    p.add_argument(
         "--at",
         type=int,
         default=None,
@@ -248,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     mk = [marlkit_run(r, args.marlkit_eval) for r in args.marlkit]
     ep = [epymarl_run(j) for j in args.epymarl]
     if args.previous is not None:
-        mk, ep = previous_runs(args.previous, args.marlkit_eval, mk, ep)
+        mk, ep = previous_runs(args.previous, args.marlkit_eval, mk, ep, args.previous_sides)
     for side, runs in (("marlkit", mk), ("EPyMARL", ep)):
         if not runs:
             raise SystemExit(f"no {side} run: give --{side.lower()} or --previous")

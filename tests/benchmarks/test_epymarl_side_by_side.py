@@ -84,6 +84,15 @@ def test_a_comparison_grows_by_a_seed_from_its_earlier_results(tmp_path):
     assert after["runs"][:2] == before["runs"][:2]
     assert figure.stat().st_size > 0  # the curves of the earlier runs are drawn too
 
+    # another marlkit recipe beside the same EPyMARL runs: only EPyMARL's are taken
+    other = [str(_marlkit_seed(tmp_path / "relu", s, f)) for s, f in ((0, 0.6), (8, 0.7))]
+    beside = tmp_path / "beside.json"
+    sbs.main([*common, "--previous", str(grown), "--previous-sides", "epymarl", "--marlkit",
+              *other, "--out", str(beside)])  # fmt: skip
+    again = json.loads(beside.read_text())
+    assert again["epymarl"] == after["epymarl"] and again["marlkit"]["finals"] == [0.6, 0.7]
+    assert [r["run"] for r in again["runs"] if r["side"] == "marlkit"] == other
+
     # a seed given again, a file that is no results JSON, another evaluation mode: refused
     with pytest.raises(SystemExit, match=r"epymarl seed\(s\) \[2\] are already in --previous"):
         sbs.main([*common, "--previous", str(grown), "--epymarl", third])
