@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=pathlib.Path, default=None)
     args = p.parse_args(argv)
     results = [cross_eval(r, args.episodes, args.seed, args.exploration) for r in args.run]
-    text = json.dumps({"benchmark": "smax_cross_eval", "runs": results})
+    # "results": docs/results.md's JSON (benchmarks/results/results-<experiment>-<date>.json)
+    text = json.dumps({"benchmark": "results", "experiment": "smax-cross-eval", "runs": results})
     if args.out is not None:
         args.out.write_text(text + "\n")
     print(text)
