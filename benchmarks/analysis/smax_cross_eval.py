@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import pathlib
 import sys
@@ -31,20 +30,15 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from marlkit.data.exploration import set_exploration
+from marlkit.bench.environment import describe_environment
 from marlkit.train import Checkpointer
-from marlkit.train.scripts import env_factory, load_policy
+from marlkit.train.scripts import env_factory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "sota-implementations" / "mappo_ippo"))
+import mappo_ippo  # noqa: E402  # the script's own policy builder (trained_policy)
+
 GROUP = "ally"
-
-
-def _make_policy_fn() -> Any:
-    path = ROOT / "sota-implementations" / "mappo_ippo" / "mappo_ippo.py"
-    spec = importlib.util.spec_from_file_location("_mappo_for_cross_eval", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.make_policy
 
 
 def _wins(rollout: Any) -> dict[str, Any]:
@@ -88,40 +82,21 @@ def cross_eval(run: pathlib.Path, episodes: int, seed: int, exploration: str) ->
     if not name.startswith("smax/") or dict(cfg.env.get("kwargs") or {}):
         raise SystemExit(f"{run} trained on {name} with {cfg.env.get('kwargs')}: not smax/<map>")
     map_name = name.removeprefix("smax/")
-    make_policy = _make_policy_fn()
     steps = int(cfg.env.max_steps) + 1
     out: dict[str, Any] = {"run": str(run), "map": map_name, "exploration": exploration}
-    sides = {
-        "native": (name, {}),
-        "jaxmarl": (
-            "jaxmarl/HeuristicEnemySMAX",
-            {
-                "map_name": map_name,
-                "attack_mode": "closest",
-                "group_map": {GROUP: [f"ally_{i}" for i in range(_allies(name))]},
-            },
-        ),
-    }
-    for side, (env_name, kwargs) in sides.items():
+    kwargs: dict[str, Any] = {}  # the native env's; JaxMARL's take its allies' names from it
+    for side, env_name in (("native", name), ("jaxmarl", "jaxmarl/HeuristicEnemySMAX")):
         side_cfg = copy.deepcopy(cfg)
         side_cfg.env.name, side_cfg.env.kwargs = env_name, kwargs
         env = env_factory(side_cfg, episodes, seed, evaluation=True)()
-        policy = load_policy(run, env, make_policy, exploration)  # type: ignore[arg-type]
-        with torch.no_grad(), set_exploration(exploration):  # type: ignore[arg-type]
+        policy = mappo_ippo.trained_policy(env, str(run), exploration)  # its mode fixed
+        with torch.no_grad():
             rollout = env.rollout(steps, policy, break_when_any_done=False)
         out[side] = _wins(rollout)
+        allies = list(env.group_map[GROUP])
         env.close()
+        kwargs = {"map_name": map_name, "attack_mode": "closest", "group_map": {GROUP: allies}}
     return out
-
-
-def _allies(name: str) -> int:
-    import marlkit
-
-    env = marlkit.make(name, num_envs=1, seed=0)
-    try:
-        return len(env.group_map[GROUP])
-    finally:
-        env.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     results = [cross_eval(r, args.episodes, args.seed, args.exploration) for r in args.run]
     # "results": docs/results.md's JSON (benchmarks/results/results-<experiment>-<date>.json)
-    text = json.dumps({"benchmark": "results", "experiment": "smax-cross-eval", "runs": results})
+    text = json.dumps(
+        {
+            "benchmark": "results",
+            "experiment": "smax-cross-eval",
+            "environment": describe_environment(),
+            "runs": results,
+        }
+    )
     if args.out is not None:
         args.out.write_text(text + "\n")
     print(text)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
 import pathlib
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from marlkit.bench.environment import describe_environment
 from marlkit.record.plot import bootstrap_ci
 from marlkit.train import Checkpointer
 
@@ -95,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "benchmark": "results",
         "experiment": args.experiment,
-        "environment": {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        },
+        "environment": describe_environment(),
         "task": args.task,
         "marlkit_does": args.does,
         "command": args.command,

@@ -10,9 +10,10 @@ import pytest
 from ._scripts import ALGORITHMS, ROOT, run
 
 
-def _module():
-    path = ROOT / "benchmarks" / "analysis" / "smax_runs.py"
-    spec = importlib.util.spec_from_file_location("_smax_runs", path)
+def _module(name: str = "smax_runs"):
+    """``benchmarks/analysis/<name>.py`` as a module."""
+    path = ROOT / "benchmarks" / "analysis" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -50,10 +51,7 @@ def test_smax_cross_eval_plays_a_run_on_both_simulators(tmp_path):
     """``benchmarks/analysis/smax_cross_eval.py``: the run's actor on native SMAX and on
     JaxMARL's own (the ``jaxmarl`` adapter); its win rule equals the native ``won`` flag."""
     pytest.importorskip("jaxmarl")
-    path = ROOT / "benchmarks" / "analysis" / "smax_cross_eval.py"
-    spec = importlib.util.spec_from_file_location("_smax_cross_eval", path)
-    cross = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cross)
+    cross = _module("smax_cross_eval")
     budget = (*ALGORITHMS["mappo_ippo"].budget, "env=smax/3m", "eval.video=false",
               "model.memory=gru", "model.memory_hidden=8", "model.seq_len=10")  # fmt: skip
     run("mappo_ippo", tmp_path / "run", budget)
