@@ -49,6 +49,13 @@ self-attention block (``depth=1``) and pooling only (``depth=0``), each in a fre
 time per call and the peak memory (growth of the process's peak RSS over its size before the
 first call).
 
+``--only gru`` times a :class:`marlkit.modules.MultiAgentGRU` shared by its agents (128 units)
+in recurrent mode, forward + backward, on EPyMARL's MAPPO batch for LBF (10 whole 50-step
+episodes, 2 agents) and on SMAX 3m rows (8 x 128 steps, 3 agents, whole envs restarting in the
+middle): ``fused`` (``torch.gru`` forward and the module's own backward, the default on the
+CPU), ``unrolled`` (the cell unrolled in Python, the path before) and ``torch_nn_gru``
+(``torch.nn.GRU``, autograd's backward, one call per stretch without a restart).
+
 ``--cells`` changes the hidden width (the loop's per-agent overhead only dominates for narrow
 networks; at width 256 and batch 1024 both sides are bound by the same matmul FLOPs). Sides
 alternate round by round; times are medians, the ratio the median of the per-round ratios.
@@ -60,6 +67,7 @@ alternate round by round; times are medians, the ratio the median of the per-rou
     python benchmarks/modules.py --only layout
     python benchmarks/modules.py --only cnn --threads 2 --rounds 3 --torchrl-python trl/bin/python
     python benchmarks/modules.py --only attention --threads 2
+    python benchmarks/modules.py --only gru --rounds 7
 
 ``--retain-freed-memory`` raises glibc's mmap and trim thresholds (``mallopt``) before anything
 is allocated, for both sides alike. By default glibc serves every block above 32 MB (the batched
@@ -73,6 +81,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import ctypes.util
+import itertools
 import json
 import multiprocessing
 import pathlib
@@ -429,6 +438,14 @@ COMPUTES = {
     "present; depth=1 (a self-attention block, then attention pooling) and depth=0 (pooling "
     "only); each cell in a spawned process: peak_mib is the growth of its peak RSS in the "
     "first call",
+    "gru": "MultiAgentGRU(128, 128, n_agents, share_params=True) in recurrent mode over "
+    "[rows, steps, n_agents, 128] with whole envs restarting (is_init) where the case says, "
+    "forward and the gradients of the input and every weight against a fixed output gradient: "
+    "fused (the default on the CPU: torch.gru forward, marlkit's _GRUSequence backward), "
+    "unrolled (the same module with its cell unrolled in Python, autograd's backward: the path "
+    "before), torch_nn_gru (torch.nn.GRU with the same weights, one call per stretch without a "
+    "restart as the module's forward makes them, the state zeroed between, autograd's "
+    "backward); the outputs checked equal first",
     "layout": "one StackedLinear(stacks, 256, out) forward + backward (input, weight "
     "and bias gradients) with the same values, its weight in-major ([n, in, out] "
     "contiguous) vs out-major (nn.Linear's order in memory, the default below 16 "
@@ -445,7 +462,88 @@ SECTIONS = {
     "layout": lambda args: bench_layout(args.rounds, args.round_seconds),
     "cnn": bench_cnn,
     "attention": bench_attention,
+    "gru": lambda args: bench_gru(args.rounds, args.round_seconds),
 }
+
+
+#: (label, steps T, rows, agents, restart probability per env step): EPyMARL's MAPPO batch on
+#: LBF (10 whole 50-step episodes, 2 agents) and JaxMARL's SMAX 3m rows (8 envs x 128 steps,
+#: 3 agents, episodes of about 30-60 steps ending anywhere in a row)
+GRU_CASES = (("lbf_mappo", 50, 10, 2, 0.0), ("smax_3m_mappo", 128, 8, 3, 0.025))
+
+
+def bench_gru(rounds: int, seconds: float) -> list[dict[str, object]]:
+    """A shared 128-unit GRU over whole rows, forward + backward, three ways on the same data
+    (module docs: ``--only gru``)."""
+    return [_gru_case(*case, rounds, seconds) for case in GRU_CASES]
+
+
+def _gru_case(
+    label: str, steps: int, rows: int, n: int, restart: float, rounds: int, seconds: float
+) -> dict[str, object]:
+    from tensordict import TensorDict
+
+    from marlkit.modules import MultiAgentGRU, set_recurrent_mode
+
+    torch.manual_seed(0)
+    gru = MultiAgentGRU(128, 128, n, share_params=True)
+    unrolled = copy.deepcopy(gru)
+    unrolled._sequence_op = None  # this instance unrolls its cell in Python
+    x = torch.randn(rows, steps, n, 128, requires_grad=True)
+    starts = torch.rand(rows, steps, 1) < restart  # whole envs restart
+    starts[:, 0] = True
+    grad = torch.randn(rows, steps, n, 128)
+    nn_gru = torch.nn.GRU(128, 128, batch_first=True)
+    with torch.no_grad():  # the same weights in torch's layout
+        nn_gru.weight_ih_l0.copy_(gru.input_gates.weight[0].t())
+        nn_gru.weight_hh_l0.copy_(gru.hidden_gates.weight[0].t())
+        nn_gru.bias_ih_l0.copy_(gru.input_gates.bias.reshape(-1))
+        nn_gru.bias_hh_l0.copy_(gru.hidden_gates.bias.reshape(-1))
+    flat_starts = starts.expand(rows, steps, n).transpose(1, 2).reshape(rows * n, steps)
+    cuts = [0, *(flat_starts[:, 1:].any(0).nonzero().flatten() + 1).tolist(), steps]
+
+    def module(net: MultiAgentGRU) -> Callable[[], object]:
+        def run() -> None:
+            td = TensorDict({"agents": {"observation": x}, "is_init": starts}, [rows, steps])
+            with set_recurrent_mode(True):
+                out = net(td)["agents", "rnn_output"]
+            torch.autograd.grad(out, [x, *net.parameters()], grad)
+
+        return run
+
+    def torch_nn_gru() -> None:
+        seq = x.transpose(1, 2).reshape(rows * n, steps, 128)
+        state, outs = x.new_zeros(1, rows * n, 128), []
+        for begin, end in itertools.pairwise(cuts):
+            state = state.masked_fill(flat_starts[None, :, begin, None], 0.0)
+            out, state = nn_gru(seq[:, begin:end], state)
+            outs.append(out)
+        out = torch.cat(outs, 1).reshape(rows, n, steps, 128).transpose(1, 2)
+        torch.autograd.grad(out, [x, *nn_gru.parameters()], grad)
+
+    td = TensorDict({"agents": {"observation": x}, "is_init": starts}, [rows, steps])
+    with set_recurrent_mode(True), torch.no_grad():
+        fused_out = gru(td.clone())["agents", "rnn_output"]
+        torch.testing.assert_close(fused_out, unrolled(td.clone())["agents", "rnn_output"])
+    sides = {
+        "unrolled": module(unrolled),
+        "fused": module(gru),
+        "torch_nn_gru": torch_nn_gru,
+    }
+    times = alternate_calls(sides, rounds, seconds, warmup=2)
+    return {
+        "case": label,
+        "steps": steps,
+        "rows": rows,
+        "n_agents": n,
+        "hidden": 128,
+        "restarts_in_rows": int(starts[:, 1:].sum()),
+        "torch_gru_calls": len(cuts) - 1,
+        **summary(times, "unrolled", "fused"),
+        "ratio_torch_nn_gru_over_fused": summary(times, "torch_nn_gru", "fused")[
+            "ratio_torch_nn_gru_over_fused"
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

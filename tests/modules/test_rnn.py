@@ -79,6 +79,94 @@ def test_sequence_mode_equals_step_by_step_with_mid_sequence_reset(cls, share_pa
     torch.testing.assert_close(tail["agents", "rnn_output"], stepped[:, 4:])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_shared_gru_sequence_by_torch_gru_equals_the_unrolled_cell(dtype: torch.dtype) -> None:
+    """A shared GRU's sequence runs through ``torch.gru`` (one call per stretch without a
+    restart); its outputs, states and every gradient are the unrolled cell's, with restarts of
+    single agents and whole rows mid-sequence, a carried first state and two batch dims."""
+    torch.manual_seed(0)
+    B, T, n = (2, 3), 9, 3
+    gru = MultiAgentGRU(4, 5, n, share_params=True).to(dtype)
+    obs = torch.randn(*B, T, n, 4, dtype=dtype)
+    is_init = torch.zeros(*B, T, n, 1, dtype=torch.bool)
+    is_init[..., 0, :, :] = True
+    is_init[0, 1, 3, 1] = True  # one agent of one row restarts
+    is_init[1, 2, 6] = True  # a whole row
+    is_init[1, 0, 8, 2] = True  # on the last step
+    first = torch.randn(*B, T, n, 5, dtype=dtype)
+
+    def run(fused: bool) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        gru.zero_grad()
+        x = obs.clone().requires_grad_(True)
+        h = first.clone().requires_grad_(True)
+        td = TensorDict(
+            {
+                "agents": TensorDict(
+                    {"observation": x, "is_init": is_init, "rnn_state_in": h}, [*B, T, n]
+                )
+            },
+            [*B, T],
+        )
+        with set_recurrent_mode(True):
+            if fused:
+                assert gru._fusable(x)
+                gru(td)
+            else:
+                original = MultiAgentGRU._sequence_op
+                MultiAgentGRU._sequence_op = None  # the unrolled cell
+                try:
+                    assert not gru._fusable(x)
+                    gru(td)
+                finally:
+                    MultiAgentGRU._sequence_op = original
+        out = td["agents", "rnn_output"]
+        torch.testing.assert_close(td["agents", "rnn_state"], out)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)).sum().backward()
+        assert x.grad is not None and h.grad is not None
+        return out.detach(), x.grad, [h.grad] + [p.grad.clone() for p in gru.parameters()]
+
+    fused_out, fused_dx, fused_grads = run(True)
+    loop_out, loop_dx, loop_grads = run(False)
+    torch.testing.assert_close(fused_out, loop_out)
+    torch.testing.assert_close(fused_dx, loop_dx)
+    for a, b in zip(fused_grads, loop_grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_gru_sequence_function_passes_gradcheck_with_restarts() -> None:
+    """The hand-written backward of the fused sequence against finite differences (float64),
+    restarts at the first step, mid-sequence for one row, and for every row at once."""
+    from marlkit.modules.rnn import _GRUSequence
+
+    torch.manual_seed(1)
+    N, T, F, H = 4, 6, 3, 5
+    resets = torch.zeros(N, T, dtype=torch.bool)
+    resets[:, 0] = resets[1, 2] = resets[3, 5] = True
+    resets[:, 4] = True
+    inputs = [
+        torch.randn(N, T, F, dtype=torch.float64, requires_grad=True),
+        torch.randn(N, H, dtype=torch.float64, requires_grad=True),
+        resets,
+        torch.randn(3 * H, F, dtype=torch.float64, requires_grad=True),
+        torch.randn(3 * H, H, dtype=torch.float64, requires_grad=True),
+        torch.randn(3 * H, dtype=torch.float64, requires_grad=True),
+        torch.randn(3 * H, dtype=torch.float64, requires_grad=True),
+    ]
+    assert torch.autograd.gradcheck(_GRUSequence.apply, inputs)
+
+
+def test_gru_sequence_stays_unrolled_where_torch_gru_does_not_fit() -> None:
+    x = torch.randn(2, 5, 3, 4)
+    assert not MultiAgentGRU(4, 5, 3, share_params=False)._fusable(x)  # a weight per agent
+    assert not MultiAgentLSTM(4, 5, 3, share_params=True)._fusable(x)  # c per step needed
+    shared = MultiAgentGRU(4, 5, 3, share_params=True)
+    assert shared._fusable(x)
+    assert not shared._fusable(x.double())  # input and weights of two dtypes
+    assert not shared._fusable(x[:0])  # an empty batch
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not shared._fusable(x)
+
+
 @pytest.mark.parametrize("share_params", [False, True])
 def test_lstm_step_matches_torch_lstmcell(share_params: bool) -> None:
     torch.manual_seed(0)
