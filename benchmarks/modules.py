@@ -51,10 +51,11 @@ first call).
 
 ``--only gru`` times a :class:`marlkit.modules.MultiAgentGRU` shared by its agents (128 units)
 in recurrent mode, forward + backward, on EPyMARL's MAPPO batch for LBF (10 whole 50-step
-episodes, 2 agents) and on SMAX 3m rows (8 x 128 steps, 3 agents, whole envs restarting in the
-middle): ``fused`` (``torch.gru`` forward and the module's own backward, the default on the
-CPU), ``unrolled`` (the cell unrolled in Python, the path before) and ``torch_nn_gru``
-(``torch.nn.GRU``, autograd's backward, one call per stretch without a restart).
+episodes, 2 agents) and on SMAX 3m rows (8 and 32 rows of 128 steps, 3 agents, whole envs
+restarting in the middle): ``fused`` (``torch.gru`` forward and the module's own backward, the
+module's default on the CPU for few sequences), ``unrolled`` (the cell unrolled in Python,
+autograd's backward) and ``torch_nn_gru`` (``torch.nn.GRU``, autograd's backward, one call per
+stretch without a restart); ``default_path`` says which the module takes at that size.
 
 ``--cells`` changes the hidden width (the loop's per-agent overhead only dominates for narrow
 networks; at width 256 and batch 1024 both sides are bound by the same matmul FLOPs). Sides
@@ -441,7 +442,8 @@ COMPUTES = {
     "gru": "MultiAgentGRU(128, 128, n_agents, share_params=True) in recurrent mode over "
     "[rows, steps, n_agents, 128] with whole envs restarting (is_init) where the case says, "
     "forward and the gradients of the input and every weight against a fixed output gradient: "
-    "fused (the default on the CPU: torch.gru forward, marlkit's _GRUSequence backward), "
+    "fused (torch.gru forward, marlkit's _GRUSequence backward; the module's default on the "
+    "CPU up to fused_max_step_flops: default_path says which the module takes here), "
     "unrolled (the same module with its cell unrolled in Python, autograd's backward: the path "
     "before), torch_nn_gru (torch.nn.GRU with the same weights, one call per stretch without a "
     "restart as the module's forward makes them, the state zeroed between, autograd's "
@@ -467,9 +469,13 @@ SECTIONS = {
 
 
 #: (label, steps T, rows, agents, restart probability per env step): EPyMARL's MAPPO batch on
-#: LBF (10 whole 50-step episodes, 2 agents) and JaxMARL's SMAX 3m rows (8 envs x 128 steps,
-#: 3 agents, episodes of about 30-60 steps ending anywhere in a row)
-GRU_CASES = (("lbf_mappo", 50, 10, 2, 0.0), ("smax_3m_mappo", 128, 8, 3, 0.025))
+#: LBF (10 whole 50-step episodes, 2 agents); SMAX 3m rows of 128 steps (3 agents, episodes of
+#: about 30-60 steps ending anywhere in a row), 8 of them and JaxMARL's minibatch of 32
+GRU_CASES = (
+    ("lbf_mappo", 50, 10, 2, 0.0),
+    ("smax_3m_8_rows", 128, 8, 3, 0.025),
+    ("smax_3m_minibatch", 128, 32, 3, 0.025),
+)
 
 
 def bench_gru(rounds: int, seconds: float) -> list[dict[str, object]]:
@@ -487,6 +493,8 @@ def _gru_case(
 
     torch.manual_seed(0)
     gru = MultiAgentGRU(128, 128, n, share_params=True)
+    default_fused = gru._fusable(torch.empty(rows, steps, n, 128))
+    gru.fused_max_step_flops = float("inf")  # fused at every size, to compare
     unrolled = copy.deepcopy(gru)
     unrolled._sequence_op = None  # this instance unrolls its cell in Python
     x = torch.randn(rows, steps, n, 128, requires_grad=True)
@@ -539,6 +547,8 @@ def _gru_case(
         "hidden": 128,
         "restarts_in_rows": int(starts[:, 1:].sum()),
         "torch_gru_calls": len(cuts) - 1,
+        "step_flops": 2 * rows * n * 3 * 128 * 128,
+        "default_path": "fused" if default_fused else "unrolled",
         **summary(times, "unrolled", "fused"),
         "ratio_torch_nn_gru_over_fused": summary(times, "torch_nn_gru", "fused")[
             "ratio_torch_nn_gru_over_fused"

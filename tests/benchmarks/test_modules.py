@@ -44,6 +44,23 @@ def test_mlp_section_prints_json(run_benchmark: Run) -> None:
     assert data["allocator"] == "glibc defaults" and "activation" not in data
 
 
+def test_gru_section_prints_json(run_benchmark: Run) -> None:
+    args = ("--only", "gru", "--rounds", "1", "--round-seconds", "0")
+    data = run_benchmark("modules.py", *args)
+    rows = data["gru"]
+    assert [(r["case"], r["steps"], r["n_agents"]) for r in rows] == [
+        ("lbf_mappo", 50, 2),
+        ("smax_3m_8_rows", 128, 3),
+        ("smax_3m_minibatch", 128, 3),
+    ]
+    assert [r["default_path"] for r in rows] == ["fused", "fused", "unrolled"]
+    assert rows[0]["restarts_in_rows"] == 0 and rows[0]["torch_gru_calls"] == 1
+    assert rows[1]["restarts_in_rows"] > 0 and rows[1]["torch_gru_calls"] > 1
+    for row in rows:
+        assert row["ratio_unrolled_over_fused"] > 0 and row["ratio_torch_nn_gru_over_fused"] > 0
+    assert "_GRUSequence" in data["computes"]["gru"] and "mlp" not in data
+
+
 def test_cnn_section_prints_json(run_benchmark: Run) -> None:
     args = ("--only", "cnn", "--cnn-batch", "2", "--cnn-agents", "2", "--cnn-size", "32")
     data = run_benchmark("modules.py", *args, "--rounds", "1", "--round-seconds", "0")

@@ -163,6 +163,13 @@ def test_gru_sequence_stays_unrolled_where_torch_gru_does_not_fit() -> None:
     assert shared._fusable(x)
     assert not shared._fusable(x.double())  # input and weights of two dtypes
     assert not shared._fusable(x[:0])  # an empty batch
+    # 2 x 3 sequences of 5 units: 900 flops a step; the fused path only up to the threshold
+    shared.fused_max_step_flops = 899
+    assert not shared._fusable(x)
+    shared.fused_max_step_flops = 900
+    assert shared._fusable(x)
+    assert MultiAgentGRU(4, 128, 3, share_params=True)._fusable(torch.randn(4, 50, 3, 4))
+    assert not MultiAgentGRU(4, 128, 3, share_params=True)._fusable(torch.randn(32, 50, 3, 4))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not shared._fusable(x)
 

@@ -15,11 +15,12 @@ first step's ``rnn_state_in``.
 Two modes: step by step (the default; a rollout or a collector), and over whole sequences
 inside :class:`set_recurrent_mode` ``(True)`` (training: the last batch dim is time, the
 state is zeroed wherever ``is_init`` is True, also in the middle of a sequence). Both give
-the same outputs for the same data. A GRU shared by its agents runs a sequence on the CPU
-through ``torch.gru`` with a backward of its own (``_GRUSequence``: 1.3-1.4x faster forward +
-backward than the cell unrolled in Python at 128 units, ``benchmarks/modules.py --only gru``);
-other cells, independent agents, autocast and ``torch.compile`` unroll :meth:`_cell` step by
-step.
+the same outputs for the same data. A GRU shared by its agents runs a batch of few sequences
+on the CPU through ``torch.gru`` with a backward of its own (``_GRUSequence``: 1.3-1.5x faster
+forward + backward than the cell unrolled in Python for EPyMARL's 10 LBF episodes at 128
+units, ``benchmarks/modules.py --only gru``); larger batches (where the arithmetic, not the
+per-op overhead, sets the time), other cells, independent agents, autocast and
+``torch.compile`` unroll :meth:`_cell` step by step.
 """
 
 from __future__ import annotations
@@ -118,6 +119,12 @@ class _MultiAgentRNN(TensorDictModuleBase):
     #: torch's whole-sequence op for the cell (``torch.gru``'s signature), where its outputs
     #: are every step's whole state (a GRU's; an LSTM's ``c`` per step is not among them)
     _sequence_op: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    #: the fused sequence only where a step's hidden-state matmul (``2 N 3H H`` floating-point
+    #: operations, ``N`` rows x agents) is at most this: there the unrolled cell's per-op
+    #: overhead outweighs the arithmetic the fused backward repeats (recomputing the gates),
+    #: above it the unrolled cell is as fast or faster. Crossover measured at ``N`` 32-48 with
+    #: 128 units on a 2-vCPU EPYC (``benchmarks/modules.py --only gru``)
+    fused_max_step_flops: float = 4e6
 
     def __init__(
         self,
@@ -271,13 +278,18 @@ class _MultiAgentRNN(TensorDictModuleBase):
 
     def _fusable(self, x: torch.Tensor) -> bool:
         """Whether :meth:`_fused_sequence` computes this call: a cell with a whole-sequence op
-        in torch, shared by the agents (one weight), on the CPU, in the parameters' float dtype,
+        in torch, shared by the agents (one weight), few sequences
+        (:attr:`fused_max_step_flops`), on the CPU, in the parameters' float dtype,
         outside autocast (whose casts the unrolled cell's matmuls take) and ``torch.compile``.
         Elsewhere the unrolled cell, the same maths."""
         weight = self.input_gates.weight
+        steps = x.shape[-3] if x.dim() >= 3 else 1
+        sequences = x.numel() // max(1, steps * self.input_size)
+        step_flops = 2 * sequences * self._gates * self.hidden_size * self.hidden_size
         return (
             self._sequence_op is not None
             and self.n_stacks == 1
+            and step_flops <= self.fused_max_step_flops
             and x.device.type == "cpu"
             and x.dtype == weight.dtype
             and x.dtype in (torch.float32, torch.float64)
