@@ -85,6 +85,15 @@ def test_every_config_composes_with_every_env_and_passes_its_checks(name):
         assert cfg.eval.exploration == ("both" if name == "mappo_lbf" else "deterministic")
 
 
+@pytest.mark.parametrize("env", ENVS)
+def test_every_env_config_takes_transforms_from_the_command_line(env):
+    """``env.transforms=[...]`` works on every env (no ``++``): each env file has the key."""
+    assert "transforms" in OmegaConf.load(CONFIGS / "env" / f"{env}.yaml")
+    cfg = _compose("mappo_ippo", [f"env={env}", "env.transforms=[agent_id,double_to_float]"])
+    assert list(cfg.env.transforms) == ["agent_id", "double_to_float"]
+    check_config(cfg)
+
+
 #: The last commit whose configs had no schema and no run.yaml: what each config gave then.
 BEFORE_SCHEMAS = "75da1eb92fda8e51252e0218cadba96f8763e847"
 
@@ -141,6 +150,7 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
         # issue 39: devices, callbacks and precision, whose defaults are the runs as before
         assert now.pop("device") == "cpu" and now.pop("callbacks") == []
         assert now["env"].pop("device") is None and now["collector"].pop("device") is None
+        assert now["env"].pop("transforms") == []  # issue 36: there to be set on the command line
         assert now["train"].pop("precision", "fp32") == "fp32"
         assert now["train"].pop("anneal_lr", False) is False  # PPO's lr schedule (issue 38)
         assert now["train"].pop("clip_per_network", False) is False  # PPO's clipping together
