@@ -301,6 +301,17 @@ def _refusal(name: str, override: str) -> str:
     return str(refused.value)
 
 
+def test_env_workers_are_refused_beside_worker_collectors_and_seed_stacks():
+    cfg = _compose("mappo_lbf", ["env.workers=2", "collector=multisync"])
+    with pytest.raises(ConfigError, match=r"env.workers \(2\) needs collector.kind=single, got"):
+        check_config(cfg)
+    check_config(_compose("mappo_lbf", ["env.workers=2"]))  # alone, accepted
+    from marlkit.train.seeds import check_seeds_config
+
+    with pytest.raises(ConfigError, match=r"env\.workers"):
+        check_seeds_config(_compose("mappo_lbf", ["env.workers=2", "seeds_in_process=2"]))
+
+
 @pytest.mark.parametrize(
     ("name", "override", "messages"),
     [
@@ -457,6 +468,13 @@ def _refusal(name: str, override: str) -> str:
             ["critic.input must be one of ['observations', 'state'], got 'states'"],
         ),
         ("maddpg_iddpg", "critic.input=state", ["Key 'input' not in 'CriticConfig'"]),
+        # issue 37: env worker processes
+        ("mappo_ippo", "env.workers=0", ["env.workers must be an int >= 1, got 0"]),
+        (
+            "mappo_lbf",
+            "env.workers=3",
+            ["env.num_envs (10) must be a multiple of workers (3): each worker steps"],
+        ),
         ("masac_isac", "+critic.input=state", ["critic.input is not a key of CriticConfig"]),
     ],
 )

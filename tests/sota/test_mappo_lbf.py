@@ -159,3 +159,32 @@ def test_mappo_lbf_with_epymarls_estimator_keeps_a_target_critic_and_resumes_it(
         torch.testing.assert_close(value, expected)
         assert not torch.equal(value, online[key])
     assert [r["frames"] for r in read_metrics(run_dir / "metrics.csv")] == [100, 200, 300]
+
+
+@pytest.mark.slow  # two runs, one with two env worker processes (~25 s)
+def test_env_workers_step_the_same_envs_as_one_process(tmp_path):
+    """``env.workers=2``: the LBF envs stepped in two worker processes of two envs each, seeded
+    in a chain, give the run of the one process with four envs (the same episodes, the same
+    actions drawn, so the same losses), batch after batch; the evaluation stays in process."""
+    budget = (
+        "env.num_envs=4",
+        "collector.frames_per_batch=200",  # 4 envs x 50 steps
+        "collector.total_frames=400",
+        "train.minibatch_size=200",
+        "eval.num_envs=2",
+        "eval.every=0",
+        "eval.exploration=random",
+        "seed=3",
+    )
+    rows = {}
+    for workers in (1, 2):
+        run_dir = tmp_path / f"workers-{workers}"
+        run("mappo_ippo", run_dir, (*budget, f"env.workers={workers}"), config="mappo_lbf")
+        rows[workers] = read_metrics(run_dir / "metrics.csv")
+    keys = ["train/agents/loss_objective", "train/agents/loss_critic", "agents/episode_reward"]
+    assert [r["frames"] for r in rows[2]] == [200, 400]
+    for one, two in zip(rows[1], rows[2], strict=True):
+        assert [two[k] for k in keys] == pytest.approx([one[k] for k in keys], rel=1e-5)
+    assert rows[2][-1]["eval/agents/episode_reward"] == pytest.approx(
+        rows[1][-1]["eval/agents/episode_reward"]
+    )

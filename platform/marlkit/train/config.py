@@ -234,10 +234,21 @@ class EnvConfig:
     """Where the env simulates (its ``device`` argument: VMAS and the native scenarios' torch
     twins on ``cuda``); null: the env's default (cpu). An env without a ``device`` argument
     runs on the cpu only."""
+    workers: int = 1
+    """Worker processes stepping the training envs (a :class:`~marlkit.envs.ParallelEnv` of
+    ``num_envs / workers`` envs each, seeded as the one env of ``num_envs`` would be), for
+    simulators stepped in Python (LBF, RWARE, MPE): their steps run side by side while this
+    process waits; 1: in the training process. The evaluation env stays in this process."""
 
     def __post_init__(self) -> None:
         check_int("num_envs", self.num_envs, low=1)
         check_int("max_steps", self.max_steps, low=1)
+        check_int("workers", self.workers, low=1)
+        if self.num_envs % self.workers:
+            raise ConfigError(
+                f"num_envs ({self.num_envs}) must be a multiple of workers ({self.workers}): "
+                "each worker steps num_envs / workers envs"
+            )
         check_device("device", self.device, allow_none=True)
         check_choice("actions", self.actions, ("discrete", "continuous", None))
         try:  # names and arguments checked now, not in the first worker that builds the env
@@ -448,7 +459,14 @@ class RunConfig:
         check_int("seed", self.seed, low=0)
         check_int("threads", self.threads, low=1, allow_none=True)
         check_device("device", self.device)
-        env_config(self.env)
+        env = env_config(self.env)
+        kind = getattr(self.collector, "kind", "single")
+        if env.workers > 1 and kind != "single":
+            raise ConfigError(
+                f"env.workers ({env.workers}) needs collector.kind=single, got {kind!r}: the "
+                "multi-worker collectors already step their envs in worker processes "
+                "(collector.num_workers)"
+            )
 
 
 @dataclass

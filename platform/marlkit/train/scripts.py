@@ -22,7 +22,7 @@ import torch
 from marlkit._utils import import_optional
 from marlkit.collectors import CollectorBase, make_collector
 from marlkit.data.exploration import Exploration, set_exploration
-from marlkit.envs import EnvBase, InitTracker, TransformedEnv
+from marlkit.envs import EnvBase, InitTracker, ParallelEnv, TransformedEnv
 from marlkit.envs.registry import accepted_kwargs
 from marlkit.native import set_threads
 from marlkit.replay import GroupReplayBuffers, ReplayBuffer, Sampler, TensorStorage
@@ -103,17 +103,30 @@ def env_factory(
     make: Callable[..., TransformedEnv] = make_env  # make_episodic, then env.transforms
     if str(_plain(cfg).get("model", {}).get("memory", "none")) != "none":
         make = functools.partial(_flag_episode_starts, make_env)
-    return functools.partial(
+    workers = 1 if evaluation else env.workers
+    one = functools.partial(
         make,
         env.name,
         transforms=list(env.transforms),
-        num_envs=num_envs,
+        num_envs=num_envs // workers,
         max_steps=env.max_steps,
-        seed=seed,
+        seed=seed if workers == 1 else None,  # the workers: seeded together below
         imports=list(env.imports),
         actions=env.actions,  # checked by EnvConfig
         **kwargs,
     )
+    if workers == 1:
+        return one
+    return functools.partial(_parallel_envs, workers, one, seed)
+
+
+def _parallel_envs(workers: int, make: Callable[[], EnvBase], seed: int) -> ParallelEnv:
+    """``env.workers`` processes of ``make()`` each, seeded from ``seed`` in a chain (worker
+    ``i`` takes the seeds after worker ``i - 1``'s): the seeds one env of all their envs
+    takes."""
+    env = ParallelEnv(workers, make)
+    env.set_seed(seed)
+    return env
 
 
 #: The env factory's own arguments and the config keys that set them.

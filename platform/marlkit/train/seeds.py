@@ -95,7 +95,8 @@ def check_seeds_config(cfg: Any) -> int:
     Raises:
         ConfigError: ``seeds_in_process`` below 1 or not an int; with more than one, any of
             ``collector.kind`` other than ``single``, ``callbacks``, ``device``,
-            ``env.device`` or ``collector.device`` other than ``cpu``,
+            ``env.device`` or ``collector.device`` other than ``cpu``, ``env.workers``
+            other than 1,
             ``train.precision=bf16``, ``train.compile``, ``model.memory`` other than
             ``none``, ``model.kind`` other than ``mlp`` (each named with its value).
     """
@@ -110,6 +111,7 @@ def check_seeds_config(cfg: Any) -> int:
     env = cfg.get("env") or {}
     refused = [
         ("collector.kind", collector.get("kind", "single"), "single"),
+        ("env.workers", env.get("workers", 1), 1),
         ("device", str(cfg.get("device", "cpu")), "cpu"),
         ("env.device", str(env.get("device") or "cpu"), "cpu"),
         ("collector.device", str(collector.get("device") or "cpu"), "cpu"),
