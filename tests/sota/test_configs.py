@@ -151,6 +151,7 @@ def test_every_config_gives_the_values_it_gave_before_the_schemas(name, configs_
         assert now.pop("device") == "cpu" and now.pop("callbacks") == []
         assert now["env"].pop("device") is None and now["collector"].pop("device") is None
         assert now["env"].pop("transforms") == []  # issue 36: there to be set on the command line
+        assert now["env"].pop("workers") == 1  # issue 37: the envs in the training process
         assert now["train"].pop("precision", "fp32") == "fp32"
         assert now["train"].pop("anneal_lr", False) is False  # PPO's lr schedule (issue 38)
         assert now["train"].pop("clip_per_network", False) is False  # PPO's clipping together
