@@ -52,8 +52,8 @@ first call).
 ``--only gru`` times a :class:`marlkit.modules.MultiAgentGRU` shared by its agents (128 units)
 in recurrent mode, forward + backward, on EPyMARL's MAPPO batch for LBF (10 whole 50-step
 episodes, 2 agents) and on SMAX 3m rows (8 and 32 rows of 128 steps, 3 agents, whole envs
-restarting in the middle): ``fused`` (``torch.gru`` forward and the module's own backward, the
-module's default on the CPU for few sequences), ``unrolled`` (the cell unrolled in Python,
+restarting in the middle): ``fused`` (``torch.gru`` and its backward on the module's weights,
+the module's default on the CPU for few sequences), ``unrolled`` (the cell unrolled in Python,
 autograd's backward) and ``torch_nn_gru`` (``torch.nn.GRU``, autograd's backward, one call per
 stretch without a restart); ``default_path`` says which the module takes at that size.
 
@@ -442,8 +442,9 @@ COMPUTES = {
     "gru": "MultiAgentGRU(128, 128, n_agents, share_params=True) in recurrent mode over "
     "[rows, steps, n_agents, 128] with whole envs restarting (is_init) where the case says, "
     "forward and the gradients of the input and every weight against a fixed output gradient: "
-    "fused (torch.gru forward, marlkit's _GRUSequence backward; the module's default on the "
-    "CPU up to fused_max_step_flops: default_path says which the module takes here), "
+    "fused (torch.gru and its backward through marlkit.modules.rnn._gru_sequence, the weights "
+    "made contiguous in torch's layout; the module's default on the CPU up to "
+    "fused_max_step_flops: default_path says which the module takes here), "
     "unrolled (the same module with its cell unrolled in Python, autograd's backward: the path "
     "before), torch_nn_gru (torch.nn.GRU with the same weights, one call per stretch without a "
     "restart as the module's forward makes them, the state zeroed between, autograd's "

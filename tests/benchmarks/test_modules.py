@@ -58,7 +58,7 @@ def test_gru_section_prints_json(run_benchmark: Run) -> None:
     assert rows[1]["restarts_in_rows"] > 0 and rows[1]["torch_gru_calls"] > 1
     for row in rows:
         assert row["ratio_unrolled_over_fused"] > 0 and row["ratio_torch_nn_gru_over_fused"] > 0
-    assert "_GRUSequence" in data["computes"]["gru"] and "mlp" not in data
+    assert "_gru_sequence" in data["computes"]["gru"] and "mlp" not in data
 
 
 def test_cnn_section_prints_json(run_benchmark: Run) -> None:

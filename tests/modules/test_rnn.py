@@ -134,9 +134,9 @@ def test_shared_gru_sequence_by_torch_gru_equals_the_unrolled_cell(dtype: torch.
 
 
 def test_gru_sequence_function_passes_gradcheck_with_restarts() -> None:
-    """The hand-written backward of the fused sequence against finite differences (float64),
-    restarts at the first step, mid-sequence for one row, and for every row at once."""
-    from marlkit.modules.rnn import _GRUSequence
+    """The fused sequence's gradients against finite differences (float64), restarts at the
+    first step, mid-sequence for one row, and for every row at once."""
+    from marlkit.modules.rnn import _gru_sequence
 
     torch.manual_seed(1)
     N, T, F, H = 4, 6, 3, 5
@@ -152,7 +152,7 @@ def test_gru_sequence_function_passes_gradcheck_with_restarts() -> None:
         torch.randn(3 * H, dtype=torch.float64, requires_grad=True),
         torch.randn(3 * H, dtype=torch.float64, requires_grad=True),
     ]
-    assert torch.autograd.gradcheck(_GRUSequence.apply, inputs)
+    assert torch.autograd.gradcheck(_gru_sequence, inputs)
 
 
 def test_gru_sequence_stays_unrolled_where_torch_gru_does_not_fit() -> None:

@@ -16,11 +16,11 @@ Two modes: step by step (the default; a rollout or a collector), and over whole 
 inside :class:`set_recurrent_mode` ``(True)`` (training: the last batch dim is time, the
 state is zeroed wherever ``is_init`` is True, also in the middle of a sequence). Both give
 the same outputs for the same data. A GRU shared by its agents runs a batch of few sequences
-on the CPU through ``torch.gru`` with a backward of its own (``_GRUSequence``: 1.3-1.5x faster
-forward + backward than the cell unrolled in Python for EPyMARL's 10 LBF episodes at 128
-units, ``benchmarks/modules.py --only gru``); larger batches (where the arithmetic, not the
-per-op overhead, sets the time), other cells, independent agents, autocast and
-``torch.compile`` unroll :meth:`_cell` step by step.
+on the CPU through ``torch.gru`` (its C++ loop and backward: 1.3-1.5x faster forward +
+backward than the cell unrolled in Python for EPyMARL's 10 LBF episodes at 128 units,
+``benchmarks/modules.py --only gru``); larger batches (where the arithmetic, not the per-op
+overhead, sets the time), other cells, independent agents, autocast and ``torch.compile``
+unroll :meth:`_cell` step by step.
 """
 
 from __future__ import annotations
@@ -121,9 +121,9 @@ class _MultiAgentRNN(TensorDictModuleBase):
     _sequence_op: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
     #: the fused sequence only where a step's hidden-state matmul (``2 N 3H H`` floating-point
     #: operations, ``N`` rows x agents) is at most this: there the unrolled cell's per-op
-    #: overhead outweighs the arithmetic the fused backward repeats (recomputing the gates),
-    #: above it the unrolled cell is as fast or faster. Crossover measured at ``N`` 32-48 with
-    #: 128 units on a 2-vCPU EPYC (``benchmarks/modules.py --only gru``)
+    #: overhead outweighs the arithmetic; above it the unrolled cell is as fast or faster (and
+    #: restarts cut ``torch.gru`` into many short calls). Crossover measured at ``N`` 32-48
+    #: with 128 units on a 2-vCPU EPYC (``benchmarks/modules.py --only gru``)
     fused_max_step_flops: float = 4e6
 
     def __init__(
@@ -303,10 +303,9 @@ class _MultiAgentRNN(TensorDictModuleBase):
     ) -> torch.Tensor:
         """``seq`` ``[rows, T, n, in]`` from the state ``h`` ``[rows, n, H]``, zeroed where
         ``resets`` ``[rows, T, n, 1]``: the states after each step ``[rows, T, n, H]``, by
-        :class:`_GRUSequence` (torch's own sequence op forward, a backward of a few batched ops
-        per step; the same maths as :meth:`_cell`)."""
+        :func:`_gru_sequence` (torch's own sequence op; the same maths as :meth:`_cell`)."""
         rows, steps, n, _ = seq.shape
-        out = _GRUSequence.apply(
+        out = _gru_sequence(
             seq.transpose(1, 2).reshape(rows * n, steps, self.input_size),
             h.reshape(rows * n, self.state_size),
             resets.squeeze(-1).transpose(1, 2).reshape(rows * n, steps),
@@ -349,82 +348,32 @@ class _MultiAgentRNN(TensorDictModuleBase):
         return torch.stack(outs, 1)
 
 
-class _GRUSequence(torch.autograd.Function):
+def _gru_sequence(
+    x: torch.Tensor,
+    h0: torch.Tensor,
+    resets: torch.Tensor,
+    w_ih: torch.Tensor,
+    w_hh: torch.Tensor,
+    b_ih: torch.Tensor,
+    b_hh: torch.Tensor,
+) -> torch.Tensor:
     """A shared GRU cell over sequences ``x`` ``[N, T, in]`` from ``h0`` ``[N, H]``, the state
     zeroed before each step where ``resets`` ``[N, T]`` (bool) says so: every step's state
-    ``[N, T, H]``.
-
-    Forward: ``torch.gru`` (its C++ loop), one call per stretch of steps in which no row
-    restarts. Backward: the gates recomputed for every step at once from the saved states
-    (two matmuls), the state's gradient carried back step by step through what only it needs
-    (one ``[N, 3H] @ [3H, H]`` matmul and three elementwise ops a step), then every weight's and
-    the input's gradient in one matmul each. Unrolled through autograd (``torch.gru``'s own
-    backward, or :meth:`MultiAgentGRU._cell`'s), each step records a dozen nodes and
-    accumulates both weight gradients: this is 3-4x faster at EPyMARL's sizes (T 50, 128 units).
-    Differentiable once (no gradient of the gradient)."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: torch.Tensor,
-        h0: torch.Tensor,
-        resets: torch.Tensor,
-        w_ih: torch.Tensor,
-        w_hh: torch.Tensor,
-        b_ih: torch.Tensor,
-        b_hh: torch.Tensor,
-    ) -> torch.Tensor:
-        steps = x.shape[1]
-        cuts = [0, *(resets[:, 1:].any(0).nonzero().flatten() + 1).tolist(), steps]
-        params = [w_ih, w_hh, b_ih, b_hh]
-        state, outs = h0.unsqueeze(0), []
-        for begin, end in itertools.pairwise(cuts):
-            state = state.masked_fill(resets[None, :, begin, None], 0.0)
-            out, state = torch.gru(x[:, begin:end], state, params, True, 1, 0.0, False, False, True)
-            outs.append(out)
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, 1)
-        ctx.save_for_backward(x, h0, resets, w_ih, w_hh, b_ih, b_hh, out)
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, h0, resets, w_ih, w_hh, b_ih, b_hh, out = ctx.saved_tensors
-        n_rows, steps, hid = out.shape
-        # Time-major from here: each step's slice is contiguous.
-        keep = (~resets).t().unsqueeze(-1).to(out.dtype)  # [T, N, 1]
-        h_prev = torch.cat([h0.unsqueeze(0), out.transpose(0, 1)[:-1]], 0) * keep  # [T, N, H]
-        xt = x.transpose(0, 1)  # [T, N, in]
-        gx = torch.addmm(b_ih, xt.reshape(-1, x.shape[-1]), w_ih.t())
-        gh = torch.addmm(b_hh, h_prev.reshape(-1, hid), w_hh.t())
-        xr, xz, xn = gx.view(steps, n_rows, 3 * hid).chunk(3, -1)
-        hr, hz, hn = gh.view(steps, n_rows, 3 * hid).chunk(3, -1)
-        r = torch.sigmoid(xr + hr)
-        z = torch.sigmoid(xz + hz)
-        new = torch.tanh(xn + r * hn)
-        # d(pre-activation)/d(state after the step), per gate block: r, z, then n's input
-        # part (n's hidden part is r times it)
-        d_n = (1 - z) * (1 - new * new)
-        d_r = d_n * hn * r * (1 - r)
-        d_z = (h_prev - new) * z * (1 - z)
-        per_h = torch.stack([d_r, d_z, d_n * r], 2)  # [T, N, 3, H]: the hidden gates'
-        w = w_hh  # [3H, H]
-        grad_t = grad_out.transpose(0, 1)  # [T, N, H]
-        dh_all = torch.empty_like(h_prev)  # the gradient reaching each step's state
-        dh = grad_t[-1]
-        for t in range(steps - 1, -1, -1):
-            dh_all[t] = dh
-            dgh = (dh.unsqueeze(1) * per_h[t]).view(n_rows, 3 * hid)
-            back = torch.addmm(dh * z[t], dgh, w).mul_(keep[t])
-            dh = back + grad_t[t - 1] if t > 0 else back
-        d_h0 = dh
-        dgh_all = (dh_all.unsqueeze(2) * per_h).view(-1, 3 * hid)
-        per_x = torch.stack([d_r, d_z, d_n], 2)
-        dgx_all = (dh_all.unsqueeze(2) * per_x).view(-1, 3 * hid)
-        d_w_hh = dgh_all.t() @ h_prev.reshape(-1, hid)
-        d_w_ih = dgx_all.t() @ xt.reshape(-1, x.shape[-1])
-        d_x = (dgx_all @ w_ih).view(steps, n_rows, -1).transpose(0, 1)
-        return d_x, d_h0, None, d_w_ih, d_w_hh, dgx_all.sum(0), dgh_all.sum(0)
+    ``[N, T, H]``, by ``torch.gru`` (its C++ loop forward, its own autograd backward), one call
+    per stretch of steps in which no row restarts. The weights in torch's layout (``[3H, in]``,
+    ``[3H, H]``) are made contiguous first: views of another layout cost torch's backward a
+    copy per call (about a third more time with 20 restarts in 128 steps)."""
+    steps = x.shape[1]
+    cuts = [0, *(resets[:, 1:].any(0).nonzero().flatten() + 1).tolist(), steps]
+    params = [w_ih.contiguous(), w_hh.contiguous(), b_ih, b_hh]
+    state, outs = h0.unsqueeze(0), []
+    for begin, end in itertools.pairwise(cuts):
+        state = state.masked_fill(resets[None, :, begin, None], 0.0)
+        out, state = torch.gru(
+            x[:, begin:end], state, params, True, 1, 0.0, torch.is_grad_enabled(), False, True
+        )
+        outs.append(out)
+    return outs[0] if len(outs) == 1 else torch.cat(outs, 1)
 
 
 class MultiAgentGRU(_MultiAgentRNN):
