@@ -307,6 +307,14 @@ def test_env_workers_are_refused_beside_worker_collectors_and_seed_stacks():
     with pytest.raises(ConfigError, match=r"env.workers \(2\) needs collector.kind=single, got"):
         check_config(cfg)
     check_config(_compose("mappo_lbf", ["env.workers=2"]))  # alone, accepted
+    cfg = _compose("mappo_ippo", ["env.workers=2", "env.device=cuda"])
+    import marlkit.train.config as config_module
+
+    # the device taken as present (without CUDA its own check refuses first)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(config_module, "check_device", lambda *args, **kwargs: None)
+        with pytest.raises(ConfigError, match=r"env.workers \(2\) steps CPU envs .* 'cuda'"):
+            check_config(cfg)
     from marlkit.train.seeds import check_seeds_config
 
     with pytest.raises(ConfigError, match=r"env\.workers"):

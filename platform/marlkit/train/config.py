@@ -467,6 +467,12 @@ class RunConfig:
                 "multi-worker collectors already step their envs in worker processes "
                 "(collector.num_workers)"
             )
+        if env.workers > 1 and env.device not in (None, "cpu"):
+            raise ConfigError(
+                f"env.workers ({env.workers}) steps CPU envs in worker processes; env.device is "
+                f"{env.device!r}: an env on an accelerator steps its batch in one process "
+                "(env.workers=1)"
+            )
 
 
 @dataclass
