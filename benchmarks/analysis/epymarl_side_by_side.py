@@ -65,6 +65,15 @@ def time_file(path: pathlib.Path) -> dict[str, float]:
         return {}  # a killed command's file holds its message instead
 
 
+def emit_results(result: dict[str, Any], out: pathlib.Path | None) -> None:
+    """Print a results JSON on one line, and write it to ``out`` too where given (the file of
+    ``benchmarks/results/``)."""
+    text = json.dumps(result)
+    if out is not None:
+        out.write_text(text + "\n")
+    print(text)
+
+
 #: ``--marlkit-eval``: the evaluation columns' prefix and ``summary.json``'s entry of each mode
 #: (``eval.exploration=both`` logs the greedy one as ``eval/``, the sampled one as
 #: ``eval_random/``)
@@ -288,10 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         result["wall_ratio_marlkit_over_epymarl"] = {
             str(a["seed"]): a["wall"] / b["wall"] for a, b in pairs
         }
-    text = json.dumps(result)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit_results(result, args.out)
     if args.figure is not None:
         curves = {}
         for label, runs in (("marlkit", mk), ("EPyMARL", ep)):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import pathlib
 import sys
 from typing import Any
@@ -37,6 +36,9 @@ from marlkit.train.scripts import env_factory
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sota-implementations" / "mappo_ippo"))
 import mappo_ippo  # noqa: E402  # the script's own policy builder (trained_policy)
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from epymarl_side_by_side import emit_results  # noqa: E402  # this folder's script
 
 GROUP = "ally"
 
@@ -109,17 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     results = [cross_eval(r, args.episodes, args.seed, args.exploration) for r in args.run]
     # "results": docs/results.md's JSON (benchmarks/results/results-<experiment>-<date>.json)
-    text = json.dumps(
+    emit_results(
         {
             "benchmark": "results",
             "experiment": "smax-cross-eval",
             "environment": describe_environment(),
             "runs": results,
-        }
+        },
+        args.out,
     )
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print(text)
     return 0
 
 

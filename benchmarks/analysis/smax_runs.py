@@ -32,7 +32,7 @@ from marlkit.record.plot import bootstrap_ci
 from marlkit.train import Checkpointer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from epymarl_side_by_side import time_file  # this folder's script
+from epymarl_side_by_side import emit_results, time_file  # this folder's script
 
 #: training frames at which the SMAX results quote the training win rate
 MARKS = (213_000, 410_000)
@@ -107,10 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     sampled = [r["sampled_win_rate"] for r in runs]
     if all(s is not None for s in sampled):
         result["sampled_win_rate"] = _mean_ci(sampled)
-    text = json.dumps(result)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit_results(result, args.out)
     return 0
 
 
