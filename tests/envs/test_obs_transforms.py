@@ -374,7 +374,7 @@ def test_transforms_by_name_as_a_config_lists_them():
             ["flaten_observation"],
             ValueError,
             r"transforms\[0\]: unknown transform 'flaten_observation'; known: "
-            r"agent_id, concat_observation, double_to_float, flatten_observation, pixels\. "
+            r"agent_id, common_reward, concat_observation, double_to_float, flatten_observation, pixels\. "
             "Did you mean: "
             "flatten_observation",
         ),
@@ -423,6 +423,38 @@ def test_the_env_config_checks_its_transforms_and_make_env_applies_them():
         env_config({**section, "transforms": [{"name": "pixels", "layot": "HWC"}]})
     with pytest.raises(ConfigError, match=r"env\.transforms: .*not a ListConfig, list or tuple"):
         env_config({**section, "transforms": "flatten_observation"})
+
+
+def test_make_env_places_common_reward_before_the_episode_sums():
+    """The MAPPO MPE recipe's transforms: the team reward (EPyMARL's common_reward, sum) goes
+    before RewardSum, so the logged return is the team's, every agent's the same."""
+    pytest.importorskip("mpe2")
+    from marlkit.train.builders import make_env
+
+    kwargs = {"num_envs": 2, "max_steps": 25, "seed": 0, "N": 3, "max_cycles": 25}
+    env = make_env(
+        "pettingzoo/mpe2.simple_spread_v3", transforms=["common_reward", "agent_id"], **kwargs
+    )
+    assert [type(t).__name__ for t in env.transform] == [
+        "CommonReward",
+        "StepCounter",
+        "RewardSum",
+        "AgentIdObservation",
+    ]
+    plain = make_env("pettingzoo/mpe2.simple_spread_v3", **kwargs)
+    moves = torch.randint(0, 5, (25, 2, 3), generator=torch.Generator().manual_seed(0))
+    actions = iter([*moves, *moves])  # one sequence for each env, the same
+
+    def act(td):
+        return td.set(("agents", "action"), next(actions))
+
+    common, own = env.rollout(25, act), plain.rollout(25, act)
+    team = own["next", "agents", "reward"].sum(-2, keepdim=True)
+    assert torch.allclose(common["next", "agents", "reward"], team.expand(-1, -1, 3, -1))
+    returns = common["next", "agents", "episode_reward"][:, -1]  # [E, n, 1]: the team's return
+    assert torch.allclose(returns, team.sum(1).expand(-1, 3, -1))
+    env.close()
+    plain.close()
 
 
 def test_every_magent2_env_config_gives_flat_observations():

@@ -12,11 +12,14 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 import marlkit
+from marlkit.data.composite import Composite
 from marlkit.data.specs import Bounded, Categorical, Unbounded
 from marlkit.envs import (
+    CommonReward,
     Compose,
     DoubleToFloat,
     EnvBase,
+    EnvSpecs,
     ExcludeKeys,
     InitTracker,
     InvalidActionError,
@@ -204,6 +207,66 @@ def test_reward_sum_bad_arguments(point_mass_cls):
         RewardSum(in_keys=[("a", "reward"), ("b", "reward")], out_keys=["x"])
     with pytest.raises(KeyError, match=re.escape("RewardSum: ('c', 'reward') is not a reward key")):
         TransformedEnv(point_mass_cls(groups=GROUPS), RewardSum(in_keys=[("c", "reward")]))
+
+
+# --------------------------------------------------------------------------- CommonReward
+
+
+@pytest.mark.parametrize("scalarisation", ["sum", "mean"])
+def test_common_reward_gives_every_agent_its_groups_reward(point_mass_cls, scalarisation):
+    inner = TransformedEnv(point_mass_cls(num_envs=3, groups=GROUPS, bound=100.0))
+    env = TransformedEnv(
+        point_mass_cls(num_envs=3, groups=GROUPS, bound=100.0),
+        CommonReward(scalarisation=scalarisation),
+    )
+    assert env.transform[0].in_keys == [("a", "reward"), ("b", "reward")]
+    for g, n in GROUPS.items():
+        assert env.reward_spec[g, "reward"] == Unbounded((3, n, 1), dtype=torch.float64)
+    plain, common = _rollout_push(inner, 6, 0.3), _rollout_push(env, 6, 0.3)
+    for g, n in GROUPS.items():
+        own = plain.get(("next", g, "reward"))
+        team = own.sum(-2, keepdim=True) if scalarisation == "sum" else own.mean(-2, keepdim=True)
+        got = common.get(("next", g, "reward"))
+        assert got.shape == own.shape and torch.allclose(got, team.expand_as(own))
+        assert n == 1 or not torch.equal(got, own)  # b's two agents had rewards of their own
+    assert torch.equal(
+        common.get(("next", "a", "observation")), plain.get(("next", "a", "observation"))
+    )
+    check_env_specs(env, steps=5)
+
+
+def test_common_reward_on_chosen_groups_and_before_the_episode_sums(point_mass_cls):
+    env = TransformedEnv(
+        point_mass_cls(num_envs=2, groups=GROUPS, bound=100.0),
+        Compose(CommonReward(in_keys=[("b", "reward")]), RewardSum()),
+    )
+    r = _rollout_push(env, 4, 0.5)
+    b = r.get(("next", "b", "reward"))
+    assert torch.equal(b[..., 0, :], b[..., 1, :])
+    assert torch.allclose(r.get(("next", "b", "episode_reward"))[:, -1], b.sum(1))
+
+
+def test_common_reward_bad_arguments(point_mass_cls):
+    with pytest.raises(ValueError, match="in_keys is empty"):
+        CommonReward(in_keys=[])
+    with pytest.raises(
+        ValueError, match=r"scalarisation must be one of \['sum', 'mean'\], got 'max'"
+    ):
+        CommonReward(scalarisation="max")
+    with pytest.raises(KeyError, match=r"\('a', 'observation'\) is not a reward key"):
+        TransformedEnv(point_mass_cls(groups=GROUPS), CommonReward(in_keys=[("a", "observation")]))
+    b = torch.Size([4])
+    team = EnvSpecs(
+        Composite(shape=b),
+        Composite(shape=b),
+        Composite(shape=b),
+        Composite({"reward": Unbounded((4, 1))}, shape=b),
+        Composite(shape=b),
+    )
+    with pytest.raises(ValueError, match=r"no group reward .*'reward' \[4, 1\]"):
+        CommonReward().transform_specs(team.clone())
+    with pytest.raises(ValueError, match=re.escape("'reward' [4, 1] has no agents' dim")):
+        CommonReward(in_keys=["reward"]).transform_specs(team.clone())
 
 
 # --------------------------------------------------------------------------- DoubleToFloat

@@ -40,6 +40,7 @@ SCRIPT_OF = {
     "mappo_smax": "mappo_ippo",
     "ippo_smax": "mappo_ippo",
     "mappo_lbf": "mappo_ippo",
+    "mappo_mpe": "mappo_ippo",
     "mappo_battle": "mappo_ippo",
     "qmix_vdn": "qmix_vdn",
     "qmix_mpe": "qmix_vdn",
@@ -81,8 +82,9 @@ def test_every_config_composes_with_every_env_and_passes_its_checks(name):
         assert cfg.env.name == OmegaConf.load(CONFIGS / "env" / f"{env}.yaml").name
         assert cfg.collector.frames_per_batch > 0 and cfg.collector.total_frames > 0
         assert cfg.seed == 0 and "run_dir" in cfg
-        # run.yaml's default; mappo_lbf evaluates sampled too, as EPyMARL's MAPPO tests act
-        assert cfg.eval.exploration == ("both" if name == "mappo_lbf" else "deterministic")
+        # run.yaml's default; the EPyMARL recipes evaluate sampled too, as its MAPPO tests act
+        epymarl = name in ("mappo_lbf", "mappo_mpe")
+        assert cfg.eval.exploration == ("both" if epymarl else "deterministic")
 
 
 @pytest.mark.parametrize("env", ENVS)

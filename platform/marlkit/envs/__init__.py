@@ -20,6 +20,7 @@ from marlkit.envs.registry import (
     registered_adapters,
 )
 from marlkit.envs.transforms import (
+    CommonReward,
     Compose,
     DoubleToFloat,
     EnvSpecs,
@@ -35,6 +36,7 @@ from marlkit.envs.transforms import (
 
 __all__ = [
     "AdapterUnavailableError",
+    "CommonReward",
     "Compose",
     "DoubleToFloat",
     "EnvBase",

@@ -10,7 +10,7 @@ from marlkit._checks import check_int
 from marlkit.data import Binary, Bounded, Categorical, MultiCategorical, OneHot
 from marlkit.envs.common import EnvBase
 from marlkit.envs.registry import accepted_kwargs, make
-from marlkit.envs.transforms import Compose, RewardSum, StepCounter, TransformedEnv
+from marlkit.envs.transforms import Compose, RewardSum, StepCounter, Transform, TransformedEnv
 
 ActionKind = Literal["discrete", "continuous"]
 #: The kwarg of the envs that offer both kinds of actions (native scenarios, VMAS, MPE).
@@ -27,6 +27,7 @@ def make_episodic(
     seed: int | None = None,
     imports: Sequence[str] = (),
     actions: ActionKind | None = None,
+    transforms: Sequence[Transform] = (),
     **kwargs: Any,
 ) -> TransformedEnv:
     """``marlkit.make(name, num_envs=, seed=, **kwargs)`` with episodes cut at ``max_steps``
@@ -49,6 +50,9 @@ def make_episodic(
             VMAS, MPE) is asked for that kind unless ``kwargs`` set the option; every group's
             action spec is then checked (discrete: ``Categorical``, ``OneHot``,
             ``MultiCategorical`` or ``Binary``; continuous: ``Bounded``, actions with bounds).
+        transforms: transforms on the env's outputs before the step counter and the episode
+            sums (a reward transform such as :class:`~marlkit.envs.transforms.CommonReward`,
+            so that ``episode_reward`` sums the rewards it gives).
         **kwargs: the env's own keyword arguments.
 
     Raises:
@@ -76,7 +80,7 @@ def make_episodic(
     env = make(name, num_envs=num_envs, seed=seed, **kwargs)
     if actions is not None:
         _check_actions(env, name, actions, kwargs.get(_OPTION) if option else None)
-    return TransformedEnv(env, Compose(StepCounter(max_steps), RewardSum()))
+    return TransformedEnv(env, Compose(*transforms, StepCounter(max_steps), RewardSum()))
 
 
 def _check_actions(env: EnvBase, name: str, actions: ActionKind, option: bool | None) -> None:

@@ -37,7 +37,8 @@ def make_env(
 ) -> TransformedEnv:
     """The env of a training config: :func:`~marlkit.envs.make_episodic` (``kwargs``: its
     ``num_envs``, ``max_steps``, ``seed``, ``imports``, ``actions`` and the env's own keyword
-    arguments) followed by the observation transforms ``transforms`` names
+    arguments) followed by the transforms ``transforms`` names (a reward transform, one with
+    ``before_episode_sums``, goes before the episode sums instead)
     (:func:`~marlkit.envs.transforms.make_transforms`: ``["flatten_observation"]``,
     ``[{"name": "pixels", "layout": "CHW"}]``), new ones each call. A ``functools.partial`` of
     it pickles by reference: the factory multiprocess collectors take.
@@ -54,9 +55,11 @@ def make_env(
         'DoubleToFloat'
     """
     built = make_transforms(transforms)  # a bad entry fails before the env is made
-    env = make_episodic(name, **kwargs)
+    first = [t for t in built if t.before_episode_sums]  # CommonReward: summed as trained on
+    env = make_episodic(name, transforms=first, **kwargs)
     for transform in built:
-        env.append_transform(transform)
+        if not transform.before_episode_sums:
+            env.append_transform(transform)
     return env
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from marlkit.envs.transforms.base import Compose, EnvSpecs, Transform, TransformedEnv
 from marlkit.envs.transforms.common import (
+    CommonReward,
     DoubleToFloat,
     ExcludeKeys,
     InitTracker,
@@ -23,6 +24,7 @@ from marlkit.envs.transforms.observation import (
 __all__ = [
     "TRANSFORMS",
     "AgentIdObservation",
+    "CommonReward",
     "Compose",
     "ConcatObservation",
     "DoubleToFloat",

@@ -59,6 +59,10 @@ class Transform:
     #: output already follows the done rule; ``TransformedEnv`` applies it again only when a
     #: transform may have changed a flag. ``True`` unless a transform says otherwise.
     changes_done_flags: bool = True
+    #: Whether an env built for training (:func:`marlkit.train.builders.make_env`) places it
+    #: before its step counter and episode sums rather than after them: a transform that
+    #: changes rewards (``CommonReward``), so that ``episode_reward`` sums what is trained on.
+    before_episode_sums: bool = False
 
     def set_parent(self, env: EnvBase) -> None:
         """Called by ``TransformedEnv`` when the transform is attached to ``env`` (after its

@@ -4,11 +4,12 @@ exclusion and renaming, and first-step flags."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from tensordict import TensorDictBase
 
-from marlkit._checks import check_int
+from marlkit._checks import check_int, check_one_of
 from marlkit.data.composite import Composite
 from marlkit.data.keys import (
     ACTION_MASK,
@@ -33,6 +34,7 @@ from marlkit.envs._spec_utils import done_levels, reshape_env_mask
 from marlkit.envs.transforms.base import EnvSpecs, Transform
 
 __all__ = [
+    "CommonReward",
     "DoubleToFloat",
     "ExcludeKeys",
     "InitTracker",
@@ -337,6 +339,102 @@ class RewardSum(Transform):
 
     def __repr__(self) -> str:
         return f"RewardSum(in_keys={self.in_keys}, out_keys={self.out_keys})"
+
+
+class CommonReward(Transform):
+    """Give every agent of a group the group's reward: its agents' rewards summed (or averaged),
+    as EPyMARL's ``common_reward: True`` with ``reward_scalarisation`` does for every task it
+    runs. ``(group, "reward")`` ``[*B, n, 1]`` keeps its shape; each agent's entry becomes the
+    group's sum (``"sum"``, EPyMARL's default) or mean over its ``n`` agents (``"mean"``).
+
+    An agent out of the game (``mask`` false) has reward 0 in marlkit's layout, so it adds
+    nothing to the sum and counts in the mean, as EPyMARL's mean over its agents' list. The spec
+    becomes ``Unbounded`` (a sum leaves a per-agent bound). Named in ``env.transforms`` as
+    ``common_reward`` (``{name: common_reward, scalarisation: mean}``); a training script places
+    it before its episode sums (:attr:`before_episode_sums`), so that ``episode_reward`` is the
+    return trained on: the team's, for every agent.
+
+    Args:
+        in_keys: the group rewards to make common; default every group's reward (a reward with
+            an agents' dim: ``[*B, n, 1]``).
+        scalarisation: ``"sum"`` or ``"mean"``.
+
+    Raises:
+        KeyError: an ``in_keys`` entry that is not a reward of the env (when attached).
+        ValueError: an entry without an agents' dim (a root team reward ``[*B, 1]`` is common
+            already), no group reward by default, or another ``scalarisation``.
+
+    Examples:
+        >>> import marlkit
+        >>> from marlkit.envs.transforms import CommonReward, TransformedEnv
+        >>> env = TransformedEnv(marlkit.make("navigation", num_envs=2, n_agents=3), CommonReward())
+        >>> td = env.step(env.rand_action(env.reset()))
+        >>> bool((td["next", "agents", "reward"] == td["next", "agents", "reward"][:, :1]).all())
+        True
+    """
+
+    changes_done_flags = False
+    #: A script's env builder places it before the step counter and the episode sums.
+    before_episode_sums = True
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | None = None,
+        scalarisation: Literal["sum", "mean"] = "sum",
+    ):
+        self._in_keys = None if in_keys is None else check_keys("CommonReward", "in_keys", in_keys)
+        if self._in_keys is not None and not self._in_keys:
+            raise ValueError("CommonReward: in_keys is empty; pass None for every group's reward")
+        self.scalarisation = check_one_of(
+            "scalarisation", scalarisation, ("sum", "mean"), owner="CommonReward"
+        )
+        self.in_keys: list[NestedKey] = []
+
+    def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
+        root = specs.reward.ndim  # the env's batch dims; a group's reward has two more
+        rewards = specs.reward.keys(True, True)
+        grouped = [k for k in rewards if len(specs.reward[k].shape) == root + 2]
+        if self._in_keys is None:
+            if not grouped:
+                raise ValueError(
+                    "CommonReward: the env has no group reward [*B, n, 1] (its rewards: "
+                    + ", ".join(f"{k!r} {format_shape(specs.reward[k].shape)}" for k in rewards)
+                    + "); a root team reward is common already"
+                )
+            self.in_keys = grouped
+        else:
+            for key in self._in_keys:
+                if key not in rewards:
+                    raise KeyError(
+                        f"CommonReward: {key!r} is not a reward key; reward keys: {rewards}"
+                    )
+                if key not in grouped:
+                    raise ValueError(
+                        f"CommonReward: {key!r} {format_shape(specs.reward[key].shape)} has no "
+                        f"agents' dim after the env's batch dims "
+                        f"{format_shape(specs.reward.shape)}; a group's reward is [*B, n, 1]"
+                    )
+            self.in_keys = list(self._in_keys)
+        for key in self.in_keys:
+            reward = specs.reward[key]
+            dtype = reward.dtype if reward.dtype is not None else torch.float32
+            specs.reward[key] = Unbounded(reward.shape, dtype=dtype, device=reward.device)
+        return specs
+
+    def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        for key in self.in_keys:
+            reward = next_tensordict.get(key)
+            agents = reward.dim() - 2
+            common = (
+                reward.sum(agents, keepdim=True)
+                if self.scalarisation == "sum"
+                else reward.mean(agents, keepdim=True)
+            )
+            next_tensordict.set(key, common.expand_as(reward).contiguous())
+        return next_tensordict
+
+    def __repr__(self) -> str:
+        return f"CommonReward(in_keys={self.in_keys}, scalarisation={self.scalarisation!r})"
 
 
 def _spec_in_input_dtype(
