@@ -374,7 +374,8 @@ def test_transforms_by_name_as_a_config_lists_them():
             ["flaten_observation"],
             ValueError,
             r"transforms\[0\]: unknown transform 'flaten_observation'; known: "
-            r"agent_id, common_reward, concat_observation, double_to_float, flatten_observation, pixels\. "
+            r"agent_id, common_reward, concat_observation, double_to_float, "
+            r"flatten_observation, pixels\. "
             "Did you mean: "
             "flatten_observation",
         ),
