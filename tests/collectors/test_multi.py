@@ -469,8 +469,12 @@ def test_a_worker_that_fails_to_construct_or_hangs() -> None:
     collector = MultiSyncCollector([nav(), nav()], slow, frames_per_batch=8, timeout=1, **FAST)
     pids = list(collector.worker_pids)
     start = time.monotonic()
+    # Both hang; on a loaded machine one may be asked (or its silence read) a moment after the
+    # other, so the error may name the first one alone once its second is up.
     with pytest.raises(
-        WorkerError, match=r"workers \[0, 1\] \(pids \d+, \d+\) did not answer collect within 1"
+        WorkerError,
+        match=r"(workers \[0, 1\] \(pids \d+, \d+\)|worker [01] \(pid \d+\)) did not answer "
+        r"collect within 1",
     ):
         collector.next()
     assert time.monotonic() - start < 5
