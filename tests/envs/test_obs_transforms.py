@@ -375,7 +375,7 @@ def test_transforms_by_name_as_a_config_lists_them():
             ValueError,
             r"transforms\[0\]: unknown transform 'flaten_observation'; known: "
             r"agent_id, common_reward, concat_observation, double_to_float, "
-            r"flatten_observation, pixels\. "
+            r"flatten_observation, pixels, truncation_as_termination\. "
             "Did you mean: "
             "flatten_observation",
         ),
@@ -454,6 +454,46 @@ def test_make_env_places_common_reward_before_the_episode_sums():
     assert torch.allclose(common["next", "agents", "reward"], team.expand(-1, -1, 3, -1))
     returns = common["next", "agents", "episode_reward"][:, -1]  # [E, n, 1]: the team's return
     assert torch.allclose(returns, team.sum(1).expand(-1, 3, -1))
+    env.close()
+    plain.close()
+
+
+def test_truncation_as_termination_on_mpe_ends_bootstrapping_at_the_time_limit():
+    """The QMIX MPE recipe of EPyMARL's: after the step counter, the 25th step's cut is a
+    termination at every level; the episodes, rewards and observations are the plain env's."""
+    pytest.importorskip("mpe2")
+    from marlkit.train.builders import make_env
+
+    kwargs = {"num_envs": 2, "max_steps": 25, "seed": 0, "N": 3, "max_cycles": 25}
+    names = ["common_reward", "agent_id"]
+    env = make_env(
+        "pettingzoo/mpe2.simple_spread_v3",
+        transforms=[*names, "truncation_as_termination"],
+        **kwargs,
+    )
+    assert [type(t).__name__ for t in env.transform][-2:] == [
+        "AgentIdObservation",
+        "TruncationAsTermination",
+    ]
+    plain = make_env("pettingzoo/mpe2.simple_spread_v3", transforms=names, **kwargs)
+    moves = torch.randint(0, 5, (30, 2, 3), generator=torch.Generator().manual_seed(1))
+
+    def play(e):
+        actions = iter(moves)
+        return e.rollout(
+            30, lambda td: td.set(("agents", "action"), next(actions)), break_when_any_done=False
+        )
+
+    ended, cut = play(env), play(plain)
+    for key in [("next", "agents", "observation"), ("next", "agents", "reward")]:
+        assert torch.equal(ended[key], cut[key]), key
+    for prefix in [(), ("agents",)]:
+        done = cut[("next", *prefix, "done")]
+        assert torch.equal(ended[("next", *prefix, "done")], done), prefix
+        assert done[:, 24].all() and done.sum() == done[:, 24].sum(), prefix  # the 25th step
+        assert cut[("next", *prefix, "truncated")][:, 24].all(), prefix
+        assert torch.equal(ended[("next", *prefix, "terminated")], done), prefix
+        assert not ended[("next", *prefix, "truncated")].any(), prefix
     env.close()
     plain.close()
 

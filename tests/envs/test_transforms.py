@@ -29,6 +29,7 @@ from marlkit.envs import (
     StepCounter,
     Transform,
     TransformedEnv,
+    TruncationAsTermination,
     check_env_specs,
 )
 
@@ -270,6 +271,66 @@ def test_common_reward_bad_arguments(point_mass_cls):
 
 
 # --------------------------------------------------------------------------- DoubleToFloat
+
+
+# ------------------------------------------------------------------ TruncationAsTermination
+
+
+def test_truncation_as_termination_turns_every_levels_cut_into_a_termination(nav):
+    env = TransformedEnv(
+        nav(num_envs=3, n_agents=3, group_map="per_agent"),
+        Compose(StepCounter(4), TruncationAsTermination()),
+    )
+    r = env.rollout(20)
+    assert r.batch_size == torch.Size([3, 4])
+    for prefix in _done_levels(env):
+        term = r.get(("next", *prefix, "terminated"))
+        done = r.get(("next", *prefix, "done"))
+        assert term[:, -1].all() and done[:, -1].all(), prefix
+        assert not term[:, :-1].any() and not done[:, :-1].any(), prefix
+        assert not r.get(("next", *prefix, "truncated")).any(), prefix
+    check_env_specs(env, steps=10)
+    # auto-resets go on as before: a new episode every 4 steps
+    td = _advance(env, 9)
+    assert torch.equal(td["step_count"], torch.ones(3, 1, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("bound", [0.02, 100.0])  # terminated at the 2nd step; cut at the 3rd
+def test_truncation_as_termination_keeps_the_simulators_terminations(point_mass_cls, bound):
+    """An agent the simulator ended before the limit stays terminated (and its episode ends
+    there); otherwise the cut is a termination. Every other flag is the plain env's."""
+    plain = TransformedEnv(point_mass_cls(groups=GROUPS, bound=bound), StepCounter(3))
+    ended = TransformedEnv(
+        point_mass_cls(groups=GROUPS, bound=bound),
+        Compose(StepCounter(3), TruncationAsTermination()),
+    )
+    a, b = _rollout_push(plain, 6), _rollout_push(ended, 6)
+    cut = a.get(("next", "truncated"))
+    assert cut.any() == (bound > 1), "the case the parameter names"
+    assert a.get(("next", "terminated")).any() == (bound < 1)
+    for prefix in _done_levels(ended):
+        done = a.get(("next", *prefix, "done"))
+        assert torch.equal(b.get(("next", *prefix, "done")), done), prefix
+        either = a.get(("next", *prefix, "terminated")) | a.get(("next", *prefix, "truncated"))
+        assert torch.equal(b.get(("next", *prefix, "terminated")), either), prefix
+        assert not b.get(("next", *prefix, "truncated")).any(), prefix
+
+
+def test_truncation_as_termination_refuses_an_env_that_never_truncates():
+    specs = EnvSpecs(
+        observation=Composite(),
+        action=Composite(),
+        reward=Composite(),
+        done=Composite(
+            {
+                "done": Categorical(2, (1,), dtype=torch.bool),
+                "terminated": Categorical(2, (1,), dtype=torch.bool),
+            }
+        ),
+        state=Composite(),
+    )
+    with pytest.raises(ValueError, match="no 'truncated' flag at any level"):
+        TruncationAsTermination().transform_specs(specs)
 
 
 def test_double_to_float_specs_and_data(point_mass_cls):

@@ -45,6 +45,7 @@ SCRIPT_OF = {
     "qmix_vdn": "qmix_vdn",
     "qmix_mpe": "qmix_vdn",
     "qmix_lbf": "qmix_vdn",
+    "qmix_mpe_epymarl": "qmix_vdn",
     "qmix_smax": "qmix_vdn",
     "iql": "iql",
     "maddpg_iddpg": "maddpg_iddpg",

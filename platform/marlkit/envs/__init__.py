@@ -32,6 +32,7 @@ from marlkit.envs.transforms import (
     StepCounter,
     Transform,
     TransformedEnv,
+    TruncationAsTermination,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "StepCounter",
     "Transform",
     "TransformedEnv",
+    "TruncationAsTermination",
     "UnknownEnvError",
     "WorkerError",
     "accepted_kwargs",

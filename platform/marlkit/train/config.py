@@ -323,8 +323,9 @@ class TrainConfig:
     lr: float = MISSING
     """Adam's learning rate."""
     adam_eps: float = 1e-8
-    """Adam's ``eps`` (torch's default 1e-8; CleanRL's, JaxMARL's and EPyMARL's PPO use 1e-5,
-    which damps the steps of parameters whose gradients are rare or small)."""
+    """Adam's ``eps`` (torch's default 1e-8, which EPyMARL's learners keep; CleanRL's and
+    JaxMARL's PPO use 1e-5, which damps the steps of parameters whose gradients are rare or
+    small)."""
     max_grad_norm: float = MISSING
     """Gradients are clipped to this norm (a negative one would flip every update)."""
     precision: str = "fp32"

@@ -12,6 +12,7 @@ from marlkit.envs.transforms.common import (
     RenameKeys,
     RewardSum,
     StepCounter,
+    TruncationAsTermination,
 )
 from marlkit.envs.transforms.named import TRANSFORMS, make_transform, make_transforms
 from marlkit.envs.transforms.observation import (
@@ -39,6 +40,7 @@ __all__ = [
     "ToTensorImage",
     "Transform",
     "TransformedEnv",
+    "TruncationAsTermination",
     "make_transform",
     "make_transforms",
 ]

@@ -42,6 +42,7 @@ __all__ = [
     "RenameKeys",
     "RewardSum",
     "StepCounter",
+    "TruncationAsTermination",
 ]
 
 
@@ -435,6 +436,72 @@ class CommonReward(Transform):
 
     def __repr__(self) -> str:
         return f"CommonReward(in_keys={self.in_keys}, scalarisation={self.scalarisation!r})"
+
+
+class TruncationAsTermination(Transform):
+    """End every truncated episode as a terminated one: a time limit's cut stops bootstrapping,
+    as EPyMARL does on its Gymnasium tasks (LBF, RWARE, MPE through ``gymma``: its runners store
+    ``terminated`` as ``(terminated or truncated) != info["episode_limit"]``, and gymma's info
+    has no ``episode_limit``, so the step where the time limit cuts is stored as a
+    termination, and its value targets do not read the next state).
+
+    At every level with ``truncated`` (each group's ``[*B, n, 1]``, the root's ``[*B, 1]``) a
+    truncated entry becomes terminated and ``truncated`` false; ``done`` is unchanged, so
+    episodes end where they ended. The losses then treat the cut as the episode's end (QMIX's
+    target mixes no next value there, GAE and n-step returns stop). marlkit's default is the
+    other rule, the correct one for a task whose time limit is not in the observation: a
+    truncated episode bootstraps from its last observation (docs/algorithms.md, "Value
+    decomposition"); this transform is for runs that must do what EPyMARL does. Named in
+    ``env.transforms`` as ``truncation_as_termination``; place it after the step counter (a
+    training script's env builder does: its truncations are the step counter's as well as the
+    simulator's).
+
+    Raises:
+        ValueError: the env has no ``truncated`` flag at any level (nothing is ever truncated).
+
+    Examples:
+        >>> import marlkit
+        >>> from marlkit.envs.transforms import StepCounter, TransformedEnv, TruncationAsTermination
+        >>> env = TransformedEnv(marlkit.make("navigation", num_envs=2), StepCounter(max_steps=1))
+        >>> env = env.append_transform(TruncationAsTermination())
+        >>> td = env.step(env.rand_action(env.reset()))
+        >>> bool(td["next", "agents", "terminated"].all()), bool(td["next", "truncated"].any())
+        (True, False)
+    """
+
+    def __init__(self) -> None:
+        self._levels: list[tuple[NestedKey, NestedKey | None]] = []
+
+    def transform_specs(self, specs: EnvSpecs) -> EnvSpecs:
+        levels = []
+        for prefix, _ in done_levels(specs.done):
+            trunc = join_key(prefix, TRUNCATED)
+            if trunc not in specs.done:
+                continue
+            term = join_key(prefix, TERMINATED)
+            levels.append((trunc, term if term in specs.done else None))
+        if not levels:
+            raise ValueError(
+                "TruncationAsTermination: the env has no 'truncated' flag at any level (its "
+                f"done keys: {list(specs.done.keys(True, True))}); nothing is ever truncated"
+            )
+        self._levels = levels
+        return specs
+
+    def step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        # A level whose flags the step left out (the root's, before the done rule fills them
+        # from the groups') is the done rule's: it reads done without truncated as terminated.
+        for trunc_key, term_key in self._levels:
+            trunc = next_tensordict.get(trunc_key, None)
+            if trunc is None:
+                continue
+            if term_key is not None and (term := next_tensordict.get(term_key, None)) is not None:
+                next_tensordict.set(term_key, term | trunc)
+            next_tensordict.set(trunc_key, torch.zeros_like(trunc))
+        return next_tensordict
+
+    def __repr__(self) -> str:
+        return "TruncationAsTermination()"
 
 
 def _spec_in_input_dtype(

@@ -16,8 +16,8 @@ dtype=torch.float32)]
     Traceback (most recent call last):
     ...
     ValueError: transforms[0]: unknown transform 'flaten_observation'; known: \
-agent_id, common_reward, concat_observation, double_to_float, flatten_observation, pixels. \
-Did you mean: flatten_observation, concat_observation?
+agent_id, common_reward, concat_observation, double_to_float, flatten_observation, pixels, \
+truncation_as_termination. Did you mean: flatten_observation, concat_observation?
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from marlkit._checks import check_kwargs, did_you_mean, keyword_names
 from marlkit.envs.transforms.base import Transform
-from marlkit.envs.transforms.common import CommonReward, DoubleToFloat
+from marlkit.envs.transforms.common import CommonReward, DoubleToFloat, TruncationAsTermination
 from marlkit.envs.transforms.observation import (
     AgentIdObservation,
     ConcatObservation,
@@ -45,6 +45,7 @@ TRANSFORMS: dict[str, type[Transform]] = {
     "double_to_float": DoubleToFloat,
     "flatten_observation": FlattenObservation,
     "pixels": ToTensorImage,
+    "truncation_as_termination": TruncationAsTermination,
 }
 
 
